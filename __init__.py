@@ -1,0 +1,10 @@
+"""Leveret: an AMQP 0-9-1 message broker in the RabbitMQ mould.
+
+The repository's top-level folders are this package's subpackages:
+``leveret.amqp`` (protocol core and server), ``leveret.exchanges`` (routing),
+``leveret.queues`` (queues and consumer dispatch), ``leveret.persistence``
+(message store), ``leveret.confirms`` (publisher confirms), and later
+``leveret.management_ui`` and ``leveret.spark_sink``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Exchange types and routing."""

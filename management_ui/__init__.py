@@ -1,0 +1,1 @@
+"""Management HTTP API and Prometheus metrics: planned in its own issue; nothing here yet."""

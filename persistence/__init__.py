@@ -1,0 +1,1 @@
+"""Message and definition storage behind one interface (memory now, LMDB next)."""

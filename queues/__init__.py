@@ -1,0 +1,1 @@
+"""Queues, consumers and delivery."""
