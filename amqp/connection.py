@@ -1,0 +1,447 @@
+"""One AMQP connection as a sans-IO state machine.
+
+Theory of operation
+-------------------
+``receive_data(bytes)`` is fed whatever the socket produced; frames to send
+accumulate in ``out`` and the adapter is told once (``on_output``) that it
+should flush at the end of the loop turn, so many deliveries share one
+``writelines``. The adapter also owns the clock and calls ``heartbeat_tick``.
+
+States follow the handshake: ``HEADER`` (waiting for ``AMQP\\0\\0\\9\\1``) →
+``START`` (sent connection.start, waiting for start-ok) → ``TUNE`` →
+``OPEN`` (waiting for connection.open) → ``RUNNING`` → ``CLOSING`` (we sent
+connection.close and discard everything but close/close-ok) → ``CLOSED``.
+Any frame a state does not expect is a connection error; errors are raised
+by name anywhere below and turned into close methods in one place, ``_fail``.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+from pamqp.header import ProtocolHeader
+
+import leveret
+from leveret.amqp import auth, fastpath
+from leveret.amqp.channel import Channel
+from leveret.amqp.codec import decode_method, encode_method, method_index
+from leveret.amqp.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_FORCED,
+    FRAME_ERROR,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    UNEXPECTED_FRAME,
+    AMQPError,
+    ChannelError,
+    ConnectionError_,
+)
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FrameBuffer,
+)
+
+if TYPE_CHECKING:
+    from leveret.amqp.broker import Broker
+    from leveret.config import Config
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+HEADER, START, TUNE, OPEN, RUNNING, CLOSING, CLOSED = range(7)
+
+SERVER_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+}
+
+_CHANNEL_CLOSE = commands.Channel.Close.index
+_CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
+_CHANNEL_OPEN = commands.Channel.Open.index
+_CHANNEL_FLOW = commands.Channel.Flow.index
+_CHANNEL_FLOW_OK = commands.Channel.FlowOk.index
+_CONNECTION_CLOSE = commands.Connection.Close.index
+_CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
+
+
+class Connection:
+    def __init__(
+        self,
+        broker: Broker,
+        config: Config,
+        peer: tuple[str, int] | None = None,
+        on_output: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.peer = peer
+        self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.on_output = on_output or (lambda: None)
+        self.clock = clock
+        self.state = HEADER
+        self.out: list[bytes] = []
+        self._frames = FrameBuffer()
+        self._header = bytearray()
+        self.channels: dict[int, Channel] = {}
+        self._closing_channels: set[int] = set()
+        self._flush_channels: set[Channel] = set()
+        self.exclusive_queues: list[Any] = []
+        self.vhost: Any = None
+        self.user: str | None = None
+        self.client_properties: dict[str, Any] = {}
+        self.frame_max = 131072
+        self.channel_max = config.channel_max
+        self.heartbeat = 0
+        self.last_received = clock()
+        self.last_sent = clock()
+        self.want_close = False  # adapter: close the transport once ``out`` is flushed
+        self.blocked = False
+        self.writable = True  # False while the socket's write buffer is full
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.name} user={self.user!r}>"
+
+    # -- output ---------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if not self.out:
+            self.on_output()
+        self.out.append(data)
+
+    def writelines(self, frames: list[bytes]) -> None:
+        if not self.out:
+            self.on_output()
+        self.out.extend(frames)
+
+    def data_to_send(self) -> list[bytes]:
+        """Take everything queued for the wire (also runs end-of-batch work: confirms)."""
+        if self._flush_channels:
+            channels = self._flush_channels
+            self._flush_channels = set()
+            for ch in channels:
+                ch.flush_confirms()
+        out = self.out
+        if out:
+            self.out = []
+            self.last_sent = self.clock()
+        return out
+
+    def want_flush(self, channel: Channel) -> None:
+        """A channel has confirms to send at the end of this batch."""
+        if not self._flush_channels and not self.out:
+            self.on_output()
+        self._flush_channels.add(channel)
+
+    def set_writable(self, writable: bool) -> None:
+        """Transport backpressure: no deliveries while the socket cannot take them."""
+        self.writable = writable
+        if writable:
+            for channel in list(self.channels.values()):
+                channel._resume_consumers()
+
+    def client_capability(self, name: str) -> bool:
+        caps = self.client_properties.get("capabilities") or {}
+        return bool(caps.get(name))
+
+    # -- input ----------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        if self.state == CLOSED:
+            return
+        self.last_received = self.clock()
+        try:
+            if self.state == HEADER:
+                self._header += data
+                if len(self._header) < 8:
+                    if not PROTOCOL_HEADER.startswith(bytes(self._header)):
+                        self._bad_header()
+                    return
+                if self._header[:8] != PROTOCOL_HEADER:
+                    self._bad_header()
+                    return
+                data = bytes(self._header[8:])
+                self._header = bytearray()
+                self._send_start()
+            for ftype, channel, payload in self._frames.feed(data):
+                if self.state == CLOSED:
+                    return
+                if ftype == FRAME_METHOD:
+                    self._on_method(channel, payload)
+                elif ftype == FRAME_HEARTBEAT:
+                    if channel != 0:
+                        raise ConnectionError_(FRAME_ERROR,
+                                               f"heartbeat frame on non-zero channel {channel}")
+                else:
+                    self._on_content(ftype, channel, payload)
+        except ConnectionError_ as exc:
+            self._fail(exc)
+        except Exception as exc:  # a bug must not take the broker down
+            log.exception("internal error on connection %s", self.name)
+            self._fail(ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
+
+    def _bad_header(self) -> None:
+        """Wrong protocol header: answer with ours and close, as the spec and RabbitMQ do."""
+        log.warning("connection %s: bad protocol header, closing", self.name)
+        self.write(PROTOCOL_HEADER)
+        self.state = CLOSED
+        self.want_close = True
+
+    def _on_content(self, ftype: int, number: int, payload: bytes) -> None:
+        if self.state == CLOSING or number in self._closing_channels:
+            return
+        if self.state != RUNNING:
+            raise ConnectionError_(UNEXPECTED_FRAME, "content frame before the connection is open")
+        channel = self.channels.get(number)
+        if channel is None:
+            raise ConnectionError_(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}")
+        try:
+            if ftype == FRAME_HEADER:
+                channel.handle_header(payload)
+            elif ftype == FRAME_BODY:
+                channel.handle_body(payload)
+        except ChannelError as exc:
+            self._close_channel(channel, exc)
+
+    def _on_method(self, number: int, payload: bytes) -> None:
+        index = method_index(payload)
+        state = self.state
+        if state == CLOSING:
+            if number == 0 and index in (_CONNECTION_CLOSE_OK, _CONNECTION_CLOSE):
+                if index == _CONNECTION_CLOSE:
+                    self.write(encode_method(0, commands.Connection.CloseOk()))
+                self._closed()
+            return
+        if number == 0:
+            if index >> 16 != 10:
+                raise ConnectionError_(COMMAND_INVALID,
+                                       f"method class {index >> 16} on channel 0",
+                                       (index >> 16, index & 0xFFFF))
+            self._connection_method(decode_method(payload, index), index)
+            return
+        if state != RUNNING:
+            raise ConnectionError_(COMMAND_INVALID, "channel method before connection.open-ok",
+                                   (index >> 16, index & 0xFFFF))
+        if number in self._closing_channels:
+            if index == _CHANNEL_CLOSE_OK:
+                self._closing_channels.discard(number)
+            elif index == _CHANNEL_CLOSE:
+                self.write(encode_method(number, commands.Channel.CloseOk()))
+            return
+        channel = self.channels.get(number)
+        if index == _CHANNEL_OPEN:
+            if channel is not None:
+                raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
+            if number > self.channel_max:
+                raise ConnectionError_(
+                    CHANNEL_ERROR, f"channel number {number} exceeds channel_max {self.channel_max}",
+                    (20, 10))
+            self.channels[number] = Channel(self, number)
+            self.write(encode_method(number, commands.Channel.OpenOk()))
+            return
+        if channel is None:
+            raise ConnectionError_(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}",
+                                   (index >> 16, index & 0xFFFF))
+        if index >> 16 == 20:
+            self._channel_method(channel, decode_method(payload, index), index)
+            return
+        if index >> 16 == 10:
+            raise ConnectionError_(COMMAND_INVALID,
+                                   f"connection method on channel {number}",
+                                   (index >> 16, index & 0xFFFF))
+        try:
+            channel.handle_method(payload, index)
+        except ChannelError as exc:
+            self._close_channel(channel, exc)
+
+    def _channel_method(self, channel: Channel, method: Any, index: int) -> None:
+        if index == _CHANNEL_CLOSE:
+            del self.channels[channel.number]
+            channel.release()
+            self.write(encode_method(channel.number, commands.Channel.CloseOk()))
+        elif index == _CHANNEL_FLOW:
+            if not method.active:
+                from leveret.amqp.errors import NOT_IMPLEMENTED
+
+                raise ConnectionError_(NOT_IMPLEMENTED, "active=false", (20, 20))
+            channel.send_method(commands.Channel.FlowOk(active=True))
+        elif index == _CHANNEL_CLOSE_OK:
+            pass  # a close we did not start: ignore, as RabbitMQ
+        else:
+            raise ConnectionError_(COMMAND_INVALID, f"unexpected {method.name.lower()}",
+                                   (index >> 16, index & 0xFFFF))
+
+    def _close_channel(self, channel: Channel, exc: ChannelError) -> None:
+        log.warning("channel %d on %s closed: %s", channel.number, self.name, exc.reply_text)
+        self.channels.pop(channel.number, None)
+        channel.release()
+        self._closing_channels.add(channel.number)
+        class_id, method_id = exc.method
+        self.write(encode_method(channel.number, commands.Channel.Close(
+            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            class_id=class_id, method_id=method_id)))
+
+    # -- connection class -------------------------------------------------------
+
+    def _send_start(self) -> None:
+        self.state = START
+        props = {
+            "product": "Leveret",
+            "version": leveret.__version__,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "Leveret contributors",
+            "information": "Licensed under the Apache License 2.0",
+            "cluster_name": self.broker.cluster_name,
+            "capabilities": dict(SERVER_CAPABILITIES),
+        }
+        self.write(encode_method(0, commands.Connection.Start(
+            version_major=0, version_minor=9, server_properties=props,
+            mechanisms=" ".join(auth.MECHANISMS), locales="en_US")))
+
+    def _connection_method(self, method: Any, index: int) -> None:
+        state = self.state
+        if index == _CONNECTION_CLOSE:
+            self.write(encode_method(0, commands.Connection.CloseOk()))
+            self._closed()
+            return
+        if index == _CONNECTION_CLOSE_OK:
+            self._closed()
+            return
+        if state == START and isinstance(method, commands.Connection.StartOk):
+            self.client_properties = dict(method.client_properties or {})
+            user = auth.authenticate(method.mechanism, method.response, self.broker.users,
+                                     self.peer, self.config)
+            if user is None:
+                raise ConnectionError_(
+                    ACCESS_REFUSED,
+                    f"Login was refused using authentication mechanism {method.mechanism}. "
+                    "For details see the broker logfile.", (10, 11))
+            self.user = user
+            self.state = TUNE
+            self.write(encode_method(0, commands.Connection.Tune(
+                channel_max=self.config.channel_max, frame_max=self.config.frame_max,
+                heartbeat=self.config.heartbeat)))
+            return
+        if state == TUNE and isinstance(method, commands.Connection.TuneOk):
+            self._tune(method)
+            self.state = OPEN
+            return
+        if state == OPEN and isinstance(method, commands.Connection.Open):
+            vhost = self.broker.vhosts.get(method.virtual_host)
+            if vhost is None:
+                raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
+                                       (10, 40))
+            self.vhost = vhost
+            self.state = RUNNING
+            self.broker.connections.add(self)
+            self.write(encode_method(0, commands.Connection.OpenOk()))
+            log.info("connection %s opened (user %r, vhost %r)", self.name, self.user, vhost.name)
+            return
+        if state == RUNNING and isinstance(method, commands.Connection.UpdateSecret):
+            self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
+            return
+        raise ConnectionError_(COMMAND_INVALID, f"unexpected {method.name.lower()}",
+                               (index >> 16, index & 0xFFFF))
+
+    def _tune(self, m: commands.Connection.TuneOk) -> None:
+        server_max = self.config.frame_max
+        frame_max = m.frame_max or server_max
+        if frame_max > server_max:
+            raise ConnectionError_(NOT_ALLOWED, f"frame_max={frame_max} > {server_max} max size",
+                                   (10, 31))
+        if frame_max < 4096:
+            raise ConnectionError_(NOT_ALLOWED, f"frame_max={frame_max} < 4096 min size", (10, 31))
+        self.frame_max = frame_max
+        self._frames.frame_max = frame_max
+        channel_max = m.channel_max or self.config.channel_max
+        self.channel_max = min(channel_max, self.config.channel_max)
+        self.heartbeat = m.heartbeat
+
+    # -- errors and closing ------------------------------------------------------
+
+    def _fail(self, exc: AMQPError) -> None:
+        """Hard error: send connection.close and wait for close-ok."""
+        if self.state in (CLOSING, CLOSED):
+            return
+        log.warning("connection %s: closing with %s", self.name, exc.reply_text)
+        class_id, method_id = exc.method
+        if self.state == HEADER:
+            self._closed()
+            return
+        self.write(encode_method(0, commands.Connection.Close(
+            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            class_id=class_id, method_id=method_id)))
+        self._release_all()
+        self.state = CLOSING
+
+    def close(self, code: int = CONNECTION_FORCED,
+              text: str = "broker forced connection closure with reason 'shutdown'") -> None:
+        """Broker-initiated close (shutdown, management UI)."""
+        from leveret.amqp.errors import ReplyCode
+
+        if self.state in (RUNNING, OPEN, TUNE, START):
+            self._fail(ConnectionError_(ReplyCode(code), text))
+        elif self.state != CLOSED:
+            self._closed()
+
+    def _closed(self) -> None:
+        self._release_all()
+        self.state = CLOSED
+        self.want_close = True
+
+    def _release_all(self) -> None:
+        channels = list(self.channels.values())
+        self.channels.clear()
+        for channel in channels:
+            channel.release()
+        queues, self.exclusive_queues = self.exclusive_queues, []
+        for queue in queues:
+            if self.vhost is not None:
+                self.vhost.delete_queue(queue)
+        self.broker.connections.discard(self)
+
+    def connection_lost(self) -> None:
+        """The transport is gone: release everything (requeue unacked, drop exclusive queues)."""
+        if self.state != CLOSED:
+            log.info("connection %s lost", self.name)
+        self._release_all()
+        self.state = CLOSED
+
+    # -- heartbeats ---------------------------------------------------------------
+
+    def heartbeat_tick(self) -> bool:
+        """Called by the adapter every ``heartbeat / 2`` s; False once the peer is dead.
+
+        We send a heartbeat when we have been silent for an interval, and give
+        up on a peer silent for two intervals (RabbitMQ's rule).
+        """
+        if not self.heartbeat or self.state == CLOSED:
+            return True
+        now = self.clock()
+        if now - self.last_received > 2 * self.heartbeat:
+            log.warning("connection %s: missed heartbeats from client, timeout: %ds",
+                        self.name, self.heartbeat)
+            self._release_all()
+            self.state = CLOSED
+            self.want_close = True
+            return False
+        if now - self.last_sent >= self.heartbeat / 2 and not self.out:
+            self.write(fastpath.HEARTBEAT_FRAME)
+        return True

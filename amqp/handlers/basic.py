@@ -1,0 +1,100 @@
+"""basic.qos / consume / cancel / get / recover (publish and acks are on the channel's fast path)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from leveret.amqp.errors import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    ChannelError,
+    ConnectionError_,
+)
+from leveret.amqp.handlers.queue import lookup
+from leveret.queues.consumer import Consumer
+
+if TYPE_CHECKING:
+    from leveret.amqp.channel import Channel
+
+
+def qos(ch: Channel, m: commands.Basic.Qos) -> None:
+    if m.prefetch_size:
+        raise ConnectionError_(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", (60, 10))
+    if m.global_:
+        ch.global_prefetch = m.prefetch_count
+    else:
+        ch.consumer_prefetch = m.prefetch_count
+    ch.send_method(commands.Basic.QosOk())
+    ch._resume_consumers()
+
+
+def consume(ch: Channel, m: commands.Basic.Consume) -> None:
+    queue = lookup(ch, m.queue)
+    tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if tag in ch.consumers:
+        raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", (60, 20))
+    if queue.exclusive_consumer or (m.exclusive and queue.consumers):
+        raise ChannelError(
+            ACCESS_REFUSED,
+            f"queue '{queue.name}' in vhost '{ch.vhost.name}' in exclusive use",
+        )
+    arguments = dict(m.arguments or {})
+    priority = arguments.get("x-priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ChannelError(
+            PRECONDITION_FAILED,
+            f"invalid arg 'x-priority' for queue '{queue.name}' in vhost '{ch.vhost.name}': "
+            f"expected an integer, got {priority!r}",
+        )
+    consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,
+                        arguments)
+    ch.consumers[tag] = consumer
+    if not m.nowait:
+        ch.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+    queue.add_consumer(consumer)
+
+
+def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
+    consumer = ch.consumers.get(m.consumer_tag)
+    if not m.nowait:
+        ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
+    if consumer is not None:
+        ch.cancel_consumer(consumer)
+
+
+def get(ch: Channel, m: commands.Basic.Get) -> None:
+    queue = lookup(ch, m.queue)
+    entry = queue.take()
+    if entry is None:
+        ch.send_method(commands.Basic.GetEmpty())
+        return
+    ch.deliver_get(queue, entry, m.no_ack)
+
+
+def recover(ch: Channel, m: commands.Basic.Recover) -> None:
+    if not m.requeue:
+        raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false", (60, 110))
+    ch.recover()
+    ch.send_method(commands.Basic.RecoverOk())
+
+
+def recover_async(ch: Channel, m: commands.Basic.RecoverAsync) -> None:
+    if not m.requeue:
+        raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false", (60, 100))
+    ch.recover()
+
+
+HANDLERS = {
+    commands.Basic.Qos.index: qos,
+    commands.Basic.Consume.index: consume,
+    commands.Basic.Cancel.index: cancel,
+    commands.Basic.Get.index: get,
+    commands.Basic.Recover.index: recover,
+    commands.Basic.RecoverAsync.index: recover_async,
+}

@@ -1,0 +1,25 @@
+"""confirm.select: switch the channel to publisher-confirm mode."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.confirms.tracker import ConfirmTracker
+
+if TYPE_CHECKING:
+    from leveret.amqp.channel import Channel
+
+
+def select(ch: Channel, m: commands.Confirm.Select) -> None:
+    if ch.tx is not None:
+        raise ChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+    if ch.confirms is None:
+        ch.confirms = ConfirmTracker()
+    if not m.nowait:
+        ch.send_method(commands.Confirm.SelectOk())
+
+
+HANDLERS = {commands.Confirm.Select.index: select}

@@ -1,0 +1,77 @@
+"""exchange.declare / delete / bind / unbind."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from leveret.amqp.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
+from leveret.exchanges import EXCHANGE_TYPES
+
+if TYPE_CHECKING:
+    from leveret.amqp.channel import Channel
+
+RESERVED_PREFIX = "amq."
+
+
+def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
+    vhost = ch.vhost
+    name = m.exchange
+    if m.passive:
+        vhost.get_exchange(name)
+    else:
+        if name.startswith(RESERVED_PREFIX) or name == "":
+            if name not in vhost.exchanges or name == "":
+                raise ChannelError(
+                    ACCESS_REFUSED,
+                    f"exchange name '{name}' contains reserved prefix 'amq.*'",
+                )
+        if m.exchange_type not in EXCHANGE_TYPES:
+            raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'",
+                                   (40, 10))
+        vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete, m.internal,
+                               dict(m.arguments or {}))
+    if not m.nowait:
+        ch.send_method(commands.Exchange.DeclareOk())
+
+
+def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
+    vhost = ch.vhost
+    name = m.exchange
+    if name == "" or name.startswith(RESERVED_PREFIX):
+        raise ChannelError(ACCESS_REFUSED, f"operation not permitted on {vhost.describe_exchange(name)}")
+    exchange = vhost.exchanges.get(name)
+    if exchange is not None:
+        vhost.delete_exchange(exchange, m.if_unused)
+    if not m.nowait:
+        ch.send_method(commands.Exchange.DeleteOk())
+
+
+def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
+    vhost = ch.vhost
+    dest = vhost.get_exchange(m.destination)
+    source = vhost.get_exchange(m.source)
+    vhost._check_not_default(dest)
+    vhost.bind(source, dest, m.routing_key, dict(m.arguments or {}))
+    if not m.nowait:
+        ch.send_method(commands.Exchange.BindOk())
+
+
+def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
+    vhost = ch.vhost
+    dest = vhost.exchanges.get(m.destination)
+    source = vhost.exchanges.get(m.source)
+    if dest is not None and source is not None:
+        vhost._check_not_default(dest)
+        vhost.unbind(source, dest, m.routing_key, dict(m.arguments or {}))
+    if not m.nowait:
+        ch.send_method(commands.Exchange.UnbindOk())
+
+
+HANDLERS = {
+    commands.Exchange.Declare.index: declare,
+    commands.Exchange.Delete.index: delete,
+    commands.Exchange.Bind.index: bind,
+    commands.Exchange.Unbind.index: unbind,
+}

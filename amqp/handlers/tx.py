@@ -1,0 +1,49 @@
+"""tx.select / commit / rollback.
+
+In tx mode the channel queues publishes, acks, nacks and rejects (validated
+when they arrive) and applies them in order at ``tx.commit``; ``rollback``
+drops them. As in RabbitMQ, returns for unroutable mandatory messages go out
+before commit-ok.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+
+if TYPE_CHECKING:
+    from leveret.amqp.channel import Channel
+
+
+def select(ch: Channel, m: commands.Tx.Select) -> None:
+    if ch.confirms is not None:
+        raise ChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+    if ch.tx is None:
+        ch.tx = []
+    ch.send_method(commands.Tx.SelectOk())
+
+
+def commit(ch: Channel, m: commands.Tx.Commit) -> None:
+    if ch.tx is None:
+        raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+    pending, ch.tx = ch.tx, []
+    for fn, args in pending:
+        fn(*args)
+    ch.send_method(commands.Tx.CommitOk())
+
+
+def rollback(ch: Channel, m: commands.Tx.Rollback) -> None:
+    if ch.tx is None:
+        raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+    ch.tx = []
+    ch.send_method(commands.Tx.RollbackOk())
+
+
+HANDLERS = {
+    commands.Tx.Select.index: select,
+    commands.Tx.Commit.index: commit,
+    commands.Tx.Rollback.index: rollback,
+}

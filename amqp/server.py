@@ -1,0 +1,197 @@
+"""The asyncio adapter: sockets, timers and signals around the sans-IO core.
+
+Kept thin on purpose. Each TCP connection gets an ``AMQPProtocol`` that feeds
+bytes to a ``Connection`` and writes what it produces. Output from other
+connections (deliveries, confirms) is flushed once per loop turn with
+``writelines``. When the socket's write buffer is full the connection stops
+receiving deliveries until it drains (``pause_writing``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import signal
+import socket
+from typing import TYPE_CHECKING, Any
+
+from leveret.amqp.broker import Broker
+from leveret.amqp.connection import CLOSED, RUNNING, Connection
+
+if TYPE_CHECKING:
+    from leveret.config import Config
+
+log = logging.getLogger(__name__)
+
+# How long shutdown waits for clients to answer connection.close before dropping them.
+SHUTDOWN_GRACE_SECONDS = 3.0
+
+
+class StartupError(Exception):
+    """The broker cannot start (port taken, data dir unusable): one line for the user."""
+
+
+class AMQPProtocol(asyncio.Protocol):
+    def __init__(self, broker: Broker, config: Config, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.config = config
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.conn: Connection | None = None
+        self._flush_pending = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed = loop.create_future()
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn = Connection(self.broker, self.config, peer[:2] if peer else None,
+                               on_output=self._schedule_flush, clock=self.loop.time)
+        self.broker.protocols.add(self)
+        self._timer = self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
+        conn.receive_data(data)
+        self._flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        conn, transport = self.conn, self.transport
+        if conn is None or transport is None:
+            return
+        out = conn.data_to_send()
+        if out and not transport.is_closing():
+            transport.writelines(out)
+        if conn.want_close:
+            transport.close()
+        elif self._timer is None and conn.state == RUNNING and conn.heartbeat:
+            self._start_heartbeats()
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.conn is not None:
+            self.conn.connection_lost()
+        self.broker.protocols.discard(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # -- timers -----------------------------------------------------------------
+
+    def _handshake_timeout(self) -> None:
+        self._timer = None
+        conn = self.conn
+        if conn is None or conn.state == CLOSED:
+            return
+        if conn.state != RUNNING:
+            log.warning("connection %s: handshake timeout, closing", conn.name)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if conn.heartbeat:
+            self._start_heartbeats()
+
+    def _start_heartbeats(self) -> None:
+        assert self.conn is not None
+        self._timer = self.loop.call_later(max(self.conn.heartbeat / 2, 0.5), self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        self._timer = None
+        conn = self.conn
+        if conn is None or self.transport is None:
+            return
+        if not conn.heartbeat_tick():
+            self.transport.abort()
+            return
+        self._flush()
+        self._start_heartbeats()
+
+
+async def serve(config: Config, broker: Broker | None = None) -> tuple[Broker, list[asyncio.AbstractServer]]:
+    """Start listening; returns the broker and the servers (one per address family)."""
+    loop = asyncio.get_running_loop()
+    broker = broker or Broker(config)
+    hosts: list[str | None] = list(config.host) or [None]
+    servers = []
+    for host in hosts:
+        try:
+            server = await loop.create_server(
+                lambda: AMQPProtocol(broker, config, loop), host=host, port=config.port,
+                reuse_address=True, backlog=1024)
+        except OSError as exc:
+            for s in servers:
+                s.close()
+            where = f"{host or '*'}:{config.port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError(f"cannot listen on {where}: port {config.port} is already in use") from exc
+            raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        servers.append(server)
+        for sock in server.sockets:
+            address = sock.getsockname()
+            log.info("listening for AMQP 0-9-1 on %s:%d", address[0], address[1])
+    return broker, servers
+
+
+async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> None:
+    """Stop accepting, send 320 CONNECTION_FORCED to every client, wait briefly, close."""
+    for server in servers:
+        server.close()
+    protocols = list(broker.protocols)
+    broker.close_all()
+    for proto in protocols:
+        proto._flush()
+    if protocols:
+        done, pending = await asyncio.wait([p.closed for p in protocols],
+                                           timeout=SHUTDOWN_GRACE_SECONDS)
+        for proto in protocols:
+            if not proto.closed.done() and proto.transport is not None:
+                proto.transport.abort()
+    broker.store.close()
+    log.info("broker stopped")
+
+
+async def main(config: Config) -> None:
+    loop = asyncio.get_running_loop()
+    broker, servers = await serve(config)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    log.info("Leveret started (%d listener(s)); press Ctrl-C to stop", len(servers))
+    await stop.wait()
+    log.info("shutting down: closing %d connection(s)", len(broker.connections))
+    await shutdown(broker, servers)
+
+
+def run(config: Config) -> None:
+    """Run the broker until SIGINT/SIGTERM; raises StartupError if it cannot start."""
+    try:
+        import uvloop
+
+        loop_factory: Any = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main(config))

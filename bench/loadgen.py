@@ -1,0 +1,660 @@
+"""Cheap AMQP 0-9-1 load generator for the Leveret/RabbitMQ comparison benchmarks.
+
+Raw asyncio ``Protocol`` objects (uvloop when available).  pamqp is used only for
+the handshake and for the rare non-hot frames; the hot paths are hand-rolled:
+
+* publisher: one pre-encoded ``Basic.Publish + header + body`` triple, repeated
+  ``--batch`` times into a single ``bytes``; the publish loop writes whole batches
+  and stops writing while the transport is paused (asyncio's write-buffer
+  high-water mark = backpressure, i.e. the same thing ``drain()`` waits for);
+* consumer: walks the frame headers with ``struct.unpack_from``, only looks
+  inside ``Basic.Deliver`` method frames (to read the delivery tag), skips the
+  content header/body frames, and acks with pre-packed ``Basic.Ack`` frames,
+  one write per ``data_received`` call.
+
+Run standalone (prints one JSON object on the last stdout line)::
+
+    python bench/loadgen.py --port 5672 --scenario transient --duration 10
+
+``bench/run.py`` drives it as a subprocess, one process per round.
+
+Adding a scenario: write ``async def scenario_<name>(cfg) -> dict`` and register
+it in ``SCENARIOS``.  The returned dict should at least contain the keys produced
+by :func:`measure` (``consumed_per_s`` is the headline figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+import pamqp.commands as cmd
+import pamqp.frame
+import pamqp.header
+from pamqp import body as pbody
+
+FRAME_END = 0xCE
+_HDR = struct.Struct(">BHI")  # frame type, channel, payload size
+_CLASS_METHOD = struct.Struct(">I")  # class-id << 16 | method-id
+_U64 = struct.Struct(">Q")
+# type=1 (method), channel, size=13, class 60, method 80 (Basic.Ack), tag, multiple, frame-end
+_ACK = struct.Struct(">BHIHHQBB")
+BASIC_DELIVER = (60 << 16) | 60
+CONN_BLOCKED = (10 << 16) | 60
+CONN_UNBLOCKED = (10 << 16) | 61
+
+CLIENT_PROPERTIES = {
+    "product": "leveret-bench-loadgen",
+    "platform": "Python " + sys.version.split()[0],
+    "capabilities": {
+        "basic.nack": True,
+        "publisher_confirms": True,
+        "consumer_cancel_notify": True,
+        "connection.blocked": True,
+        "authentication_failure_close": True,
+    },
+}
+
+
+class BrokerClosed(Exception):
+    """The broker closed the channel or connection (or the socket went away)."""
+
+
+# ---------------------------------------------------------------------------
+# Connection
+# ---------------------------------------------------------------------------
+
+
+class Conn(asyncio.Protocol):
+    """One AMQP connection.  Slow path (pamqp) until ``fast`` is installed."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.fast = None  # callable(data: bytes) -> bytes (unconsumed tail)
+        self.switch_on: type | None = None  # switch to `fast` right after this frame type
+        self.switch_fast = None
+        self.paused = False
+        self._resume: asyncio.Future | None = None
+        self.lost: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.blocked = False
+        self.server_properties: dict = {}
+        self.frame_max = 131072
+
+    # -- asyncio.Protocol -------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        if self.buf:
+            data = self.buf + data
+        if self.fast is not None:
+            self.buf = self.fast(data)
+        else:
+            self.buf = self._slow(data)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self._resume is not None and not self._resume.done():
+            self._resume.set_result(None)
+        self._resume = None
+
+    def connection_lost(self, exc) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+        self.inbox.put_nowait((0, BrokerClosed(f"connection lost: {exc!r}")))
+        self.resume_writing()
+
+    # -- slow path ---------------------------------------------------------
+    def _slow(self, data: bytes) -> bytes:
+        pos, n = 0, len(data)
+        while n - pos >= 7:
+            _t, _ch, size = _HDR.unpack_from(data, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            self.slow_frame(data[pos:end])
+            pos = end
+            if self.fast is None and self.switch_fast is not None and self._switch_now:
+                self.fast, self.switch_fast = self.switch_fast, None
+                return self.fast(data[pos:])
+        return data[pos:]
+
+    _switch_now = False
+
+    def slow_frame(self, raw: bytes) -> None:
+        """Decode one complete frame with pamqp and hand it to ``expect``."""
+        try:
+            _n, ch, frame = pamqp.frame.unmarshal(raw)
+        except Exception as exc:  # noqa: BLE001 - report, don't crash the loop
+            self.inbox.put_nowait((0, BrokerClosed(f"undecodable frame {raw[:32]!r}: {exc}")))
+            return
+        if isinstance(frame, cmd.Connection.Blocked):
+            self.blocked = True
+            return
+        if isinstance(frame, cmd.Connection.Unblocked):
+            self.blocked = False
+            return
+        if frame.__class__.__name__ == "Heartbeat":
+            self.send(frame, 0)
+            return
+        if self.switch_on is not None and isinstance(frame, self.switch_on):
+            self._switch_now = True
+        self.inbox.put_nowait((ch, frame))
+
+    # -- helpers -----------------------------------------------------------
+    def send(self, frame, channel: int = 0) -> None:
+        self.transport.write(pamqp.frame.marshal(frame, channel))
+
+    async def expect(self, kind, timeout: float = 10.0):
+        while True:
+            ch, frame = await asyncio.wait_for(self.inbox.get(), timeout)
+            if isinstance(frame, Exception):
+                raise frame
+            if isinstance(frame, cmd.Connection.Close):
+                self.send(cmd.Connection.CloseOk(), 0)
+                raise BrokerClosed(f"connection closed by broker: {frame.reply_code} {frame.reply_text}")
+            if isinstance(frame, cmd.Channel.Close):
+                self.send(cmd.Channel.CloseOk(), ch)
+                raise BrokerClosed(f"channel {ch} closed by broker: {frame.reply_code} {frame.reply_text}")
+            if isinstance(frame, kind):
+                return frame
+            # anything else on the slow path (e.g. Basic.CancelOk races) is ignored
+
+    async def wait_writable(self) -> None:
+        if self.paused:
+            if self._resume is None:
+                self._resume = asyncio.get_running_loop().create_future()
+            await self._resume
+
+    async def close(self, timeout: float = 3.0) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        try:
+            self.send(cmd.Connection.Close(reply_code=200, reply_text="bye"), 0)
+            await asyncio.wait_for(self.expect(cmd.Connection.CloseOk), timeout)
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            self.transport.close()
+
+
+async def connect(host: str, port: int, user: str, password: str, vhost: str = "/",
+                  name: str = "loadgen") -> Conn:
+    loop = asyncio.get_running_loop()
+    _t, conn = await loop.create_connection(Conn, host, port)
+    conn.transport.write(pamqp.header.ProtocolHeader().marshal())
+    start = await conn.expect(cmd.Connection.Start)
+    conn.server_properties = dict(start.server_properties or {})
+    props = dict(CLIENT_PROPERTIES, connection_name=name)
+    conn.send(cmd.Connection.StartOk(client_properties=props, mechanism="PLAIN",
+                                     response=f"\0{user}\0{password}", locale="en_US"))
+    tune = await conn.expect(cmd.Connection.Tune)
+    conn.frame_max = tune.frame_max or 131072
+    conn.send(cmd.Connection.TuneOk(channel_max=tune.channel_max or 2047,
+                                    frame_max=conn.frame_max, heartbeat=0))
+    conn.send(cmd.Connection.Open(virtual_host=vhost))
+    await conn.expect(cmd.Connection.OpenOk)
+    return conn
+
+
+async def open_channel(conn: Conn, ch: int = 1) -> None:
+    conn.send(cmd.Channel.Open(), ch)
+    await conn.expect(cmd.Channel.OpenOk)
+
+
+# ---------------------------------------------------------------------------
+# Publisher / consumer hot paths
+# ---------------------------------------------------------------------------
+
+
+def encode_publish(exchange: str, routing_key: str, body: bytes, channel: int = 1,
+                   properties: cmd.Basic.Properties | None = None,
+                   mandatory: bool = False) -> bytes:
+    """Method + content header + body frame(s) of one publish, pre-encoded."""
+    frames = [
+        pamqp.frame.marshal(cmd.Basic.Publish(exchange=exchange, routing_key=routing_key,
+                                              mandatory=mandatory), channel),
+        pamqp.frame.marshal(pamqp.header.ContentHeader(0, len(body),
+                                                       properties or cmd.Basic.Properties()),
+                            channel),
+    ]
+    if body:
+        frames.append(pamqp.frame.marshal(pbody.ContentBody(body), channel))
+    return b"".join(frames)
+
+
+class Publisher:
+    """Pipelined publisher writing pre-encoded batches, honouring backpressure."""
+
+    def __init__(self, conn: Conn, one_msg: bytes, batch: int) -> None:
+        self.conn = conn
+        self.batch = batch
+        self.payload = one_msg * batch
+        self.published = 0
+        self.stopped = False
+        self.error: str | None = None
+        self.gate = None  # optional async callable: awaited before each batch
+        # Frames the broker sends on a publish-only connection (Channel.Close, ...)
+        conn.fast = self._on_data
+
+    def _on_data(self, data: bytes) -> bytes:
+        pos, n = 0, len(data)
+        while n - pos >= 7:
+            _t, _ch, size = _HDR.unpack_from(data, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            self.conn.slow_frame(data[pos:end])
+            pos = end
+        return data[pos:]
+
+    async def run(self) -> None:
+        conn, payload, batch = self.conn, self.payload, self.batch
+        write = conn.transport.write
+        sleep = asyncio.sleep
+        try:
+            while not self.stopped:
+                if conn.paused:
+                    await conn.wait_writable()
+                    continue
+                if self.gate is not None:
+                    await self.gate()
+                if conn.lost.done():
+                    raise BrokerClosed("publisher connection lost")
+                write(payload)
+                self.published += batch
+                await sleep(0)  # let the consumer's data_received run
+        except Exception as exc:  # noqa: BLE001
+            self.error = repr(exc)
+
+
+class Consumer:
+    """Counts deliveries on one channel; acks per PerfTest semantics."""
+
+    def __init__(self, conn: Conn, channel: int, no_ack: bool, multi_ack_every: int) -> None:
+        self.conn = conn
+        self.channel = channel
+        self.no_ack = no_ack
+        self.multi_ack_every = multi_ack_every
+        self.count = 0
+        self.body_bytes = 0
+        self.last_tag = 0
+        self.unacked_since = 0  # deliveries since the last (multiple) ack
+        self.waiter: tuple[int, asyncio.Future] | None = None  # (count threshold, future)
+
+    def install(self) -> None:
+        """Switch the connection to the fast parser right after Basic.ConsumeOk."""
+        self.conn.switch_on = cmd.Basic.ConsumeOk
+        self.conn.switch_fast = self._on_data
+
+    def wait_count(self, n: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        if self.count >= n:
+            fut.set_result(None)
+        else:
+            self.waiter = (n, fut)
+        return fut
+
+    def _on_data(self, data: bytes) -> bytes:
+        pos, n = 0, len(data)
+        unpack_hdr = _HDR.unpack_from
+        unpack_cm = _CLASS_METHOD.unpack_from
+        unpack_u64 = _U64.unpack_from
+        tags = []
+        count = 0
+        last_tag = self.last_tag
+        while n - pos >= 7:
+            ftype, _ch, size = unpack_hdr(data, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            if ftype == 1:
+                if unpack_cm(data, pos + 7)[0] == BASIC_DELIVER:
+                    # payload: class(2) method(2) consumer-tag(shortstr) delivery-tag(u64) ...
+                    off = pos + 12 + data[pos + 11]
+                    last_tag = unpack_u64(data, off)[0]
+                    count += 1
+                    tags.append(last_tag)
+                else:
+                    self.conn.slow_frame(data[pos:end])
+            elif ftype == 3:
+                self.body_bytes += size
+            elif ftype == 8:
+                pass
+            pos = end
+        if count:
+            self.count += count
+            self.last_tag = last_tag
+            if not self.no_ack:
+                self._ack(tags, count)
+            w = self.waiter
+            if w is not None and self.count >= w[0]:
+                self.waiter = None
+                if not w[1].done():
+                    w[1].set_result(None)
+        return data[pos:]
+
+    def _ack(self, tags: list[int], count: int) -> None:
+        ch = self.channel
+        every = self.multi_ack_every
+        if every <= 0:  # PerfTest default: one basic.ack(multiple=false) per message
+            pack = _ACK.pack
+            self.conn.transport.write(b"".join([pack(1, ch, 13, 60, 80, t, 0, FRAME_END)
+                                                for t in tags]))
+            return
+        self.unacked_since += count
+        if self.unacked_since >= every:
+            self.unacked_since = 0
+            self.conn.transport.write(_ACK.pack(1, ch, 13, 60, 80, tags[-1], 1, FRAME_END))
+
+    def flush_acks(self) -> None:
+        if not self.no_ack and self.multi_ack_every > 0 and self.unacked_since:
+            self.unacked_since = 0
+            self.conn.transport.write(_ACK.pack(1, self.channel, 13, 60, 80, self.last_tag, 1,
+                                                FRAME_END))
+
+
+# ---------------------------------------------------------------------------
+# Measurement helpers
+# ---------------------------------------------------------------------------
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """(ppid, utime+stime seconds) of one process, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2:].split()
+    # fields[0] is state (field 3); ppid is field 4, utime 14, stime 15
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and all its descendants (found by scanning /proc)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _proc_stat(int(name))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        st = _proc_stat(pid)
+        if st is not None:
+            total += st[1]
+    return total
+
+
+def vm_kib(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def host_cpu_ticks() -> list[int]:
+    """Aggregate /proc/stat 'cpu' line: user nice system idle iowait irq softirq steal ..."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def host_cpu_breakdown(t0: list[int], t1: list[int], wall: float) -> dict:
+    """Whole-machine CPU use between two host_cpu_ticks() samples, in cores."""
+    d = [b - a for a, b in zip(t0, t1)]
+    def cores(ticks):
+        return round(ticks / _CLK_TCK / wall, 3)
+    busy = sum(d[:3]) + sum(d[5:7])  # user nice system irq softirq
+    return {"host_busy_cores": cores(busy), "host_idle_cores": cores(d[3] + d[4]),
+            "host_steal_cores": cores(d[7]) if len(d) > 7 else None}
+
+
+def self_cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    user: str = "guest"
+    password: str = "guest"
+    vhost: str = "/"
+    scenario: str = "transient"
+    duration: float = 10.0
+    warmup: float = 3.0
+    size: int = 256
+    batch: int = 50
+    prefetch: int = 0  # PerfTest default: 0 = unlimited
+    multi_ack_every: int = 0  # PerfTest default: 0 = ack every message, multiple=false
+    no_ack: bool = False
+    max_backlog: int = 0  # 0 = publisher unthrottled (PerfTest default)
+    broker_pid: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+async def measure(cfg: Config, consumer: Consumer, publishers: list[Publisher]) -> dict:
+    """Warm up, then sample counters every second for ``cfg.duration`` seconds."""
+    broker_pids = process_tree(cfg.broker_pid) if cfg.broker_pid else []
+    await asyncio.sleep(cfg.warmup)
+    if consumer.count == 0:
+        raise RuntimeError(f"no message consumed during {cfg.warmup}s warmup "
+                           f"(published {sum(p.published for p in publishers)}, "
+                           f"errors {[p.error for p in publishers if p.error]})")
+
+    def sample():
+        return (time.perf_counter(), consumer.count, sum(p.published for p in publishers),
+                self_cpu_seconds(), tree_cpu_seconds(broker_pids) if broker_pids else None,
+                host_cpu_ticks())
+
+    s0 = sample()
+    per_second = []
+    prev = s0
+    deadline = s0[0] + cfg.duration
+    while True:
+        now = time.perf_counter()
+        if now >= deadline:
+            break
+        await asyncio.sleep(min(1.0, deadline - now))
+        cur = sample()
+        per_second.append(round((cur[1] - prev[1]) / (cur[0] - prev[0]), 1))
+        prev = cur
+        errs = [p.error for p in publishers if p.error]
+        if errs:
+            raise RuntimeError(f"publisher failed: {errs}")
+    s1 = prev
+    wall = s1[0] - s0[0]
+    consumed = s1[1] - s0[1]
+    published = s1[2] - s0[2]
+    res = {
+        "wall_s": round(wall, 3),
+        "consumed": consumed,
+        "published": published,
+        "consumed_per_s": round(consumed / wall, 1),
+        "published_per_s": round(published / wall, 1),
+        "per_second_consumed": per_second,
+        "backlog_at_end": s1[2] - s1[1],  # published - consumed (includes unacked/in flight)
+        "loadgen_cpu_s": round(s1[3] - s0[3], 3),
+        "loadgen_cpu_share": round((s1[3] - s0[3]) / wall, 3),  # 1.0 = one full core
+        **host_cpu_breakdown(s0[5], s1[5], wall),
+        "loadgen_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+    }
+    if broker_pids:
+        bcpu = s1[4] - s0[4]
+        res.update({
+            "broker_pid": cfg.broker_pid,
+            "broker_pids": broker_pids,
+            "broker_cpu_s": round(bcpu, 3),
+            "broker_cpu_share": round(bcpu / wall, 3),
+            "broker_cpu_us_per_msg": round(1e6 * bcpu / consumed, 3) if consumed else None,
+            "broker_vmhwm_kib": sum(vm_kib(p, "VmHWM") or 0 for p in broker_pids),
+            "broker_vmrss_kib": sum(vm_kib(p, "VmRSS") or 0 for p in broker_pids),
+        })
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------
+
+
+async def scenario_transient(cfg: Config) -> dict:
+    """1 producer + 1 consumer (separate connections), transient messages of
+    ``cfg.size`` bytes to a non-durable queue via the default exchange.
+
+    Consumer defaults follow RabbitMQ PerfTest's defaults: manual ack, one
+    ``basic.ack(multiple=false)`` per message, no prefetch limit, no confirms,
+    publisher not rate-limited.  ``--multi-ack-every``/``--prefetch``/``--no-ack``
+    override them.
+    """
+    qname = f"leveret-bench-{uuid.uuid4().hex[:12]}"
+    cconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, "bench-consumer")
+    pconn = None
+    try:
+        await open_channel(cconn, 1)
+        cconn.send(cmd.Queue.Declare(queue=qname, durable=False, exclusive=False,
+                                     auto_delete=False), 1)
+        await cconn.expect(cmd.Queue.DeclareOk)
+        if cfg.prefetch:
+            cconn.send(cmd.Basic.Qos(prefetch_count=cfg.prefetch), 1)
+            await cconn.expect(cmd.Basic.QosOk)
+        consumer = Consumer(cconn, 1, cfg.no_ack, cfg.multi_ack_every)
+        consumer.install()
+        cconn.send(cmd.Basic.Consume(queue=qname, consumer_tag="bench", no_ack=cfg.no_ack), 1)
+        await cconn.expect(cmd.Basic.ConsumeOk)
+
+        pconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost,
+                              "bench-producer")
+        await open_channel(pconn, 1)
+        body = (b"leveret-bench" * (cfg.size // 13 + 1))[: cfg.size]
+        pub = Publisher(pconn, encode_publish("", qname, body), cfg.batch)
+        if cfg.max_backlog:
+            async def gate(pub=pub):
+                limit = cfg.max_backlog
+                if pub.published - consumer.count > limit:
+                    await consumer.wait_count(pub.published - limit // 2)
+            pub.gate = gate
+        task = asyncio.create_task(pub.run())
+        try:
+            res = await measure(cfg, consumer, [pub])
+        finally:
+            pub.stopped = True
+            await asyncio.wait([task], timeout=2)
+        res.update({"queue": qname, "message_size": cfg.size,
+                    "server_product": _s(cconn.server_properties.get("product")),
+                    "server_version": _s(cconn.server_properties.get("version"))})
+        # clean up: cancel, ack what we hold, delete the queue
+        consumer.flush_acks()
+        try:
+            cconn.send(cmd.Basic.Cancel(consumer_tag="bench"), 1)
+            await cconn.expect(cmd.Basic.CancelOk, timeout=5)
+            cconn.send(cmd.Queue.Delete(queue=qname), 1)
+            await cconn.expect(cmd.Queue.DeleteOk, timeout=10)
+        except Exception as exc:  # noqa: BLE001
+            res["cleanup_error"] = repr(exc)
+        return res
+    finally:
+        if pconn is not None:
+            await pconn.close()
+        await cconn.close()
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+# name -> coroutine function(cfg) -> result dict.  Planned: confirmed, fanout,
+# topic, latency, backlog, conns.
+SCENARIOS = {
+    "transient": scenario_transient,
+}
+
+
+# ---------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    d = Config()
+    p.add_argument("--host", default=d.host)
+    p.add_argument("--port", type=int, default=d.port)
+    p.add_argument("--user", default=d.user)
+    p.add_argument("--password", default=d.password)
+    p.add_argument("--vhost", default=d.vhost)
+    p.add_argument("--scenario", default=d.scenario, choices=sorted(SCENARIOS))
+    p.add_argument("--duration", type=float, default=d.duration, help="measured seconds")
+    p.add_argument("--warmup", type=float, default=d.warmup, help="unmeasured seconds first")
+    p.add_argument("--size", type=int, default=d.size, help="message body bytes")
+    p.add_argument("--batch", type=int, default=d.batch, help="publishes per socket write")
+    p.add_argument("--prefetch", type=int, default=d.prefetch, help="basic.qos; 0 = unlimited")
+    p.add_argument("--multi-ack-every", type=int, default=d.multi_ack_every,
+                   help="ack with multiple=true every N deliveries; 0 = one ack per message")
+    p.add_argument("--no-ack", action="store_true", help="consume with no-ack (auto ack)")
+    p.add_argument("--max-backlog", type=int, default=d.max_backlog,
+                   help="pause publishing while published-consumed exceeds N; 0 = off")
+    p.add_argument("--broker-pid", type=int, default=None,
+                   help="broker pid for CPU/RSS accounting (its descendants are included)")
+    p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = Config(**{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__})
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+            uvloop.install()
+        except ImportError:
+            pass
+    try:
+        res = asyncio.run(SCENARIOS[cfg.scenario](cfg))
+        res["ok"] = True
+    except Exception as exc:  # noqa: BLE001
+        res = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    res["config"] = asdict(cfg)
+    print(json.dumps(res))
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The ``leveret`` command (also ``python -m leveret``).
+
+    leveret [serve] [--host H]... [--port N] [--data-dir D] [--management-port N]
+                    [--config FILE] [--log-level L]
+    leveret --version
+
+``main`` is the only place that touches the process: it reads ``sys.argv`` and
+``os.environ`` (unless given others), configures logging to stderr and turns
+the two expected failures into one line on stderr and an exit code, never a
+traceback:
+
+    2  configuration error (ConfigError; argparse usage errors are also 2)
+    1  startup error: unusable data directory, port taken (StartupError)
+    0  clean stop, including Ctrl-C
+
+The server module is imported inside ``serve`` so that ``--version`` stays fast
+and this module's tests do not need the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from leveret import __version__
+from leveret.config import LOG_LEVELS, ConfigError, load_config
+
+__all__ = ["DataDirError", "build_parser", "configure_logging", "main", "prepare_data_dir"]
+
+PROG = "leveret"
+EXIT_OK = 0
+EXIT_STARTUP = 1
+EXIT_CONFIG = 2
+_SUBCOMMANDS = ("serve",)
+# Flags that the serve subcommand passes to load_config, by Config field name.
+_SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "log_level")
+
+log = logging.getLogger("leveret.cli")
+
+
+class DataDirError(Exception):
+    """The data directory cannot be created or written (reported like StartupError)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Leveret, an AMQP 0-9-1 message broker. With no command, runs 'serve'.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="run the broker (the default)",
+        description="Run the broker until SIGINT or SIGTERM. Flags override LEVERET_* "
+        "environment variables, which override the config file.",
+    )
+    # Values stay strings: load_config converts and validates them, so a bad
+    # --port gets the same precise message (and exit code) as a bad LEVERET_PORT.
+    serve.add_argument(
+        "--host",
+        action="append",
+        metavar="H",
+        help="interface to listen on; repeatable (default: all, IPv4 and IPv6)",
+    )
+    serve.add_argument("--port", metavar="N", help="AMQP port (default 5672; 0 = any free)")
+    serve.add_argument("--data-dir", metavar="D", help="message store directory")
+    serve.add_argument("--management-port", metavar="N", help="management port (default 15672)")
+    serve.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML config file (default: $LEVERET_CONFIG, if set)",
+    )
+    serve.add_argument("--log-level", metavar="L", help=f"one of {', '.join(LOG_LEVELS)}")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run the command line; return the process exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if env is None else env
+    err = sys.stderr if stderr is None else stderr
+    # No subcommand means serve, with or without serve's flags.
+    if not args_list or (
+        args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")
+    ):
+        args_list.insert(0, "serve")
+    try:
+        args = build_parser().parse_args(args_list)
+    except SystemExit as exc:  # --help, --version, usage errors: keep main() -> int
+        return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else 1
+    try:
+        return _serve(args, env, err)
+    except KeyboardInterrupt:  # Ctrl-C before run() installed its own handlers
+        return EXIT_OK
+
+
+def _serve(args: argparse.Namespace, env: Mapping[str, str], err: TextIO) -> int:
+    try:
+        config = load_config({f: getattr(args, f) for f in _SERVE_FIELDS}, env, args.config)
+    except ConfigError as exc:
+        return _fail(err, str(exc), EXIT_CONFIG)
+    configure_logging(config.log_level, err)
+    try:
+        prepare_data_dir(config.data_dir)
+    except DataDirError as exc:
+        return _fail(err, str(exc), EXIT_STARTUP)
+
+    try:
+        server = importlib.import_module("leveret.amqp.server")
+    except ModuleNotFoundError as exc:
+        if exc.name != "leveret.amqp.server":
+            raise  # a real bug inside the server: keep its traceback
+        return _fail(err, "the AMQP server module leveret.amqp.server is missing", EXIT_STARTUP)
+
+    log.info("leveret %s starting; data dir %s", __version__, config.data_dir)
+    try:
+        server.run(config)
+    except server.StartupError as exc:
+        return _fail(err, str(exc), EXIT_STARTUP)
+    return EXIT_OK
+
+
+def _fail(err: TextIO, message: str, code: int) -> int:
+    one_line = " ".join(message.split("\n"))
+    print(f"{PROG}: error: {one_line}", file=err, flush=True)
+    return code
+
+
+def prepare_data_dir(path: Path) -> None:
+    """Create the data directory if missing; check it is a writable directory.
+
+    Checked here, before the server starts, so that the user gets one clear
+    line naming the path rather than an error from deep inside the store.
+    Writability is probed by creating a file: os.access() is wrong for root
+    and for some network filesystems.
+    """
+    if path.exists() and not path.is_dir():
+        raise DataDirError(f"data directory {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataDirError(f"cannot create data directory {path}: {exc.strerror or exc}") from None
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".leveret-probe-"):
+            pass
+    except OSError as exc:
+        raise DataDirError(
+            f"data directory {path} is not writable: {exc.strerror or exc}"
+        ) from None
+
+
+class _Formatter(logging.Formatter):
+    """``2026-11-22 10:00:00.123 [info] leveret.amqp: message`` (RabbitMQ-like)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(asctime)s.%(msecs)03d [%(levelname)s] %(name)s: %(message)s",
+            datefmt="%Y-%m-%d %H:%M:%S",
+        )
+
+    def format(self, record: logging.LogRecord) -> str:
+        # Lower-case the level on a copy: other handlers see the record unchanged.
+        record = logging.makeLogRecord(record.__dict__)
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
+def configure_logging(level: str, stream: TextIO) -> logging.Handler:
+    """Send log records at ``level`` and above to ``stream``.
+
+    The root logger is process-wide state, so only the entry point touches it;
+    calling this again replaces the handler it installed before (tests call
+    main() more than once per process) and leaves other handlers alone.
+    """
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(old)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_Formatter())
+    setattr(handler, _HANDLER_MARK, True)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return handler
+
+
+_HANDLER_MARK = "_leveret_cli"

@@ -1,0 +1,395 @@
+"""Broker configuration: one frozen ``Config`` value, built once and passed in.
+
+Theory of operation. ``load_config`` layers four sources, highest first:
+
+    command-line flags  >  LEVERET_* environment variables  >  TOML file  >  defaults
+
+Every field has one *kind* (int, float, str, path, list of strings) which fixes
+how it is read from text (flags, environment) and from TOML (typed values, so
+``port = "5672"`` is an error rather than a silent conversion), and at most one
+*check* (a range or a choice). A value is converted and checked where it is
+read, so a bad value is reported with the key and the source it came from, as
+one line: ``invalid port in environment variable LEVERET_PORT: expected an
+integer, got 'abc'``. Lower layers are still validated even when a higher one
+overrides them: a broken config file is an error, not a latent surprise.
+
+Nothing here reads ``os.environ`` or ``sys.argv`` on its own (apart from the
+dataclass default for ``data_dir``); the caller injects them (STYLE.md §8).
+``Config.__post_init__`` re-runs the checks, so a hand-built invalid ``Config``
+cannot exist either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "ENV_PREFIX",
+    "LOG_LEVELS",
+    "Config",
+    "ConfigError",
+    "default_data_dir",
+    "env_var",
+    "flag",
+    "load_config",
+]
+
+ENV_PREFIX = "LEVERET_"
+# Not a Config field: it names the file the other fields may come from.
+CONFIG_ENV_VAR = "LEVERET_CONFIG"
+
+# Limits, with where they come from.
+MAX_PORT = 65535
+# AMQP 0-9-1 §4.2.3 frame-min-size: every peer must accept frames this large,
+# so a smaller frame_max could not carry even a connection.tune.
+FRAME_MIN_SIZE = 4096
+# connection.tune carries frame-max as a 32-bit "long".
+MAX_FRAME_MAX = 2**32 - 1
+# connection.tune carries channel-max and heartbeat as 16-bit "short"s.
+MAX_SHORT = 65535
+# RabbitMQ refuses max_message_size above 512 MiB; so do we.
+MAX_MESSAGE_SIZE_LIMIT = 536_870_912
+# RabbitMQ's level names (it also has "none"; use "critical" to quieten us).
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+class ConfigError(Exception):
+    """A configuration value is missing, malformed or out of range.
+
+    ``str(error)`` is a complete one-line message naming the key and its source.
+    """
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    """``$XDG_DATA_HOME/leveret``, else ``~/.local/share/leveret``.
+
+    As the XDG base-directory spec says, an empty or relative XDG_DATA_HOME is
+    ignored.
+    """
+    xdg = env.get("XDG_DATA_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "leveret"
+    home = env.get("HOME")
+    base = Path(home) if home else Path.home()
+    return base / ".local" / "share" / "leveret"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the broker can be told at startup. Sizes are bytes, times seconds."""
+
+    # () means every interface, IPv4 and IPv6, as RabbitMQ does (the server
+    # binds with host=None).
+    host: tuple[str, ...] = ()
+    port: int = 5672  # 0 = any free port (tests)
+    data_dir: Path = field(default_factory=lambda: default_data_dir(os.environ))
+    management_port: int = 15672  # 0 = any free port
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60  # 0 disables heartbeats
+    max_message_size: int = 134_217_728  # 128 MiB, RabbitMQ's default
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    default_vhost: str = "/"
+    # Users that may only connect from localhost, as RabbitMQ's loopback_users.
+    loopback_users: tuple[str, ...] = ("guest",)
+    disk_free_limit: int = 50_000_000
+    log_level: str = "info"
+    handshake_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = _FIELDS[f.name].check(getattr(self, f.name))
+            if problem is not None:
+                raise ConfigError(f"invalid {f.name} in Config(): {problem}")
+        problem = _check_ports(self.port, self.management_port)
+        if problem is not None:
+            raise ConfigError(f"invalid Config(): {problem}")
+
+
+# --- field kinds: reading a value from text or from TOML -------------------
+
+Kind = Literal["int", "float", "str", "path", "strs"]
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
+class _Invalid(Exception):
+    """A problem with a value; the caller adds the key and the source."""
+
+
+def _from_text(kind: Kind, text: str) -> Any:
+    """Read a value from a flag or an environment variable."""
+    if kind == "int":
+        if not _INT_RE.fullmatch(text.strip()):
+            raise _Invalid(f"expected an integer, got {text!r}")
+        return int(text)
+    if kind == "float":
+        try:
+            value = float(text)
+        except ValueError:
+            raise _Invalid(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise _Invalid(f"expected a finite number, got {text!r}")
+        return value
+    if kind == "path":
+        if not text.strip():
+            raise _Invalid("expected a path, got an empty string")
+        return Path(text).expanduser()
+    if kind == "strs":
+        # Comma-separated; "" is the empty list (for host: every interface).
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return text
+
+
+def _from_toml(kind: Kind, value: Any) -> Any:
+    """Check a typed TOML (or already-typed flag) value; no silent coercion."""
+    # bool is an int subclass in Python; `port = true` is still a mistake.
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(f"expected an integer, got {_describe(value)}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Invalid(f"expected a number, got {_describe(value)}")
+        if not math.isfinite(value):
+            raise _Invalid(f"expected a finite number, got {value!r}")
+        return float(value)
+    if kind == "path":
+        if isinstance(value, Path):
+            return value.expanduser()
+        if not isinstance(value, str):
+            raise _Invalid(f"expected a path string, got {_describe(value)}")
+        return _from_text(kind, value)
+    if kind == "strs":
+        if isinstance(value, str):  # `host = "::1"` reads as a one-element list
+            return _from_text(kind, value)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise _Invalid(f"expected a list of strings, got {_describe(value)}")
+        return tuple(v.strip() for v in value)
+    if not isinstance(value, str):
+        raise _Invalid(f"expected a string, got {_describe(value)}")
+    return value
+
+
+def _describe(value: Any) -> str:
+    names = {
+        bool: "a boolean",
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        list: "a list",
+        dict: "a table",
+    }
+    return f"{names.get(type(value), type(value).__name__)} ({value!r})"
+
+
+# --- checks: return a problem description, or None --------------------------
+
+Check = Callable[[Any], "str | None"]
+
+
+def _int_range(low: int, high: int, why: str = "") -> Check:
+    def check(value: Any) -> str | None:
+        if not low <= value <= high:
+            return f"must be between {low} and {high}{why}, got {value}"
+        return None
+
+    return check
+
+
+def _positive_float(value: Any) -> str | None:
+    return None if value > 0 else f"must be greater than 0, got {value}"
+
+
+def _non_empty(value: Any) -> str | None:
+    return None if value else "must not be empty"
+
+
+def _log_level(value: Any) -> str | None:
+    if value in LOG_LEVELS:
+        return None
+    return f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
+
+
+def _names(what: str) -> Check:
+    def check(value: Any) -> str | None:
+        for item in value:
+            if not item or any(c.isspace() for c in item):
+                return f"each {what} must be non-empty without spaces, got {item!r}"
+        return None
+
+    return check
+
+
+def _no_check(value: Any) -> str | None:
+    return None
+
+
+def _check_ports(port: int, management_port: int) -> str | None:
+    if port == management_port and port != 0:
+        return f"port and management_port are both {port}"
+    return None
+
+
+@dataclass(frozen=True)
+class _Field:
+    kind: Kind
+    check: Check = _no_check
+
+
+_FIELDS: dict[str, _Field] = {
+    "host": _Field("strs", _names("host")),
+    "port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "data_dir": _Field("path"),
+    "management_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "frame_max": _Field("int", _int_range(FRAME_MIN_SIZE, MAX_FRAME_MAX)),
+    # The spec lets 0 mean "no limit"; we ask for the number (65535) instead.
+    "channel_max": _Field("int", _int_range(1, MAX_SHORT)),
+    "heartbeat": _Field("int", _int_range(0, MAX_SHORT, " (0 = disabled)")),
+    "max_message_size": _Field("int", _int_range(1, MAX_MESSAGE_SIZE_LIMIT)),
+    "default_user": _Field("str", _non_empty),
+    "default_pass": _Field("str"),
+    "default_vhost": _Field("str", _non_empty),
+    "loopback_users": _Field("strs", _names("user")),
+    "disk_free_limit": _Field("int", _int_range(0, 2**63 - 1)),
+    "log_level": _Field("str", _log_level),
+    "handshake_timeout": _Field("float", _positive_float),
+}
+assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)}
+
+
+def _normalise(name: str, value: Any) -> Any:
+    """Small, unambiguous clean-ups applied whatever the source."""
+    if name == "log_level" and isinstance(value, str):
+        return value.strip().lower()
+    if name == "host" and isinstance(value, tuple):
+        return tuple(dict.fromkeys(value))  # binding one address twice would fail
+    return value
+
+
+# --- loading ----------------------------------------------------------------
+
+
+def env_var(name: str) -> str:
+    """The environment variable for a field: ``port`` -> ``LEVERET_PORT``."""
+    return ENV_PREFIX + name.upper()
+
+
+def flag(name: str) -> str:
+    """The command-line flag for a field: ``data_dir`` -> ``--data-dir``."""
+    return "--" + name.replace("_", "-")
+
+
+def load_config(
+    argv_options: Mapping[str, Any],
+    env: Mapping[str, str],
+    config_file: Path | None,
+) -> Config:
+    """Build a Config from flags > LEVERET_* env > TOML file > defaults.
+
+    ``argv_options`` maps field names to flag values (strings as typed, or
+    already-typed values; ``host`` may be a list from a repeated flag); None
+    means "not given". ``config_file`` is the ``--config`` flag; when None,
+    ``LEVERET_CONFIG`` from ``env`` names the file, if set. Raises ConfigError.
+    """
+    unknown = set(argv_options) - set(_FIELDS)
+    if unknown:  # a caller's bug, not a user's
+        raise ValueError(f"unknown config option(s): {', '.join(sorted(unknown))}")
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def take(name: str, source: str, read: Callable[[], Any]) -> None:
+        try:
+            value = _normalise(name, read())
+            problem = _FIELDS[name].check(value)
+        except _Invalid as exc:
+            problem = str(exc)
+        if problem is not None:
+            raise ConfigError(f"invalid {name} in {source}: {problem}")
+        values[name], sources[name] = value, source
+
+    # Lowest layer first; each later layer overwrites.
+    path, path_source = _config_path(env, config_file)
+    if path is not None:
+        for name, raw in _read_toml(path, path_source).items():
+            kind = _FIELDS[name].kind
+            take(name, f"config file {path}", partial(_toml_value, kind, raw, path, name))
+
+    for name, spec in _FIELDS.items():
+        var = env_var(name)
+        if var in env:
+            take(name, f"environment variable {var}", partial(_from_text, spec.kind, env[var]))
+
+    for name, raw in argv_options.items():
+        if raw is None:
+            continue
+        kind = _FIELDS[name].kind
+        take(name, f"command-line flag {flag(name)}", partial(_flag_value, kind, raw))
+
+    if "data_dir" not in values:
+        values["data_dir"] = default_data_dir(env)  # the injected env, not os.environ
+    port = values.get("port", Config.port)
+    management_port = values.get("management_port", Config.management_port)
+    problem = _check_ports(port, management_port)
+    if problem is not None:
+        where = ", ".join(
+            f"{n} from {sources.get(n, 'default')}" for n in ("port", "management_port")
+        )
+        raise ConfigError(f"invalid ports: {problem} ({where})")
+    return Config(**values)
+
+
+def _config_path(env: Mapping[str, str], config_file: Path | None) -> tuple[Path | None, str]:
+    if config_file is not None:
+        return Path(config_file).expanduser(), "command-line flag --config"
+    text = env.get(CONFIG_ENV_VAR, "")
+    if text:
+        return Path(text).expanduser(), f"environment variable {CONFIG_ENV_VAR}"
+    return None, ""
+
+
+def _read_toml(path: Path, source: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read config file {path} (from {source}): {exc.strerror or exc}"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for key in data:
+        if key not in _FIELDS:
+            close = difflib.get_close_matches(key, list(_FIELDS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown key {key!r} in config file {path}{hint}")
+    return data
+
+
+def _toml_value(kind: Kind, raw: Any, path: Path, name: str) -> Any:
+    value = _from_toml(kind, raw)
+    if name == "data_dir" and not value.is_absolute():
+        # Relative to the file, not to wherever the broker happens to be started.
+        value = path.parent / value
+    return value
+
+
+def _flag_value(kind: Kind, raw: Any) -> Any:
+    if isinstance(raw, str):
+        return _from_text(kind, raw)
+    if kind == "strs" and isinstance(raw, (list, tuple)):
+        # A repeated flag (--host a --host b,c): each item may be comma-separated.
+        return tuple(h for item in raw for h in _from_text(kind, str(item)))
+    return _from_toml(kind, raw)

@@ -1,0 +1,94 @@
+"""Publisher-confirm bookkeeping for one channel (pure, no I/O).
+
+After ``confirm.select`` every publish gets the next sequence number, from 1.
+A message is *held* while something still has to happen before it may be
+confirmed (a store commit, for persistent messages in durable queues), and is
+*settled* as ack or nack once that is done; messages that need nothing are
+settled at once. ``drain`` turns the settled set into the fewest confirm
+frames: nacks one by one, then a single ``basic.ack(multiple=True)`` for every
+acked sequence below the oldest message still held, and individual acks for
+those above it. Each sequence is confirmed exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+Confirm = tuple[int, bool, bool]  # (delivery_tag, multiple, is_ack)
+
+
+class ConfirmTracker:
+    __slots__ = ("next_seq", "_held", "_held_order", "_acked", "_nacked")
+
+    def __init__(self) -> None:
+        self.next_seq = 1
+        self._held: set[int] = set()
+        self._held_order: deque[int] = deque()
+        self._acked: list[int] = []
+        self._nacked: list[int] = []
+
+    def publish(self, hold: bool = False) -> int:
+        """Number the next published message; ``hold`` defers its confirm until ``settle``."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        if hold:
+            self._held.add(seq)
+            self._held_order.append(seq)
+        else:
+            self._acked.append(seq)
+        return seq
+
+    def settle(self, seq: int, ok: bool) -> None:
+        """A held message is now safe (``ok``) or lost (not ok)."""
+        if seq in self._held:
+            self._held.discard(seq)
+            (self._acked if ok else self._nacked).append(seq)
+
+    def settle_all(self, ok: bool) -> None:
+        """Settle everything held (e.g. a failed commit nacks the whole batch)."""
+        for seq in self._held_order:
+            if seq in self._held:
+                (self._acked if ok else self._nacked).append(seq)
+        self._held.clear()
+        self._held_order.clear()
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages numbered but not yet drained as confirms."""
+        return len(self._held) + len(self._acked) + len(self._nacked)
+
+    def has_pending(self) -> bool:
+        return bool(self._acked or self._nacked)
+
+    def drain(self) -> list[Confirm]:
+        """Confirms to send now, in the order to send them."""
+        out: list[Confirm] = []
+        if self._nacked:
+            self._nacked.sort()
+            out.extend((seq, False, False) for seq in self._nacked)
+            self._nacked.clear()
+        acked = self._acked
+        if not acked:
+            return out
+        order = self._held_order
+        while order and order[0] not in self._held:
+            order.popleft()
+        low = order[0] if order else self.next_seq
+        below = 0
+        highest_below = 0
+        above: list[int] = []
+        for seq in acked:
+            if seq < low:
+                below += 1
+                if seq > highest_below:
+                    highest_below = seq
+            else:
+                above.append(seq)
+        if below == 1:
+            out.append((highest_below, False, True))
+        elif below:
+            out.append((highest_below, True, True))
+        above.sort()
+        out.extend((seq, False, True) for seq in above)
+        acked.clear()
+        return out

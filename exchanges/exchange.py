@@ -1,0 +1,81 @@
+"""The exchange record: its declared properties plus the matcher holding its bindings.
+
+An ``Exchange`` is plain data; what an exchange *does* with a message is its
+type's matcher (one module per type) and, across exchange-to-exchange
+bindings and alternate exchanges, ``router.py``. Unknown types are the
+caller's to refuse (503 ``unknown exchange type 'x'``) by checking
+:data:`EXCHANGE_TYPES` first; constructing one anyway is a programming error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .binding import Matcher, Routable
+from .direct import DirectMatcher
+from .fanout import FanoutMatcher
+from .headers import HeadersMatcher
+from .topic import TopicMatcher
+
+#: Exchange type name -> matcher class, for the built-in types.
+EXCHANGE_TYPES: dict[str, type] = {
+    "direct": DirectMatcher,
+    "fanout": FanoutMatcher,
+    "topic": TopicMatcher,
+    "headers": HeadersMatcher,
+}
+
+
+class Exchange(Routable):
+    """A declared exchange. Compared by identity: a destination in other exchanges' bindings."""
+
+    __slots__ = (
+        "name",
+        "type",
+        "durable",
+        "auto_delete",
+        "internal",
+        "arguments",
+        "matcher",
+        "vhost",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        type: str,  # noqa: A002 - the AMQP field is called "type"
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+        *,
+        vhost: str = "/",
+    ) -> None:
+        matcher_class = EXCHANGE_TYPES.get(type)
+        if matcher_class is None:
+            raise ValueError(f"unknown exchange type {type!r}")
+        self.name = name
+        self.type = type
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments: dict[str, Any] = dict(arguments) if arguments else {}
+        self.matcher: Matcher = matcher_class()
+        self.vhost = vhost
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        """Name of the alternate exchange from the ``alternate-exchange`` argument, if any.
+
+        Policies can also set an AE in RabbitMQ (the argument wins); that is
+        the policy layer's business, not this record's.
+        """
+        value = self.arguments.get("alternate-exchange")
+        if value is None:
+            return None
+        if isinstance(value, (bytes, bytearray)):
+            return bytes(value).decode("utf-8", "replace")
+        return str(value)
+
+    def __repr__(self) -> str:
+        return f"<Exchange {self.name!r} type={self.type} vhost={self.vhost!r}>"

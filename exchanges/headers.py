@@ -1,0 +1,208 @@
+"""Headers exchange: bindings match on the message's header table, not its routing key.
+
+Semantics (RabbitMQ's ``rabbit_exchange_type_headers.erl``)
+-----------------------------------------------------------
+* ``x-match`` is ``all`` (the default when absent), ``any``, ``all-with-x`` or
+  ``any-with-x``. ``x-match`` itself is never matched against the headers;
+  with ``all``/``any`` neither is any other binding argument starting with
+  ``x-``, the ``-with-x`` modes match them like ordinary arguments.
+* ``all``: every remaining binding argument must be present in the headers
+  with an equal value. With no remaining arguments it matches every message.
+* ``any``: at least one must be. With no remaining arguments it matches none.
+* A binding argument whose value is void (``None``) matches on presence alone.
+* Values are compared as RabbitMQ compares the decoded terms (Erlang ``==``,
+  which ignores the wire type): integers and floats by numeric value
+  (``1`` matches ``1.0``), timestamps as their integer seconds, ``str`` and
+  ``bytes`` by their bytes, booleans only with booleans, decimals by
+  (scale, unscaled value) so ``1.0`` and ``1.00`` differ.
+  Where we differ: inside arrays and nested tables RabbitMQ also compares the
+  element's wire type tag, which pamqp does not keep; we compare nested
+  values by the same rules as top-level ones.
+* An invalid ``x-match`` is refused at bind time by :meth:`validate_binding`
+  with RabbitMQ's text; a binding that bypassed validation (e.g. restored
+  from an old definitions file) matches as ``all``, as RabbitMQ does.
+
+Routing evaluates every binding (there is no index a header table can be
+looked up in), so a binding is compiled at bind time into its mode and the
+list of (name, value) pairs to test.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Hashable, Iterator
+from decimal import Decimal
+from typing import Any
+
+from ..amqp.errors import PRECONDITION_FAILED, ChannelError
+from .binding import BindingSet, timestamp_seconds
+
+X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
+
+#: marker for "present with any value" (a void binding argument)
+_PRESENT: Any = object()
+
+# Erlang's names for the AMQP field types, for the error message.
+_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "bool"),
+    (int, "long"),
+    (float, "double"),
+    (Decimal, "decimal"),
+    (datetime.datetime, "timestamp"),
+    (list, "array"),
+    (dict, "table"),
+    (type(None), "void"),
+)
+
+
+def match_value(value: Any) -> Hashable:
+    """The form a field value is compared in (see the module docstring)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("num", value)
+    if isinstance(value, str):
+        return ("bin", value.encode("utf-8"))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return ("bin", bytes(value))
+    if isinstance(value, datetime.datetime):
+        return ("num", timestamp_seconds(value))
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return ("dec", str(value))
+        sign, digits, exponent = value.as_tuple()
+        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+        return ("dec", -int(exponent), unscaled)
+    if value is None:
+        return ("void",)
+    if isinstance(value, (list, tuple)):
+        return ("arr", tuple(match_value(v) for v in value))
+    if isinstance(value, dict):
+        return ("tbl", tuple(sorted((str(k), match_value(v)) for k, v in value.items())))
+    return ("other", repr(value))
+
+
+def _erlang_term(value: Any) -> str:
+    """Roughly how Erlang's ``~tp`` prints a field value, for error texts."""
+    if isinstance(value, (str, bytes)):
+        text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+        return '<<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">>'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "undefined"
+    return repr(value)
+
+
+class _Compiled:
+    """One binding, ready to test: its mode and the arguments that take part."""
+
+    __slots__ = ("dest", "any", "tests")
+
+    def __init__(self, dest: object, arguments: dict[str, Any]) -> None:
+        mode = arguments.get("x-match", "all")
+        if isinstance(mode, bytes):
+            mode = mode.decode("utf-8", "replace")
+        if mode not in X_MATCH_MODES:
+            mode = "all"
+        with_x = mode.endswith("-with-x")
+        self.dest = dest
+        self.any = mode.startswith("any")
+        self.tests: tuple[tuple[str, Any, Any], ...] = tuple(
+            (name, value, _PRESENT if value is None else match_value(value))
+            for name, value in sorted(arguments.items())
+            if name != "x-match" and (with_x or not name.startswith("x-"))
+        )
+
+    def matches(self, headers: dict[str, Any]) -> bool:
+        for name, raw, wanted in self.tests:
+            if name in headers:
+                got = headers[name]
+                if wanted is _PRESENT:
+                    ok = True
+                elif type(got) is str and type(raw) is str:
+                    ok = got == raw
+                else:
+                    ok = match_value(got) == wanted
+            else:
+                ok = False
+            if ok and self.any:
+                return True
+            if not ok and not self.any:
+                return False
+        return not self.any
+
+
+class HeadersMatcher:
+    """The bindings of one headers exchange."""
+
+    __slots__ = ("_set", "_compiled")
+
+    def __init__(self) -> None:
+        self._set = BindingSet()
+        self._compiled: dict[Hashable, _Compiled] = {}
+
+    def bind(self, dest: object, routing_key: str, arguments: dict[str, Any]) -> bool:
+        key = self._set.add(dest, routing_key, arguments)
+        if key is None:
+            return False
+        self._compiled[key] = _Compiled(dest, arguments)
+        return True
+
+    def unbind(self, dest: object, routing_key: str, arguments: dict[str, Any]) -> bool:
+        if self._set.remove(dest, routing_key, arguments) is None:
+            return False
+        self._rebuild()
+        return True
+
+    def remove_destination(self, dest: object) -> int:
+        removed = len(self._set.remove_destination(dest))
+        if removed:
+            self._rebuild()
+        return removed
+
+    def _rebuild(self) -> None:
+        # Keeps bind order; unbinding is rare next to routing, so O(bindings) is fine.
+        self._compiled = {key: self._compiled[key] for key, _ in self._set.items()}
+
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> list[object]:
+        table = headers or {}
+        found: dict[int, object] = {}
+        for binding in self._compiled.values():
+            dest = binding.dest
+            if id(dest) not in found and binding.matches(table):
+                found[id(dest)] = dest
+        return list(found.values())
+
+    def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
+        return iter(self._set)
+
+    def __len__(self) -> int:
+        return len(self._set)
+
+    @property
+    def exchange_bindings(self) -> int:
+        """Bindings whose destination is an exchange (the router's fast-path test)."""
+        return self._set.exchange_bindings
+
+    @staticmethod
+    def validate_binding(routing_key: str, arguments: dict[str, Any]) -> None:
+        """Refuse a bad ``x-match`` with RabbitMQ's text (406 PRECONDITION_FAILED)."""
+        if "x-match" not in arguments:
+            return
+        mode = arguments["x-match"]
+        if isinstance(mode, (str, bytes)):
+            text = mode if isinstance(mode, str) else mode.decode("utf-8", "replace")
+            if text in X_MATCH_MODES:
+                return
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"Invalid x-match field value {_erlang_term(mode)}; "
+                "expected all, any, all-with-x, or any-with-x",
+            )
+        type_name = next((n for t, n in _TYPE_NAMES if isinstance(mode, t)), type(mode).__name__)
+        raise ChannelError(
+            PRECONDITION_FAILED,
+            f"Invalid x-match field type {type_name} (value {_erlang_term(mode)}); "
+            "expected longstr",
+        )

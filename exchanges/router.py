@@ -1,0 +1,103 @@
+"""Routing across exchanges: exchange-to-exchange bindings and alternate exchanges.
+
+This is the one place that follows the exchange graph; matchers only know their
+own bindings. The rules are RabbitMQ's (``rabbit_exchange:route/3`` and its
+``route1``/``process_alternate``/``process_route`` helpers, 3.x to 4.x):
+
+* Routing is a work list of exchanges, starting with the one published to,
+  and a seen-set of exchanges. Each exchange is routed with *all* the
+  message's routing keys (the routing key plus CC/BCC) and its headers; the
+  destinations found are queues (collected once each) or exchanges (added to
+  the work list unless already seen). So a cycle of E2E bindings terminates,
+  and a queue reachable along several paths (a diamond) gets one copy.
+* The alternate exchange is consulted **per exchange in the graph**, not just
+  for the one published to: whenever an exchange being routed (the first one,
+  one reached through an E2E binding, or itself an AE) finds *no destinations
+  at all* for the message, its ``alternate-exchange`` is looked up and, if it
+  exists and has not been seen, routed through next. "No destinations"
+  counts exchange destinations too: an exchange whose only match is an E2E
+  binding to an exchange that routes nowhere does not use its own AE (the
+  downstream exchange's AE applies instead). AEs therefore chain, and an AE
+  cycle stops at the first exchange seen twice. A missing AE is skipped.
+  (RabbitMQ's docs/ae.md phrases this as "cannot route to any queue"; the
+  code's test is the one above, and it is the one implemented here.)
+* Queue order in the result is discovery order; RabbitMQ gives no order.
+
+What is not here: the default exchange (an implicit binding of every queue by
+name, with no AE support) is the caller's special case, as are policies that
+set an AE (``Exchange.alternate_exchange`` reads only the argument).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .binding import Matcher
+from .exchange import Exchange
+
+Lookup = Callable[[str], Exchange | None]
+
+
+def route(
+    exchange: Exchange,
+    routing_key: str,
+    headers: dict[str, Any] | None,
+    lookup: Lookup,
+    extra_routing_keys: Sequence[str] = (),
+) -> list[object]:
+    """The queues a message published to ``exchange`` reaches, each once.
+
+    ``lookup`` resolves alternate-exchange names (in the exchange's vhost);
+    ``extra_routing_keys`` are the CC/BCC keys, routed as well as
+    ``routing_key`` (the union is taken).
+    """
+    matcher = exchange.matcher
+    if not extra_routing_keys and not matcher.exchange_bindings:
+        # Fast path: only queues can come out, already unique; no graph to walk.
+        dests = matcher.route(routing_key, headers)
+        if dests or exchange.alternate_exchange is None:
+            return list(dests)
+    keys = (routing_key, *extra_routing_keys)
+    return _route_graph(exchange, keys, headers, lookup)
+
+
+def _route_graph(
+    start: Exchange, keys: Sequence[str], headers: dict[str, Any] | None, lookup: Lookup
+) -> list[object]:
+    queues: dict[int, object] = {}
+    seen: set[Exchange] = {start}
+    work = [start]
+    while work:
+        exchange = work.pop()
+        dests = _destinations(exchange.matcher, keys, headers)
+        found_any = False
+        for dest in dests:
+            found_any = True
+            if isinstance(dest, Exchange):
+                if dest not in seen:
+                    seen.add(dest)
+                    work.append(dest)
+            else:
+                queues.setdefault(id(dest), dest)
+        if not found_any:
+            name = exchange.alternate_exchange
+            if name is not None:
+                alternate = lookup(name)
+                if alternate is not None and alternate not in seen:
+                    seen.add(alternate)
+                    work.append(alternate)
+    return list(queues.values())
+
+
+def _destinations(
+    matcher: Matcher, keys: Sequence[str], headers: dict[str, Any] | None
+) -> Iterable[object]:
+    """The union of the matcher's destinations over every routing key, each once."""
+    if len(keys) == 1:
+        return matcher.route(keys[0], headers)
+    found: dict[int, object] = {}
+    for key in keys:
+        for dest in matcher.route(key, headers):
+            found.setdefault(id(dest), dest)
+    return found.values()

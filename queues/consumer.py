@@ -1,0 +1,55 @@
+"""A consumer: a channel's subscription to one queue, with its prefetch window.
+
+Prefetch follows RabbitMQ: ``basic.qos(global=false)`` sets the limit of each
+consumer created afterwards on the channel (``prefetch``), and
+``basic.qos(global=true)`` limits all unacked deliveries of the channel
+together (checked through ``channel.has_room()``). Both may apply at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.amqp.channel import Channel
+    from leveret.queues.queue import Queue, QueueEntry
+
+
+class Consumer:
+    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
+                 "unacked", "arguments")
+
+    def __init__(
+        self,
+        tag: str,
+        channel: Channel,
+        queue: Queue,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        priority: int = 0,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.tag = tag
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.arguments = arguments or {}
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.tag!r} on {self.queue.name!r} unacked={self.unacked}>"
+
+    def can_take(self) -> bool:
+        """Room for one more delivery: no-ack consumers are only held by channel flow."""
+        if self.no_ack:
+            return self.channel.active and self.channel.connection.writable
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return self.channel.has_room()
+
+    def deliver(self, entry: QueueEntry) -> None:
+        self.channel.deliver(self, entry)

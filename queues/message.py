@@ -1,0 +1,113 @@
+"""A published message, stored once however many queues it reaches.
+
+Properties stay as the publisher's raw bytes (flags + property list) and are
+relayed unchanged to consumers. Only the few fields the broker itself needs
+(headers for the headers exchange, delivery-mode for persistence, later
+expiration and priority) are read, lazily, by walking the property list
+without building a full pamqp object.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+# Property flag bits, in wire order (AMQP 0-9-1 basic class).
+FLAG_CONTENT_TYPE = 1 << 15
+FLAG_CONTENT_ENCODING = 1 << 14
+FLAG_HEADERS = 1 << 13
+FLAG_DELIVERY_MODE = 1 << 12
+FLAG_PRIORITY = 1 << 11
+FLAG_CORRELATION_ID = 1 << 10
+FLAG_REPLY_TO = 1 << 9
+FLAG_EXPIRATION = 1 << 8
+
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+
+PERSISTENT = 2
+
+
+class Message:
+    """One published message: routing info, raw properties and body."""
+
+    __slots__ = ("exchange", "routing_key", "raw_properties", "body", "_props", "_peeked", "store_id")
+
+    def __init__(self, exchange: str, routing_key: str, raw_properties: bytes, body: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.raw_properties = raw_properties
+        self.body = body
+        self._props: Any = None
+        # (headers_offset, delivery_mode, priority) once peeked.
+        self._peeked: tuple[int, int, int] | None = None
+        self.store_id: int = 0
+
+    def __len__(self) -> int:
+        return len(self.body)
+
+    @property
+    def properties(self) -> Any:
+        """The full pamqp ``Basic.Properties`` (slow path; cached)."""
+        if self._props is None:
+            from leveret.amqp.codec import decode_properties
+
+            self._props = decode_properties(self.raw_properties)
+        return self._props
+
+    def _peek(self) -> tuple[int, int, int]:
+        peeked = self._peeked
+        if peeked is None:
+            peeked = self._peeked = _peek_properties(self.raw_properties)
+        return peeked
+
+    @property
+    def delivery_mode(self) -> int:
+        return self._peek()[1]
+
+    @property
+    def persistent(self) -> bool:
+        return self._peek()[1] == PERSISTENT
+
+    @property
+    def priority(self) -> int:
+        return self._peek()[2]
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        """Message headers, decoded only when asked for (headers exchange, x-death)."""
+        if not self.raw_properties or not (_u16.unpack_from(self.raw_properties, 0)[0] & FLAG_HEADERS):
+            return None
+        headers = self.properties.headers
+        return headers if headers is not None else None
+
+
+def _peek_properties(raw: bytes) -> tuple[int, int, int]:
+    """Walk the property list just far enough to find delivery-mode and priority.
+
+    Returns (headers offset or -1, delivery_mode or 0, priority or 0). Malformed
+    properties yield zeros: they were accepted at publish time and are relayed
+    as they are; only the fields the broker reads must be well-formed.
+    """
+    try:
+        flags = _u16.unpack_from(raw, 0)[0]
+        pos = 2
+        if flags & 1:  # continuation flag word(s): skip them
+            while _u16.unpack_from(raw, pos - 2)[0] & 1:
+                pos += 2
+        if flags & FLAG_CONTENT_TYPE:
+            pos += 1 + raw[pos]
+        if flags & FLAG_CONTENT_ENCODING:
+            pos += 1 + raw[pos]
+        headers_at = -1
+        if flags & FLAG_HEADERS:
+            headers_at = pos
+            pos += 4 + _u32.unpack_from(raw, pos)[0]
+        mode = 0
+        if flags & FLAG_DELIVERY_MODE:
+            mode = raw[pos]
+            pos += 1
+        prio = raw[pos] if flags & FLAG_PRIORITY else 0
+        return headers_at, mode, prio
+    except (IndexError, struct.error):
+        return -1, 0, 0
