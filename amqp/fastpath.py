@@ -352,7 +352,7 @@ def _max_chunk(frame_max: int) -> int:
         return 0
     if frame_max <= FRAME_OVERHEAD:
         raise ValueError(f"frame_max too small to carry a body: {frame_max}")
-    return frame_max - FRAME_OVERHEAD + 1
+    return frame_max - FRAME_OVERHEAD
 
 
 def _content_parts(

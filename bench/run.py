@@ -56,6 +56,22 @@ def listening_inodes(port: int) -> set[str]:
     return inodes
 
 
+def established_count(port: int) -> int:
+    """Established TCP connections whose local port is ``port`` (clients of a broker)."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "01" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        n += 1
+        except OSError:
+            pass
+    return n
+
+
 def pid_listening_on(port: int) -> int | None:
     """The pid owning the listening socket on ``port`` (needs /proc/*/fd access)."""
     inodes = listening_inodes(port)
@@ -202,7 +218,9 @@ def run_target(target: str, args) -> dict:
                     "error": f"nothing answers AMQP on {host}:{port} "
                              f"(start it with: bench/rabbitmq.sh start)"}
         pid = args.rabbitmq_pid or pid_listening_on(port)
+        others = established_count(port)
         res = run_loadgen(host, port, pid, args)
+        res["other_clients_before"] = others
         if pid:
             res["broker_vmhwm_note"] = "RabbitMQ is long-running: VmHWM is its lifetime peak"
     else:
@@ -262,6 +280,7 @@ def summarize(rounds: list[dict], targets: list[str]) -> dict:
             "peak_broker_vmhwm_mib": (max(r.get("broker_vmhwm_kib") or 0 for r in ok) / 1024
                                       if any(r.get("broker_vmhwm_kib") for r in ok) else None),
             "median_loadgen_cpu_share": _median([r.get("loadgen_cpu_share") for r in ok]),
+            "median_other_cores": _median([r.get("other_cores") for r in ok]),
         }
     ratios = [r["leveret"]["consumed_per_s"] / r["rabbitmq"]["consumed_per_s"]
               for r in rounds
@@ -349,10 +368,24 @@ def main(argv=None) -> int:
             res = run_target(t, args)
             rnd[t] = res
             if res.get("ok"):
+                other = None
+                if res.get("host_busy_cores") is not None:
+                    other = (res["host_busy_cores"] - res["loadgen_cpu_share"]
+                             - (res.get("broker_cpu_share") or 0))
+                    res["other_cores"] = round(other, 3)
                 print(f"round {i + 1}/{args.rounds} {t:<9} {res['consumed_per_s']:>10,.0f} msg/s "
                       f"(published {res['published_per_s']:,.0f}/s) "
-                      f"broker {_fmt(res.get('broker_cpu_us_per_msg'), '.1f')} us/msg, "
-                      f"loadgen {res['loadgen_cpu_share']:.2f} cores", flush=True)
+                      f"broker {_fmt(res.get('broker_cpu_us_per_msg'), '.1f')} us/msg "
+                      f"{_fmt(res.get('broker_cpu_share'), '.2f')} cores, "
+                      f"loadgen {res['loadgen_cpu_share']:.2f} cores, "
+                      f"host idle {_fmt(res.get('host_idle_cores'), '.2f')} cores", flush=True)
+                if res.get("other_clients_before"):
+                    print(f"  WARNING: {res['other_clients_before']} other client connection(s) "
+                          f"were open on the broker; its CPU figures include their load",
+                          flush=True)
+                if other is not None and other > 0.25 and res.get("broker_cpu_share") is not None:
+                    print(f"  WARNING: {other:.2f} cores used by other processes during the "
+                          f"measurement - figures are not clean", flush=True)
             else:
                 print(f"round {i + 1}/{args.rounds} {t:<9} FAILED: {res.get('error')}", flush=True)
                 if res.get("broker_log_tail"):

@@ -76,7 +76,6 @@ class TopicMatcher:
         if self._set.remove(dest, routing_key, arguments) is None:
             return False
         self._forget(dest, routing_key)
-        self._cache.clear()
         return True
 
     def remove_destination(self, dest: object) -> int:
@@ -95,7 +94,7 @@ class TopicMatcher:
         path[-1][0].dests.discard(dest)
         for depth in range(len(path) - 1, 0, -1):
             node, word = path[depth]
-            if node.children:
+            if node.children or node.dests:
                 break
             del path[depth - 1][0].children[word]
 

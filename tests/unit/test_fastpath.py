@@ -242,8 +242,7 @@ def test_encode_deliver_with_content_is_the_concatenation(
 
 @pytest.mark.parametrize("size", [0, 1, 4087, 4088, 4089, 8176, 8177, 100_000])
 def test_body_split_at_frame_max_boundaries(size: int) -> None:
-    body = _PATTERN[: size % len(_PATTERN)] * (size // len(_PATTERN) + 1)
-    body = body[:size]
+    body = (_PATTERN * (size // len(_PATTERN) + 1))[:size]
     frames = fp.encode_content(7, b"\x00\x00", body, 4096)
     chunk = 4096 - 8
     assert len(frames) == 1 + -(-size // chunk)

@@ -1,0 +1,111 @@
+"""Shared fixtures: a real Leveret broker in a subprocess, reached over TCP.
+
+``broker`` is one broker for the whole test session (tests use unique queue
+names); ``make_broker`` starts a private one for tests that stop, kill or
+restart it. The broker listens on 127.0.0.1 with port 0 and the fixture reads
+the port it got from its log, so parallel runs never collide.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+START_TIMEOUT = 20.0
+
+
+@dataclass
+class BrokerProcess:
+    data_dir: Path
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def start(self) -> BrokerProcess:
+        self._log = open(self.log_path, "ab")
+        offset = self.log_path.stat().st_size
+        env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", str(self.data_dir), "--log-level", "debug", *self.extra_args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+            match = LISTEN_RE.search(text)
+            if match:
+                self.port = int(match.group(1))
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop(kill=True)
+        raise RuntimeError(f"broker did not start:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, kill: bool = False, timeout: float = 15.0) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._log.close()
+        self.proc = None
+        return proc.returncode
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("broker")
+    b = BrokerProcess(base / "data", base / "broker.log").start()
+    yield b
+    code = b.stop()
+    # A broker that crashed during the session is a failure even if every test passed.
+    assert code == 0, f"broker exited with {code}:\n{b.log_text()[-4000:]}"
+    assert "Traceback" not in b.log_text(), b.log_text()[-4000:]
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[object]:
+    started: list[BrokerProcess] = []
+
+    def factory(data_dir: Path | None = None, *args: str, **env: str) -> BrokerProcess:
+        b = BrokerProcess(data_dir or tmp_path / "data", tmp_path / "broker.log", list(args), env)
+        started.append(b)
+        return b.start()
+
+    yield factory
+    for b in started:
+        b.stop(kill=True)
+
+
+@pytest.fixture
+def qname() -> str:
+    """A queue/exchange name unique to this test."""
+    return f"test-{uuid.uuid4().hex[:12]}"
