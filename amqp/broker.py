@@ -26,7 +26,24 @@ class Broker:
             config.default_vhost: VirtualHost(config.default_vhost, self.store)
         }
         self.connections: set[Any] = set()
-        self.protocols: set[Any] = set()  # transports' adapters, for shutdown
+        self.protocols: set[Any] = set()  # transports' adapters, for shutdown and alarms
+        self.alarms: set[str] = set()
+
+    def set_alarm(self, resource: str, active: bool) -> None:
+        """Raise or clear a resource alarm; connections are (un)blocked accordingly."""
+        if active == (resource in self.alarms):
+            return
+        if active:
+            self.alarms.add(resource)
+            log.warning("%s resource limit alarm set; publishers will be blocked", resource)
+            for proto in list(self.protocols):
+                proto.maybe_block()
+        else:
+            self.alarms.discard(resource)
+            log.info("%s resource limit alarm cleared", resource)
+            if not self.alarms:
+                for proto in list(self.protocols):
+                    proto.unblock()
 
     def close_all(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
         for conn in list(self.connections):

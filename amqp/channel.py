@@ -206,6 +206,8 @@ class Channel:
         assert publish is not None
         self._publish = None
         exchange, routing_key, mandatory = publish
+        # Set only at a message boundary: an alarm may stop reading here, never mid-message.
+        self.connection.has_published = True
         message = Message(exchange, routing_key, self._props, body)
         if self.tx is not None:
             self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
@@ -258,6 +260,8 @@ class Channel:
             return
         for queue in queues:
             queue.publish(message)
+            if queue.consumers and queue.behind():
+                self.connection.flow_wait(queue)
         if confirms is not None:
             confirms.publish()
             self.connection.want_flush(self)

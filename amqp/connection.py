@@ -113,7 +113,11 @@ class Connection:
         self.last_received = clock()
         self.last_sent = clock()
         self.want_close = False  # adapter: close the transport once ``out`` is flushed
-        self.blocked = False
+        self.blocked = False  # by a resource alarm: we stopped reading this socket
+        self.has_published = False
+        # Queues this connection waits on (flow control); the adapter stops reading meanwhile.
+        self.flow_queues: set[Any] = set()
+        self.on_flow_release: Callable[[], None] = lambda: None
         self.writable = True  # False while the socket's write buffer is full
 
     def __repr__(self) -> str:
@@ -157,6 +161,28 @@ class Connection:
             for channel in list(self.channels.values()):
                 channel._resume_consumers()
 
+    def block(self, reason: str) -> None:
+        self.blocked = True
+        if self.client_capability("connection.blocked") and self.state == RUNNING:
+            self.write(encode_method(0, commands.Connection.Blocked(reason=reason)))
+
+    def unblock(self) -> None:
+        self.blocked = False
+        self.last_received = self.clock()  # we were not reading: do not count it as silence
+        if self.client_capability("connection.blocked") and self.state == RUNNING:
+            self.write(encode_method(0, commands.Connection.Unblocked()))
+
+    def flow_wait(self, queue: Any) -> None:
+        """A queue we publish into is behind its consumers: pause until it catches up."""
+        if queue not in self.flow_queues:
+            self.flow_queues.add(queue)
+            queue.flow_waiters.add(self)
+
+    def flow_release(self, queue: Any) -> None:
+        self.flow_queues.discard(queue)
+        if not self.flow_queues:
+            self.on_flow_release()
+
     def client_capability(self, name: str) -> bool:
         caps = self.client_properties.get("capabilities") or {}
         return bool(caps.get(name))
@@ -183,14 +209,19 @@ class Connection:
             for ftype, channel, payload in self._frames.feed(data):
                 if self.state == CLOSED:
                     return
-                if ftype == FRAME_METHOD:
-                    self._on_method(channel, payload)
-                elif ftype == FRAME_HEARTBEAT:
-                    if channel != 0:
-                        raise ConnectionError_(FRAME_ERROR,
-                                               f"heartbeat frame on non-zero channel {channel}")
-                else:
-                    self._on_content(ftype, channel, payload)
+                # Per frame, so the frames after an error in the same chunk still reach
+                # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
+                try:
+                    if ftype == FRAME_METHOD:
+                        self._on_method(channel, payload)
+                    elif ftype == FRAME_HEARTBEAT:
+                        if channel != 0:
+                            raise ConnectionError_(
+                                FRAME_ERROR, f"heartbeat frame on non-zero channel {channel}")
+                    else:
+                        self._on_content(ftype, channel, payload)
+                except ConnectionError_ as exc:
+                    self._fail(exc)
         except ConnectionError_ as exc:
             self._fail(exc)
         except Exception as exc:  # a bug must not take the broker down
@@ -407,6 +438,9 @@ class Connection:
         self.want_close = True
 
     def _release_all(self) -> None:
+        for queue in self.flow_queues:
+            queue.flow_waiters.discard(self)
+        self.flow_queues.clear()
         channels = list(self.channels.values())
         self.channels.clear()
         for channel in channels:
@@ -434,6 +468,8 @@ class Connection:
         """
         if not self.heartbeat or self.state == CLOSED:
             return True
+        if self.blocked or self.flow_queues:  # we are not reading the socket: silence is ours
+            self.last_received = self.clock()
         now = self.clock()
         if now - self.last_received > 2 * self.heartbeat:
             log.warning("connection %s: missed heartbeats from client, timeout: %ds",

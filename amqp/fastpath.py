@@ -43,49 +43,6 @@ import struct
 
 from pamqp import commands
 
-__all__ = [
-    "FRAME_METHOD",
-    "FRAME_HEADER",
-    "FRAME_BODY",
-    "FRAME_HEARTBEAT",
-    "FRAME_END",
-    "FRAME_END_BYTE",
-    "HEARTBEAT_FRAME",
-    "FRAME_OVERHEAD",
-    "BASIC_QOS",
-    "BASIC_QOS_OK",
-    "BASIC_CONSUME",
-    "BASIC_CONSUME_OK",
-    "BASIC_CANCEL",
-    "BASIC_CANCEL_OK",
-    "BASIC_PUBLISH",
-    "BASIC_RETURN",
-    "BASIC_DELIVER",
-    "BASIC_GET",
-    "BASIC_GET_OK",
-    "BASIC_GET_EMPTY",
-    "BASIC_ACK",
-    "BASIC_REJECT",
-    "BASIC_RECOVER_ASYNC",
-    "BASIC_RECOVER",
-    "BASIC_RECOVER_OK",
-    "BASIC_NACK",
-    "decode_publish",
-    "decode_ack",
-    "decode_nack",
-    "decode_reject",
-    "decode_content_header",
-    "encode_deliver",
-    "encode_get_ok",
-    "encode_return",
-    "encode_ack",
-    "encode_nack",
-    "encode_content",
-    "encode_deliver_with_content",
-    "decode_properties",
-    "encode_properties",
-]
-
 # --- frame constants -------------------------------------------------------
 
 FRAME_METHOD = 1

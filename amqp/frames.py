@@ -11,6 +11,7 @@ sliced out of one ``bytearray`` and the consumed prefix is dropped once per
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from leveret.amqp.errors import FRAME_ERROR, ConnectionError_
 
@@ -46,43 +47,46 @@ class FrameBuffer:
         del self._buf[:n]
         return data
 
-    def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
-        """Add ``data``; return every frame now complete, in order.
+    def feed(self, data: bytes) -> Iterator[tuple[int, int, bytes]]:
+        """Add ``data``; yield every frame now complete, in order.
 
-        Raises ``ConnectionError_(FRAME_ERROR)`` on a bad type, an oversized
-        frame or a missing end octet; frames before the bad one are returned
-        first by the caller's loop only if it processes them: callers should
-        treat the exception as terminating the stream.
+        Lazy on purpose: the caller handles each frame before the next one is
+        parsed, so a ``frame_max`` negotiated by connection.tune-ok bounds the
+        very next frame, and the frames before a bad one are handled exactly as
+        when the stream arrives byte by byte. Reaching a bad type, an oversized
+        frame or a missing end octet raises ``ConnectionError_(FRAME_ERROR)``;
+        callers should treat that as terminating the stream. The consumed
+        prefix is dropped once, when the iteration ends (or is abandoned).
         """
         buf = self._buf
         buf += data
-        frames: list[tuple[int, int, bytes]] = []
         pos = 0
-        end = len(buf)
-        limit = self.frame_max
-        while end - pos >= FRAME_HEADER_SIZE:
-            ftype, channel, size = _frame_head.unpack_from(buf, pos)
-            if ftype not in FRAME_TYPES:
+        try:
+            while len(buf) - pos >= FRAME_HEADER_SIZE:
+                ftype, channel, size = _frame_head.unpack_from(buf, pos)
+                limit = self.frame_max
+                if ftype not in FRAME_TYPES:
+                    raise ConnectionError_(
+                        FRAME_ERROR,
+                        f"type {ftype}, first 16 octets = {bytes(buf[pos:pos + 16])!r}: "
+                        "unknown frame type",
+                    )
+                if limit and size + FRAME_HEADER_SIZE + 1 > limit:
+                    raise ConnectionError_(
+                        FRAME_ERROR,
+                        f"type {ftype}, all octets = <<>>: frame_too_large, "
+                        f"{size} > {limit - FRAME_HEADER_SIZE - 1}",
+                    )
+                stop = pos + FRAME_HEADER_SIZE + size
+                if stop >= len(buf):
+                    break
+                if buf[stop] != FRAME_END:
+                    raise ConnectionError_(
+                        FRAME_ERROR, f"type {ftype}, invalid frame end octet {buf[stop]:#04x}"
+                    )
+                frame = (ftype, channel, bytes(buf[pos + FRAME_HEADER_SIZE : stop]))
+                pos = stop + 1
+                yield frame
+        finally:
+            if pos:
                 del buf[:pos]
-                raise ConnectionError_(
-                    FRAME_ERROR, f"type {ftype}, first 16 octets = {bytes(buf[:16])!r}: unknown frame type"
-                )
-            if limit and size + FRAME_HEADER_SIZE + 1 > limit:
-                del buf[:pos]
-                raise ConnectionError_(
-                    FRAME_ERROR,
-                    f"type {ftype}, all octets = <<>>: frame_too_large, {size} > {limit - FRAME_HEADER_SIZE - 1}",
-                )
-            stop = pos + FRAME_HEADER_SIZE + size
-            if stop >= end:
-                break
-            if buf[stop] != FRAME_END:
-                del buf[:pos]
-                raise ConnectionError_(
-                    FRAME_ERROR, f"type {ftype}, invalid frame end octet {buf[stop]:#04x}"
-                )
-            frames.append((ftype, channel, bytes(buf[pos + FRAME_HEADER_SIZE : stop])))
-            pos = stop + 1
-        if pos:
-            del buf[:pos]
-        return frames

@@ -16,6 +16,7 @@ import signal
 import socket
 from typing import TYPE_CHECKING, Any
 
+from leveret.amqp.alarms import MEMORY, MemoryMonitor
 from leveret.amqp.broker import Broker
 from leveret.amqp.connection import CLOSED, RUNNING, Connection
 
@@ -51,6 +52,8 @@ class AMQPProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = Connection(self.broker, self.config, peer[:2] if peer else None,
                                on_output=self._schedule_flush, clock=self.loop.time)
+        self.conn.on_flow_release = self._flow_release
+        self._flow_paused = False
         self.broker.protocols.add(self)
         self._timer = self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
 
@@ -58,7 +61,37 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         assert conn is not None
         conn.receive_data(data)
+        if conn.flow_queues and not self._flow_paused and self.transport is not None:
+            self._flow_paused = True
+            self.transport.pause_reading()
+        if self.broker.alarms and conn.has_published and not conn.blocked:
+            self.maybe_block()
         self._flush()
+
+    def _flow_release(self) -> None:
+        if self._flow_paused:
+            self._flow_paused = False
+            if self.transport is not None and not self.transport.is_closing() and not (
+                    self.conn is not None and self.conn.blocked):
+                self.transport.resume_reading()
+
+    def maybe_block(self) -> None:
+        """Under an alarm, stop reading a connection that publishes."""
+        conn, transport = self.conn, self.transport
+        if conn is None or transport is None or conn.blocked or not conn.has_published:
+            return
+        conn.block(" & ".join(sorted(self.broker.alarms)) + " alarm")
+        transport.pause_reading()
+        self._schedule_flush()
+
+    def unblock(self) -> None:
+        conn, transport = self.conn, self.transport
+        if conn is None or transport is None or not conn.blocked:
+            return
+        conn.unblock()
+        if not transport.is_closing() and not self._flow_paused:
+            transport.resume_reading()
+        self._schedule_flush()
 
     def _schedule_flush(self) -> None:
         if not self._flush_pending:
@@ -170,9 +203,19 @@ async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> Non
     log.info("broker stopped")
 
 
+async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) -> None:
+    monitor = MemoryMonitor(config.memory_high_watermark)
+    log.info("memory high watermark: %d MiB (%.2f of %d MiB)", monitor.limit >> 20,
+             config.memory_high_watermark, monitor.total >> 20)
+    while True:
+        broker.set_alarm(MEMORY, monitor.check())
+        await asyncio.sleep(interval)
+
+
 async def main(config: Config) -> None:
     loop = asyncio.get_running_loop()
     broker, servers = await serve(config)
+    watcher = asyncio.create_task(watch_memory(broker, config))
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -182,6 +225,7 @@ async def main(config: Config) -> None:
     log.info("Leveret started (%d listener(s)); press Ctrl-C to stop", len(servers))
     await stop.wait()
     log.info("shutting down: closing %d connection(s)", len(broker.connections))
+    watcher.cancel()
     await shutdown(broker, servers)
 
 

@@ -184,6 +184,7 @@ class VirtualHost:
         del self.queues[queue.name]
         queue.deleted = True
         count = queue.purge()
+        queue.release_flow(force=True)
         for ex in list(self.exchanges.values()):
             if ex.matcher.remove_destination(queue):
                 self._maybe_auto_delete(ex)
@@ -237,6 +238,13 @@ def check_arguments_equivalent(
         new, old = received.get(name), current.get(name)
         if _normalise(new) == _normalise(old):
             continue
+        if new is not None and old is not None:
+            # Both present: RabbitMQ's assert_field_equivalence shows bare values
+            # ("received '1000' but current is '60000'"), with no type names.
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg '{name}' for {what}: "
+                f"received '{_shown(new)}' but current is '{_shown(old)}'")
         got = ("none" if new is None
                else f"the value '{_shown(new)}' of type '{amqp_type_name(new)}'")
         now = ("none" if old is None

@@ -11,14 +11,13 @@ generator - is the bottleneck.  Not used by run.py.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import asyncio
+import importlib.metadata
 import json
 import time
 import uuid
 
 import aiormq
-
 from loadgen import host_cpu_breakdown, host_cpu_ticks, self_cpu_seconds
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import loadgen  # noqa: E402
+import loadgen
 
 DEFAULT_LEVERET_CMD = "{python} -m leveret serve --port {port} --data-dir {data_dir}"
 TARGET_ORDER = ("leveret", "rabbitmq")
@@ -129,7 +129,7 @@ class LeveretProcess:
     def start(self) -> int:
         """Start and wait until AMQP answers; returns the broker pid."""
         os.makedirs(self.data_dir, exist_ok=True)
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.tmp.name,
@@ -195,7 +195,7 @@ def run_loadgen(host: str, port: int, broker_pid: int | None, args) -> dict:
         cmd += ["--broker-pid", str(broker_pid)]
     timeout = args.warmup + args.duration + 60
     try:
-        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"loadgen timed out after {timeout}s"}
     lines = cp.stdout.strip().splitlines()
@@ -297,11 +297,19 @@ def _fmt(x, spec=",.0f", none="-"):
     return none if x is None else format(x, spec)
 
 
+def _ack_mode(args) -> str:
+    if args.no_ack:
+        return "no-ack"
+    if args.multi_ack_every:
+        return f"multiple every {args.multi_ack_every}"
+    return "each message"
+
+
 def print_summary(summary: dict, targets: list[str], args) -> None:
     print()
     print(f"scenario={args.scenario} size={args.size}B duration={args.duration}s "
           f"warmup={args.warmup}s rounds={args.rounds} prefetch={args.prefetch or 'unlimited'} "
-          f"ack={'no-ack' if args.no_ack else ('multiple every %d' % args.multi_ack_every if args.multi_ack_every else 'each message')}")
+          f"ack={_ack_mode(args)}")
     hdr = (f"{'target':<10} {'median msg/s':>13} {'min..max msg/s':>21} {'broker us/msg':>14} "
            f"{'broker cores':>13} {'peak RSS MiB':>13} {'loadgen cores':>14}")
     print(hdr)

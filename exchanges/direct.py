@@ -18,7 +18,7 @@ from .binding import BindingSet, DestinationCounts
 class DirectMatcher:
     """The bindings of one direct exchange, indexed by routing key."""
 
-    __slots__ = ("_set", "_index")
+    __slots__ = ("_index", "_set")
 
     def __init__(self) -> None:
         self._set = BindingSet()

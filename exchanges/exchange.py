@@ -30,20 +30,20 @@ class Exchange(Routable):
     """A declared exchange. Compared by identity: a destination in other exchanges' bindings."""
 
     __slots__ = (
+        "arguments",
+        "auto_delete",
+        "durable",
+        "internal",
+        "matcher",
         "name",
         "type",
-        "durable",
-        "auto_delete",
-        "internal",
-        "arguments",
-        "matcher",
         "vhost",
     )
 
     def __init__(
         self,
         name: str,
-        type: str,  # noqa: A002 - the AMQP field is called "type"
+        type: str,
         durable: bool = False,
         auto_delete: bool = False,
         internal: bool = False,

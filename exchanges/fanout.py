@@ -16,7 +16,7 @@ from .binding import BindingSet, DestinationCounts
 class FanoutMatcher:
     """The bindings of one fanout exchange."""
 
-    __slots__ = ("_set", "_dests")
+    __slots__ = ("_dests", "_set")
 
     def __init__(self) -> None:
         self._set = BindingSet()

@@ -24,7 +24,8 @@ Semantics (RabbitMQ's ``rabbit_exchange_type_headers.erl``)
 
 Routing evaluates every binding (there is no index a header table can be
 looked up in), so a binding is compiled at bind time into its mode and the
-list of (name, value) pairs to test.
+list of (name, value) pairs to test, and each message's header table is
+normalised once per route, so a binding costs a few dict lookups.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 #: marker for "present with any value" (a void binding argument)
 _PRESENT: Any = object()
+#: marker for a header the message does not carry
+_ABSENT: Any = object()
 
 # Erlang's names for the AMQP field types, for the error message.
 _TYPE_NAMES: tuple[tuple[type, str], ...] = (
@@ -57,6 +60,11 @@ _TYPE_NAMES: tuple[tuple[type, str], ...] = (
 
 def match_value(value: Any) -> Hashable:
     """The form a field value is compared in (see the module docstring)."""
+    kind = type(value)  # exact-type fast path for the usual header values
+    if kind is str:
+        return ("bin", value.encode("utf-8"))
+    if kind is int or kind is float:
+        return ("num", value)
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, (int, float)):
@@ -97,7 +105,7 @@ def _erlang_term(value: Any) -> str:
 class _Compiled:
     """One binding, ready to test: its mode and the arguments that take part."""
 
-    __slots__ = ("dest", "any", "tests")
+    __slots__ = ("any", "dest", "tests")
 
     def __init__(self, dest: object, arguments: dict[str, Any]) -> None:
         mode = arguments.get("x-match", "all")
@@ -108,35 +116,31 @@ class _Compiled:
         with_x = mode.endswith("-with-x")
         self.dest = dest
         self.any = mode.startswith("any")
-        self.tests: tuple[tuple[str, Any, Any], ...] = tuple(
-            (name, value, _PRESENT if value is None else match_value(value))
+        self.tests: tuple[tuple[str, Any], ...] = tuple(
+            (name, _PRESENT if value is None else match_value(value))
             for name, value in sorted(arguments.items())
             if name != "x-match" and (with_x or not name.startswith("x-"))
         )
 
-    def matches(self, headers: dict[str, Any]) -> bool:
-        for name, raw, wanted in self.tests:
-            if name in headers:
-                got = headers[name]
-                if wanted is _PRESENT:
-                    ok = True
-                elif type(got) is str and type(raw) is str:
-                    ok = got == raw
-                else:
-                    ok = match_value(got) == wanted
-            else:
-                ok = False
-            if ok and self.any:
-                return True
-            if not ok and not self.any:
+    def matches(self, table: dict[str, Any]) -> bool:
+        """``table`` maps header names to their :func:`match_value`."""
+        if self.any:
+            for name, wanted in self.tests:
+                got = table.get(name, _ABSENT)
+                if got is not _ABSENT and (wanted is _PRESENT or got == wanted):
+                    return True
+            return False
+        for name, wanted in self.tests:
+            got = table.get(name, _ABSENT)
+            if got is _ABSENT or (wanted is not _PRESENT and got != wanted):
                 return False
-        return not self.any
+        return True
 
 
 class HeadersMatcher:
     """The bindings of one headers exchange."""
 
-    __slots__ = ("_set", "_compiled")
+    __slots__ = ("_compiled", "_set")
 
     def __init__(self) -> None:
         self._set = BindingSet()
@@ -166,7 +170,10 @@ class HeadersMatcher:
         self._compiled = {key: self._compiled[key] for key, _ in self._set.items()}
 
     def route(self, routing_key: str, headers: dict[str, Any] | None) -> list[object]:
-        table = headers or {}
+        if not self._compiled:
+            return []
+        # Normalise the message's headers once, not once per binding.
+        table = {name: match_value(value) for name, value in headers.items()} if headers else {}
         found: dict[int, object] = {}
         for binding in self._compiled.values():
             dest = binding.dest

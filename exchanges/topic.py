@@ -51,7 +51,7 @@ class _Node:
 class TopicMatcher:
     """The bindings of one topic exchange, as a word trie plus a result cache."""
 
-    __slots__ = ("_set", "_root", "_cache", "cache_size")
+    __slots__ = ("_cache", "_root", "_set", "cache_size")
 
     def __init__(self, cache_size: int = TOPIC_CACHE_SIZE) -> None:
         self._set = BindingSet()
@@ -76,6 +76,7 @@ class TopicMatcher:
         if self._set.remove(dest, routing_key, arguments) is None:
             return False
         self._forget(dest, routing_key)
+        self._cache.clear()
         return True
 
     def remove_destination(self, dest: object) -> int:

@@ -12,7 +12,16 @@ does since 2.7.
 
 Dispatch is synchronous: a publish that finds a consumer with spare prefetch
 is written to that consumer's channel in the same call, with no task or
-future per message. Consumers are kept in priority order (``x-priority``,
+future per message.
+
+Flow control: a queue with consumers that falls behind (more than
+``FLOW_HIGH`` ready messages) makes the connections publishing into it stop
+reading (they join ``flow_waiters``) until it is back under ``FLOW_LOW``.
+That is what RabbitMQ's credit flow achieves: publishers go at the pace of
+the consumers instead of filling memory. A queue without consumers never
+throttles: building a backlog there is legitimate.
+
+Consumers are kept in priority order (``x-priority``,
 highest first); within one priority the consumer that just received a message
 moves behind its peers, which gives RabbitMQ's round-robin.
 """
@@ -27,6 +36,11 @@ from leveret.queues.message import Message
 
 if TYPE_CHECKING:
     from leveret.queues.consumer import Consumer
+
+# Ready messages (with consumers attached) above which publishers into the queue are paused,
+# and below which they resume. Big enough to keep consumers' prefetch windows full.
+FLOW_HIGH = 20_000
+FLOW_LOW = 10_000
 
 
 class QueueEntry:
@@ -49,7 +63,8 @@ class Queue:
     __slots__ = (
         "vhost", "name", "durable", "exclusive_owner", "auto_delete", "arguments",
         "_fresh", "_returned", "_next_seq", "consumers", "unacked", "had_consumer",
-        "exclusive_consumer", "deleted", "_dispatching", "bound_exchanges", "__weakref__",
+        "exclusive_consumer", "deleted", "_dispatching", "bound_exchanges", "flow_waiters",
+        "__weakref__",
     )
 
     def __init__(
@@ -78,6 +93,8 @@ class Queue:
         self._dispatching = False
         # Exchanges holding a binding to this queue: unbound when it is deleted.
         self.bound_exchanges: set[Any] = set()
+        # Connections paused because this queue fell behind its consumers.
+        self.flow_waiters: set[Any] = set()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} ready={self.message_count}>"
@@ -105,6 +122,18 @@ class Queue:
         if self.consumers and not self._dispatching:
             self.dispatch()
 
+    def behind(self) -> bool:
+        """Consumers attached but more than FLOW_HIGH ready: publishers should wait."""
+        return bool(self.consumers) and len(self._fresh) > FLOW_HIGH
+
+    def release_flow(self, force: bool = False) -> None:
+        """Resume paused publishers once the backlog is under FLOW_LOW (or always, if forced)."""
+        if self.flow_waiters and (force or not self.consumers
+                                  or len(self._fresh) < FLOW_LOW):
+            waiters, self.flow_waiters = self.flow_waiters, set()
+            for conn in waiters:
+                conn.flow_release(self)
+
     def take(self) -> QueueEntry | None:
         """Remove and return the head entry (basic.get), or None."""
         if self._returned:
@@ -129,6 +158,7 @@ class Queue:
         count = self.message_count
         self._fresh.clear()
         self._returned.clear()
+        self.release_flow()
         return count
 
     # -- consumers ----------------------------------------------------------
@@ -153,6 +183,8 @@ class Queue:
             return
         if consumer.exclusive:
             self.exclusive_consumer = False
+        if not self.consumers:
+            self.release_flow()
 
     def dispatch(self) -> None:
         """Deliver ready messages while some consumer has room."""
@@ -191,6 +223,8 @@ class Queue:
                 consumer.deliver(entry)
         finally:
             self._dispatching = False
+            if self.flow_waiters:
+                self.release_flow()
 
     def is_unused(self) -> bool:
         return not self.consumers

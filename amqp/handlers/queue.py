@@ -60,7 +60,9 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
     vhost = ch.vhost
     name = m.queue
     if m.passive:
-        queue = vhost.get_queue(resolve_name(ch, name))
+        # No "last declared queue" shortcut here: RabbitMQ 3.10 answers a passive
+        # declare of "" with 404 "no queue '' in vhost '/'".
+        queue = vhost.get_queue(name)
         check_exclusive(ch, queue)
     else:
         if not name:
@@ -141,7 +143,7 @@ def delete(ch: Channel, m: commands.Queue.Delete) -> None:
             raise ChannelError(PRECONDITION_FAILED, f"{vhost.describe_queue(queue.name)} in use")
         if m.if_empty and queue.message_count:
             raise ChannelError(PRECONDITION_FAILED,
-                               f"{vhost.describe_queue(queue.name)} is not empty")
+                               f"{vhost.describe_queue(queue.name)} not empty")
         count = vhost.delete_queue(queue)
     if not m.nowait:
         ch.send_method(commands.Queue.DeleteOk(message_count=count))

@@ -34,17 +34,18 @@ from __future__ import annotations
 import re
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 pika = pytest.importorskip("pika")
 pamqp_frame = pytest.importorskip("pamqp.frame")
-from pamqp import body as pamqp_body  # noqa: E402
-from pamqp import commands as spec  # noqa: E402
-from pamqp import header as pamqp_header  # noqa: E402
-from pamqp import heartbeat as pamqp_heartbeat  # noqa: E402
+from pamqp import body as pamqp_body
+from pamqp import commands as spec
+from pamqp import header as pamqp_header
+from pamqp import heartbeat as pamqp_heartbeat
 
 TIMEOUT = 5.0
 RABBITMQ = ("127.0.0.1", 5672)
@@ -102,7 +103,7 @@ class RawConnection:
     def _fill(self) -> bool:
         try:
             data = self.sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             raise BrokerClosed(("timeout",)) from None
         except (ConnectionResetError, BrokenPipeError):
             data = b""
@@ -280,11 +281,9 @@ class Target:
     def close_all(self) -> None:
         for conn in reversed(self._conns):
             try:
-                if isinstance(conn, RawConnection):
+                if isinstance(conn, RawConnection) or conn.is_open:
                     conn.close()
-                elif conn.is_open:
-                    conn.close()
-            except Exception:  # noqa: BLE001 - best-effort teardown
+            except Exception:  # noqa: BLE001, S110 - best-effort teardown
                 pass
         self._conns.clear()
 
@@ -1095,6 +1094,7 @@ IN_STATE_RUNNING = "CHANNEL_ERROR - unexpected method in connection state runnin
 NON_METHOD = "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
 LOGIN_REFUSED = ("ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
                  "For details see the broker logfile.")
+NO_VHOST = "NOT_ALLOWED - vhost diff-no-such-vhost not found"
 RABBIT_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
@@ -1179,8 +1179,8 @@ CASES: list[Case] = [
           inequivalent("queue", "diff.q.maxlen-type", "x-max-length", "'100000'", "'10'"),
           50, 10)),
     Case("queue_declare_bad_ttl", queue_declare_bad_ttl,
-         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue "
-          "'diff.q.badttl' in vhost '/': {value_negative,-1}", 50, 10)),
+         ("channel", 406, ("PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue "
+                          "'diff.q.badttl' in vhost '/': {value_negative,-1}"), 50, 10)),
     Case("queue_redeclare_same_ok", queue_redeclare_same_ok, ("ok", ("diff.q.same", 0, 0))),
     # exclusive queue used from another connection
     Case("exclusive_other_conn_declare", exclusive_other_conn_declare,
@@ -1212,8 +1212,8 @@ CASES: list[Case] = [
     Case("queue_unbind_missing_binding_ok", queue_unbind_missing_binding_ok,
          ("ok", "Queue.UnbindOk")),
     Case("headers_bind_invalid_x_match", headers_bind_invalid_x_match,
-         ("channel", 406, 'PRECONDITION_FAILED - Invalid x-match field value <<"bogus">>; '
-          "expected all, any, all-with-x, or any-with-x", 50, 20)),
+         ("channel", 406, ('PRECONDITION_FAILED - Invalid x-match field value <<"bogus">>; '
+                          "expected all, any, all-with-x, or any-with-x"), 50, 20)),
     # queue.delete / queue.purge
     Case("queue_delete_if_unused_with_consumer", queue_delete_if_unused_with_consumer,
          ("channel", 406, "PRECONDITION_FAILED - queue 'diff.q.del-unused' in vhost '/' in use",
@@ -1229,8 +1229,8 @@ CASES: list[Case] = [
     Case("publish_immediate", publish_immediate,
          ("connection", 540, "NOT_IMPLEMENTED - immediate=true", 60, 40)),
     Case("publish_internal_exchange", publish_internal_exchange,
-         ("channel", 403, "ACCESS_REFUSED - cannot publish to internal exchange "
-          "'diff.x.internal-pub' in vhost '/'", 60, 40)),
+         ("channel", 403, ("ACCESS_REFUSED - cannot publish to internal exchange "
+                          "'diff.x.internal-pub' in vhost '/'"), 60, 40)),
     Case("publish_mandatory_unroutable_ok", publish_mandatory_unroutable_ok,
          ("ok", ("Basic.Return", 312, "NO_ROUTE", "amq.direct", "diff.nowhere"))),
     # basic.consume / basic.cancel
@@ -1283,10 +1283,10 @@ CASES: list[Case] = [
          ("channel", 403, DEFAULT_X, 40, 30)),
     # connection opening: vhost / credentials
     Case("vhost_missing", vhost_missing,
-         ("connection", 530, "NOT_ALLOWED - vhost diff-no-such-vhost not found", 10, 40)),
+         ("connection", 530, NO_VHOST, 10, 40)),
     Case("vhost_missing_pika", vhost_missing_pika,
-         ("ok", ("ProbableAccessDeniedError", "ConnectionClosedByBroker: (530) "
-                 "'NOT_ALLOWED - vhost diff-no-such-vhost not found'"))),
+         ("ok", ("ProbableAccessDeniedError",
+                 f"ConnectionClosedByBroker: (530) '{NO_VHOST}'"))),
     Case("wrong_password", wrong_password, ("connection", 403, LOGIN_REFUSED, 0, 0)),
     Case("wrong_password_no_capability", wrong_password_no_capability, ("eof",)),
     Case("wrong_password_pika", wrong_password_pika,
@@ -1311,8 +1311,8 @@ CASES: list[Case] = [
     Case("frame_body_without_publish", frame_body_without_publish,
          ("connection", 505, NON_METHOD, 0, 0)),
     Case("frame_method_instead_of_header", frame_method_instead_of_header,
-         ("connection", 505, "UNEXPECTED_FRAME - expected content header for class 60, "
-          "got non content header frame instead", 60, 40)),
+         ("connection", 505, ("UNEXPECTED_FRAME - expected content header for class 60, "
+                             "got non content header frame instead"), 60, 40)),
     # RabbitMQ's reader process crashes on these and drops the socket, no close.
     Case("frame_unknown_method_id", frame_unknown_method_id, ("eof",)),
     Case("frame_unknown_class_id", frame_unknown_class_id, ("eof",)),
@@ -1327,8 +1327,8 @@ CASES: list[Case] = [
     # channel_max caps how many channels are open, not the channel number.
     Case("channel_above_channel_max", channel_above_channel_max, ("ok", None)),
     Case("channel_count_exceeds_channel_max", channel_count_exceeds_channel_max,
-         ("connection", 530, "NOT_ALLOWED - number of channels opened (2) has reached "
-          "the negotiated channel_max (2)", 0, 0)),
+         ("connection", 530, ("NOT_ALLOWED - number of channels opened (2) has reached "
+                             "the negotiated channel_max (2)"), 0, 0)),
     Case("channel_zero_open", channel_zero_open, ("connection", 504, IN_STATE_RUNNING, 20, 10)),
     # RabbitMQ ignores a heartbeat frame on a non-zero channel.
     Case("heartbeat_on_nonzero_channel", heartbeat_on_nonzero_channel, ("ok", None)),
@@ -1401,12 +1401,14 @@ def _main() -> None:
 
 def _method_name(class_id: int, method_id: int) -> str:
     cls = spec.INDEX_MAPPING.get((class_id << 16) | method_id)
-    return cls.name.lower() if cls else f"{class_id}.{method_id}"
+    name = cls.name.lower() if cls else "none"
+    return f"{name} ({class_id},{method_id})"
 
 
 def _section_of(func: Callable) -> str:
     """The ``# -- section`` comment that precedes a case function."""
-    lines = open(__file__).read().splitlines()[: func.__code__.co_firstlineno]
+    with open(__file__) as source:
+        lines = source.read().splitlines()[: func.__code__.co_firstlineno]
     heads = [line[5:].strip(" -") for line in lines if line.startswith("# -- ")]
     return heads[-1] if heads else ""
 
@@ -1450,8 +1452,57 @@ def _markdown(rows) -> str:
             out.append(f"| {name} | ok | - | {_cell(obs[1])} | - |")
         else:
             out.append(f"| {name} | {obs[0]} | - | - | - |")
-    out.append("")
+    out += ["", NOTES]
     return "\n".join(out)
+
+
+NOTES = """## Rules that fall out of the table
+
+* Text format is `<REPLY_NAME> - <detail>`; names (queues, exchanges, the vhost) are in single
+  quotes, `in vhost '/'`.  Exception: `NOT_ALLOWED - vhost <name> not found` (no quotes).
+* Soft errors (channel.close): 403, 404, 405, 406.  Hard errors (connection.close): 501, 503,
+  504, 505, 530, 540; note 503 for an unknown exchange type and 530 for a reused consumer tag.
+* class-id/method-id name the method that failed.  They are 0,0 for frame-level errors (bad
+  frame end, oversize frame, unknown frame type, header/body frame when a method is expected),
+  for the channel_max count error and for a refused login; connection.open (10,40) for an
+  unknown vhost.
+* Inequivalent flags: `received 'true' but current is 'false'`.  Inequivalent x-arguments: both
+  present -> `received '<new>' but current is '<old>'` (no types, even when the wire types
+  differ: 100000 vs 10); one side absent -> `none` and the other side is
+  `the value '<v>' of type '<t>'`, `<t>` being RabbitMQ's field-type name: b=byte, s=short,
+  u=unsignedshort, I=signedint, i=unsignedint, l=long, S=longstr, t=bool (value 'true').
+  Unknown arguments (e.g. `x-foo`) are not compared at all.
+* The 405 RESOURCE_LOCKED text is the same for every operation on another connection's exclusive
+  queue (declare, passive declare, consume, get, bind, purge, delete) and for a same-connection
+  redeclare whose exclusive flag differs; its method ids are those of the operation.
+* ack/nack/reject of an unknown tag, a second ack, an ack after a no_ack get, and ack with
+  multiple=true beyond the last tag: 406 `unknown delivery tag <tag as sent>`.
+* 540 NOT_IMPLEMENTED (hard): `immediate=true`, `prefetch_size!=0 (<n>)`, `requeue=false`
+  (basic.recover), `active=false` (channel.flow).
+* A wrong protocol header (AMQP 0-10, AMQP 1.0, HTTP) gets exactly `AMQP\\x00\\x00\\x09\\x01` back,
+  then the socket is closed.
+* Wrong password: with client capability `authentication_failure_close` -> connection.close 403
+  (0,0) right after start-ok; without it the socket is just closed (eof).
+* Frame errors are 501 with Erlang-formatted detail: `type <T>, first 16 octets = <<...>>:
+  {invalid_frame_end_marker,<octet>}` (Erlang pretty-printing inserts a newline and padding
+  before the octet - the test matches it with a regex), `type 3, all octets = <<>>:
+  {frame_too_large,<payload size>,<frame_max - 8>}`, `type 42, all octets = <<"hello">>:
+  unknown_frame`.
+* A truncated method payload is 501 `FRAME_ERROR - cannot decode <<argument bytes>>` with the
+  method's ids (not 502 or 503).
+* An unknown class/method id or an unknown field-table type crashes RabbitMQ 3.10's reader:
+  the socket is closed with no close method (log: `{unknown_method_id,{60,999}}`).
+* Channel state: a method on a never-opened channel -> 504 `expected 'channel.open'`; a
+  second channel.open -> 504 `second 'channel.open' seen`; channel.open on channel 0 or a
+  connection.tune-ok after open -> 504 `unexpected method in connection state running`; a
+  connection-class method on channel 1 -> 503 `COMMAND_INVALID - unimplemented method`.
+* channel_max limits how many channels are open (530, 0,0), not the channel number: with
+  channel_max=10, channel 11 opens fine.  A heartbeat frame on channel 1 is ignored.
+* Not errors: deleting a missing queue/exchange, unbinding a missing binding, cancelling an
+  unknown consumer tag, passive-declaring amq.direct with another type, basic.recover-async,
+  channel.flow active=true, queue.bind with an empty queue name after a declare on the same
+  channel.  Mandatory publish with no route -> basic.return 312 `NO_ROUTE`.
+"""
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import datetime
 from decimal import Decimal
 
 import pytest
-
 from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
 from leveret.exchanges import HeadersMatcher
 
@@ -80,7 +79,7 @@ def test_match_modes(binding, headers, expected):
         ("1", 1, False),
         (Decimal("1.5"), Decimal("1.5"), True),
         (Decimal("1.0"), Decimal("1.00"), False),  # {Scale, Value} differ
-        (Decimal("1"), 1, False),
+        (Decimal(1), 1, False),
         (datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC), 1577836800, True),
         (1577836800, datetime.datetime(2020, 1, 1), True),  # naive datetime taken as UTC
         ([1, "a"], [1.0, b"a"], True),
@@ -117,9 +116,7 @@ def test_unvalidated_bad_x_match_routes_as_all():
     assert hits({"x-match": "bogus", "a": 1, "b": 2}, {"a": 1, "b": 2}) is True
 
 
-@pytest.mark.parametrize(
-    "value", ["all", "any", "all-with-x", "any-with-x", b"any"]
-)
+@pytest.mark.parametrize("value", ["all", "any", "all-with-x", "any-with-x", b"any"])
 def test_validate_accepts_the_four_modes(value):
     HeadersMatcher.validate_binding("", {"x-match": value, "a": 1})
     HeadersMatcher().validate_binding("", {"a": 1})  # absent is allowed

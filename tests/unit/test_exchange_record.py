@@ -1,8 +1,7 @@
 """The Exchange record and the type registry."""
 
 import pytest
-
-import leveret.exchanges as exchanges
+from leveret import exchanges
 from leveret.exchanges import (
     EXCHANGE_TYPES,
     DirectMatcher,
@@ -27,7 +26,11 @@ def test_defaults_and_matcher_per_type():
     for type_name, cls in EXCHANGE_TYPES.items():
         x = Exchange("x", type_name)
         assert (x.name, x.type, x.durable, x.auto_delete, x.internal) == (
-            "x", type_name, False, False, False
+            "x",
+            type_name,
+            False,
+            False,
+            False,
         )
         assert x.arguments == {} and x.vhost == "/"
         assert type(x.matcher) is cls

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import datetime
 import string
+from collections.abc import Callable
 
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from pamqp import body as pbody
-from pamqp import commands, frame, header, heartbeat
-from pamqp.exceptions import UnmarshalingException
-
 from leveret.amqp import fastpath as fp
+from pamqp import base, commands, frame, header, heartbeat
+from pamqp import body as pbody
+from pamqp.exceptions import UnmarshalingException
 
 Basic = commands.Basic
 
@@ -54,9 +54,7 @@ _timestamps = st.datetimes(
     max_value=datetime.datetime(2100, 1, 1),
 ).map(lambda d: d.replace(microsecond=0, tzinfo=datetime.UTC))
 _nonempty = shortstrs.filter(bool)
-_header_values = st.one_of(
-    st.integers(-(2**31), 2**31 - 1), st.booleans(), st.text(max_size=20)
-)
+_header_values = st.one_of(st.integers(-(2**31), 2**31 - 1), st.booleans(), st.text(max_size=20))
 properties = st.builds(
     Basic.Properties,
     content_type=st.none() | _nonempty,
@@ -86,17 +84,19 @@ def _payload(method: object, channel: int = 1) -> bytes:
     return frame.marshal(method, channel)[7:-1]  # type: ignore[arg-type]
 
 
-def _pamqp_method(payload: bytes) -> object:
+def _pamqp_method(payload: bytes) -> base.Frame:
     """Unmarshal a method payload with pamqp (wrapping it in a frame)."""
     wire = bytes([1, 0, 1]) + len(payload).to_bytes(4, "big") + payload + b"\xce"
-    return frame.unmarshal(wire)[2]
+    method = frame.unmarshal(wire)[2]
+    assert isinstance(method, base.Frame)
+    return method
 
 
 # --- constants --------------------------------------------------------------
 
 
 def test_method_ids_match_pamqp() -> None:
-    pairs = {
+    pairs: dict[int, type[base.Frame]] = {
         fp.BASIC_QOS: Basic.Qos,
         fp.BASIC_QOS_OK: Basic.QosOk,
         fp.BASIC_CONSUME: Basic.Consume,
@@ -167,7 +167,9 @@ def test_encoders_roundtrip_through_pamqp_for_any_exchange_name(
     channel: int, ctag: str, tag: int, redelivered: bool, exchange: str, rkey: str
 ) -> None:
     # pamqp refuses to *marshal* some names the fast path accepts, but unmarshals them.
-    _, ch, deliver = frame.unmarshal(fp.encode_deliver(channel, ctag, tag, redelivered, exchange, rkey))
+    _, ch, deliver = frame.unmarshal(
+        fp.encode_deliver(channel, ctag, tag, redelivered, exchange, rkey)
+    )
     assert ch == channel
     assert isinstance(deliver, Basic.Deliver)
     assert (deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered) == (
@@ -187,9 +189,7 @@ def test_encoders_roundtrip_through_pamqp_for_any_exchange_name(
 
 
 @given(channels, properties, bodies, frame_maxes)
-def test_encode_content(
-    channel: int, props: Basic.Properties, body: bytes, frame_max: int
-) -> None:
+def test_encode_content(channel: int, props: Basic.Properties, body: bytes, frame_max: int) -> None:
     raw = fp.encode_properties(props)
     frames = fp.encode_content(channel, raw, body, frame_max)
     assert all(type(f) is bytes for f in frames)
@@ -210,8 +210,15 @@ def test_encode_content(
 
 
 @given(
-    channels, shortstrs, delivery_tags, st.booleans(), shortstrs, shortstrs,
-    properties, bodies, frame_maxes,
+    channels,
+    shortstrs,
+    delivery_tags,
+    st.booleans(),
+    shortstrs,
+    shortstrs,
+    properties,
+    bodies,
+    frame_maxes,
 )
 def test_encode_deliver_with_content_is_the_concatenation(
     channel: int,
@@ -298,8 +305,12 @@ def test_decode_publish(
     payload = _payload(Basic.Publish(0, exchange, rkey, mandatory, immediate))
     data = memoryview(payload) if as_view else payload
     method = _pamqp_method(payload)
+    assert isinstance(method, Basic.Publish)
     assert fp.decode_publish(data) == (
-        method.exchange, method.routing_key, method.mandatory, method.immediate  # type: ignore[attr-defined]
+        method.exchange,
+        method.routing_key,
+        method.mandatory,
+        method.immediate,
     )
     assert fp.decode_publish(data) == (exchange, rkey, mandatory, immediate)
 
@@ -327,9 +338,7 @@ def test_decode_reject(tag: int, requeue: bool, as_view: bool) -> None:
 def test_decode_content_header(props: Basic.Properties, size: int, as_view: bool) -> None:
     wire = frame.marshal(header.ContentHeader(0, size, props), 1)
     payload = wire[7:-1]
-    class_id, body_size, raw = fp.decode_content_header(
-        memoryview(payload) if as_view else payload
-    )
+    class_id, body_size, raw = fp.decode_content_header(memoryview(payload) if as_view else payload)
     _, _, pamqp_header = frame.unmarshal(wire)
     assert isinstance(pamqp_header, header.ContentHeader)
     assert (class_id, body_size) == (pamqp_header.class_id, pamqp_header.body_size) == (60, size)
@@ -430,12 +439,13 @@ def test_decoders_only_raise_value_error(data: bytes, as_view: bool) -> None:
 @given(mangled_payloads())
 def test_where_fast_decoders_succeed_pamqp_agrees(data: bytes) -> None:
     assume(len(data) >= 4)
-    for decode, cls in [
+    cases: list[tuple[Callable[[bytes], tuple[object, ...]], type[base.Frame]]] = [
         (fp.decode_publish, Basic.Publish),
         (fp.decode_ack, Basic.Ack),
         (fp.decode_nack, Basic.Nack),
         (fp.decode_reject, Basic.Reject),
-    ]:
+    ]
+    for decode, cls in cases:
         try:
             ours = decode(data)
         except ValueError:

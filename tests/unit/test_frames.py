@@ -1,0 +1,148 @@
+"""FrameBuffer: the same frames however the stream is cut; framing errors are 501."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveret.amqp.errors import FRAME_ERROR, ConnectionError_
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    INITIAL_FRAME_MAX,
+    FrameBuffer,
+)
+
+
+def raw_frame(ftype: int, channel: int, payload: bytes, end: int = 0xCE) -> bytes:
+    return struct.pack(">BHI", ftype, channel, len(payload)) + payload + bytes((end,))
+
+
+SAMPLE = [
+    (FRAME_METHOD, 0, b"\x00\x0a\x00\x0b" + b"x" * 20),
+    (FRAME_HEADER, 1, b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\x00\x00"),
+    (FRAME_BODY, 1, b"hello"),
+    (FRAME_BODY, 65535, b""),
+    (FRAME_HEARTBEAT, 0, b""),
+]
+STREAM = b"".join(raw_frame(*f) for f in SAMPLE)
+
+
+def feed_all(fb: FrameBuffer, data: bytes) -> list[tuple[int, int, bytes]]:
+    return list(fb.feed(data))
+
+
+def feed_bytewise(fb: FrameBuffer, data: bytes) -> list[tuple[int, int, bytes]]:
+    frames = []
+    for i in range(len(data)):
+        frames += fb.feed(data[i : i + 1])
+    return frames
+
+
+def test_whole_and_byte_by_byte_agree() -> None:
+    whole = feed_all(FrameBuffer(), STREAM)
+    assert whole == SAMPLE
+    assert feed_bytewise(FrameBuffer(), STREAM) == SAMPLE
+
+
+def test_partial_frame_is_kept_until_complete() -> None:
+    fb = FrameBuffer()
+    first = raw_frame(*SAMPLE[0])
+    assert feed_all(fb, first[:-1]) == []
+    assert len(fb) == len(first) - 1
+    assert feed_all(fb, first[-1:] + b"\x01") == [SAMPLE[0]]
+    assert len(fb) == 1  # the start of the next frame stays buffered
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(st.sampled_from([FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT]),
+                  st.integers(0, 0xFFFF), st.binary(max_size=64)),
+        max_size=8,
+    ),
+    cuts=st.lists(st.integers(0, 2000), max_size=10),
+)
+def test_any_cut_gives_the_same_frames(frames: list[tuple[int, int, bytes]],
+                                       cuts: list[int]) -> None:
+    data = b"".join(raw_frame(*f) for f in frames)
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    fb = FrameBuffer()
+    got = []
+    for a, b in zip(points, points[1:]):
+        got += fb.feed(data[a:b])
+    assert got == frames
+    assert len(fb) == 0
+
+
+def _error(fb: FrameBuffer, data: bytes, bytewise: bool) -> tuple[list, ConnectionError_]:
+    got: list = []
+    with pytest.raises(ConnectionError_) as info:
+        if bytewise:
+            for i in range(len(data)):
+                for f in fb.feed(data[i : i + 1]):
+                    got.append(f)
+        else:
+            for f in fb.feed(data):
+                got.append(f)
+    return got, info.value
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "byte-by-byte"])
+def test_bad_end_octet_is_frame_error(bytewise: bool) -> None:
+    good = raw_frame(FRAME_BODY, 1, b"ok")
+    got, exc = _error(FrameBuffer(), good + raw_frame(FRAME_BODY, 1, b"abc", end=0x00), bytewise)
+    assert exc.code == FRAME_ERROR == 501
+    assert "frame end" in exc.reply_text
+    # The frame before the bad one is still handed over, however the stream was cut.
+    assert got == [(FRAME_BODY, 1, b"ok")]
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "byte-by-byte"])
+def test_unknown_frame_type_is_frame_error(bytewise: bool) -> None:
+    good = raw_frame(FRAME_HEARTBEAT, 0, b"")
+    got, exc = _error(FrameBuffer(), good + raw_frame(9, 0, b"zz"), bytewise)
+    assert exc.code == FRAME_ERROR
+    assert exc.reply_text.startswith("FRAME_ERROR - type 9")
+    assert got == [(FRAME_HEARTBEAT, 0, b"")]
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "byte-by-byte"])
+def test_oversized_frame_is_frame_error_before_its_payload_arrives(bytewise: bool) -> None:
+    fb = FrameBuffer()
+    head = struct.pack(">BHI", FRAME_BODY, 1, INITIAL_FRAME_MAX)  # 8 bytes too many
+    got, exc = _error(fb, head, bytewise)
+    assert exc.code == FRAME_ERROR
+    assert "frame_too_large" in exc.reply_text
+    assert got == []
+
+
+def test_frame_exactly_at_frame_max_is_accepted() -> None:
+    fb = FrameBuffer(frame_max=4096)
+    payload = b"x" * (4096 - 8)
+    assert feed_all(fb, raw_frame(FRAME_BODY, 1, payload)) == [(FRAME_BODY, 1, payload)]
+    with pytest.raises(ConnectionError_):
+        feed_all(fb, raw_frame(FRAME_BODY, 1, payload + b"x"))
+
+
+def test_frame_max_change_applies_to_the_next_frame_in_the_same_chunk() -> None:
+    """The consumer may raise frame_max after one frame (tune-ok); the next frame sees it."""
+    fb = FrameBuffer()
+    big = b"y" * (INITIAL_FRAME_MAX * 2)
+    got = []
+    for f in fb.feed(raw_frame(FRAME_METHOD, 0, b"tune") + raw_frame(FRAME_BODY, 1, big)):
+        got.append(f)
+        fb.frame_max = 131072
+    assert got == [(FRAME_METHOD, 0, b"tune"), (FRAME_BODY, 1, big)]
+
+
+def test_take_returns_the_buffered_prefix() -> None:
+    fb = FrameBuffer()
+    assert feed_all(fb, b"AMQP") == []
+    assert fb.take(4) == b"AMQP"
+    assert len(fb) == 0
