@@ -94,7 +94,7 @@ class Channel:
                 UNEXPECTED_FRAME,
                 f"expected content {'header' if self._expect_header else 'body'} for class 60, "
                 f"got non content {'header' if self._expect_header else 'body'} frame instead",
-                (index >> 16, index & 0xFFFF),
+                (60, 40),  # RabbitMQ names the publish whose content was interrupted
             )
         if index == _PUBLISH:
             try:
@@ -209,11 +209,34 @@ class Channel:
         # Set only at a message boundary: an alarm may stop reading here, never mid-message.
         self.connection.has_published = True
         message = Message(exchange, routing_key, self._props, body)
+        if message.has_user_id:
+            self._check_user_id(message)
         if self.tx is not None:
             self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
             self.tx.append((self.publish, (message, mandatory)))
         else:
             self.publish(message, mandatory)
+
+    def _check_user_id(self, message: Message) -> None:
+        """Validated user-id: a set ``user_id`` must name the authenticated user.
+
+        RabbitMQ (rabbit_channel ``check_user_id_header``) exempts users tagged
+        ``impersonator``; Leveret has no user tags, so nobody is exempt.
+        """
+        try:
+            user_id = message.properties.user_id
+        except ValueError as exc:  # properties are decoded lazily, here
+            from leveret.amqp.errors import FRAME_ERROR
+
+            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
+                                   (60, 40)) from exc
+        user = self.connection.user
+        if user_id is not None and user_id != user:
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"user_id property set to '{user_id}' but authenticated user was '{user}'",
+                (60, 40),
+            )
 
     # -- publish --------------------------------------------------------------
 
@@ -242,7 +265,17 @@ class Channel:
                     f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'",
                     (60, 40),
                 )
-            headers = message.headers if exchange.type == "headers" or exchange.matcher.exchange_bindings else None
+            headers = None
+            # Decoded only when some exchange on the way (e2e, AE) may match on headers.
+            if (exchange.type == "headers" or exchange.matcher.exchange_bindings
+                    or "alternate-exchange" in exchange.arguments):
+                try:
+                    headers = message.headers
+                except ValueError as exc:  # properties are decoded lazily, here
+                    from leveret.amqp.errors import FRAME_ERROR
+
+                    raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
+                                           (60, 40)) from exc
             queues = route(exchange, message.routing_key, headers, vhost.exchanges.get)
         confirms = self.confirms
         if not queues:

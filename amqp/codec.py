@@ -14,7 +14,8 @@ from typing import Any
 from pamqp import base, commands, frame
 from pamqp import exceptions as pamqp_exceptions
 
-from leveret.amqp.errors import COMMAND_INVALID, SYNTAX_ERROR, ConnectionError_
+from leveret.amqp.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
+from leveret.amqp.frames import erlang_binary
 
 _method_id = struct.Struct(">I")
 
@@ -29,21 +30,24 @@ def method_index(payload: bytes) -> int:
 
 
 def decode_method(payload: bytes, index: int) -> Method:
-    """Decode any method with pamqp; malformed arguments are a 502 SYNTAX_ERROR."""
+    """Decode any method with pamqp.
+
+    An unknown class or method is 540 NOT_IMPLEMENTED (RabbitMQ 3.10 crashes
+    the connection without a close method there; we answer properly); a
+    method whose arguments do not decode is 501 FRAME_ERROR "cannot decode",
+    with RabbitMQ's rendering of the argument bytes.
+    """
+    ids = (index >> 16, index & 0xFFFF)
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
-        raise ConnectionError_(
-            COMMAND_INVALID,
-            f"unknown method: class {index >> 16}, method {index & 0xFFFF}",
-            (index >> 16, index & 0xFFFF),
-        )
+        raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)
     method = cls()
     try:
         method.unmarshal(payload[4:])
-    except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError,
+    except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError, KeyError,
             pamqp_exceptions.PAMQPException) as exc:
         raise ConnectionError_(
-            SYNTAX_ERROR, f"cannot decode {cls.name}: {exc}", (index >> 16, index & 0xFFFF)
+            FRAME_ERROR, f"cannot decode {erlang_binary(payload[4:])}", ids
         ) from exc
     return method
 

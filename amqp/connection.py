@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 HEADER, START, TUNE, OPEN, RUNNING, CLOSING, CLOSED = range(7)
+# RabbitMQ's names for the states, used in its error texts.
+STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -79,6 +81,19 @@ _CHANNEL_FLOW = commands.Channel.Flow.index
 _CHANNEL_FLOW_OK = commands.Channel.FlowOk.index
 _CONNECTION_CLOSE = commands.Connection.Close.index
 _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
+
+
+def _check_negotiated(field: str, value: int, minimum: int, maximum: int) -> None:
+    """A tune-ok value must lie in [minimum, maximum]; 0 is "no limit". RabbitMQ's texts."""
+    if value and value < minimum:
+        raise ConnectionError_(
+            NOT_ALLOWED, f"negotiated {field} = {value} is lower than the minimum allowed "
+            f"value ({minimum})", (10, 30))
+    if maximum and (value == 0 or value > maximum):
+        detail = " (no limit)" if value == 0 and field == "channel_max" else ""
+        raise ConnectionError_(
+            NOT_ALLOWED, f"negotiated {field} = {value}{detail} is higher than the maximum "
+            f"allowed value ({maximum})", (10, 30))
 
 
 class Connection:
@@ -215,9 +230,7 @@ class Connection:
                     if ftype == FRAME_METHOD:
                         self._on_method(channel, payload)
                     elif ftype == FRAME_HEARTBEAT:
-                        if channel != 0:
-                            raise ConnectionError_(
-                                FRAME_ERROR, f"heartbeat frame on non-zero channel {channel}")
+                        pass  # on any channel: RabbitMQ ignores the channel number here
                     else:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
@@ -262,8 +275,8 @@ class Connection:
             return
         if number == 0:
             if index >> 16 != 10:
-                raise ConnectionError_(COMMAND_INVALID,
-                                       f"method class {index >> 16} on channel 0",
+                raise ConnectionError_(CHANNEL_ERROR,
+                                       f"unexpected method in connection state {STATE_NAMES[state]}",
                                        (index >> 16, index & 0xFFFF))
             self._connection_method(decode_method(payload, index), index)
             return
@@ -280,22 +293,22 @@ class Connection:
         if index == _CHANNEL_OPEN:
             if channel is not None:
                 raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
-            if number > self.channel_max:
+            # channel_max bounds how many channels are open, not their numbers (as RabbitMQ).
+            if self.channel_max and len(self.channels) >= self.channel_max:
                 raise ConnectionError_(
-                    CHANNEL_ERROR, f"channel number {number} exceeds channel_max {self.channel_max}",
-                    (20, 10))
+                    NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
+                    f"the negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
             self.write(encode_method(number, commands.Channel.OpenOk()))
             return
         if channel is None:
-            raise ConnectionError_(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}",
+            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'",
                                    (index >> 16, index & 0xFFFF))
         if index >> 16 == 20:
             self._channel_method(channel, decode_method(payload, index), index)
             return
         if index >> 16 == 10:
-            raise ConnectionError_(COMMAND_INVALID,
-                                   f"connection method on channel {number}",
+            raise ConnectionError_(COMMAND_INVALID, "unimplemented method",
                                    (index >> 16, index & 0xFFFF))
         try:
             channel.handle_method(payload, index)
@@ -360,10 +373,14 @@ class Connection:
             user = auth.authenticate(method.mechanism, method.response, self.broker.users,
                                      self.peer, self.config)
             if user is None:
+                if not self.client_capability("authentication_failure_close"):
+                    # Clients that cannot handle the close method just see the socket close.
+                    self._closed()
+                    return
                 raise ConnectionError_(
                     ACCESS_REFUSED,
                     f"Login was refused using authentication mechanism {method.mechanism}. "
-                    "For details see the broker logfile.", (10, 11))
+                    "For details see the broker logfile.")
             self.user = user
             self.state = TUNE
             self.write(encode_method(0, commands.Connection.Tune(
@@ -388,21 +405,18 @@ class Connection:
         if state == RUNNING and isinstance(method, commands.Connection.UpdateSecret):
             self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
             return
-        raise ConnectionError_(COMMAND_INVALID, f"unexpected {method.name.lower()}",
+        raise ConnectionError_(CHANNEL_ERROR,
+                               f"unexpected method in connection state {STATE_NAMES[state]}",
                                (index >> 16, index & 0xFFFF))
 
     def _tune(self, m: commands.Connection.TuneOk) -> None:
-        server_max = self.config.frame_max
-        frame_max = m.frame_max or server_max
-        if frame_max > server_max:
-            raise ConnectionError_(NOT_ALLOWED, f"frame_max={frame_max} > {server_max} max size",
-                                   (10, 31))
-        if frame_max < 4096:
-            raise ConnectionError_(NOT_ALLOWED, f"frame_max={frame_max} < 4096 min size", (10, 31))
-        self.frame_max = frame_max
-        self._frames.frame_max = frame_max
-        channel_max = m.channel_max or self.config.channel_max
-        self.channel_max = min(channel_max, self.config.channel_max)
+        # As rabbit_reader's validate_negotiated_integer_value: 0 means "no limit",
+        # which is above any limit we proposed, so it is refused like a larger value.
+        _check_negotiated("frame_max", m.frame_max, 4096, self.config.frame_max)
+        _check_negotiated("channel_max", m.channel_max, 0, self.config.channel_max)
+        self.frame_max = m.frame_max
+        self._frames.frame_max = m.frame_max
+        self.channel_max = m.channel_max
         self.heartbeat = m.heartbeat
 
     # -- errors and closing ------------------------------------------------------
@@ -443,6 +457,9 @@ class Connection:
         self.flow_queues.clear()
         channels = list(self.channels.values())
         self.channels.clear()
+        # Nothing more goes out: a channel's requeued messages must not be handed to a
+        # consumer on one of our channels not yet released (a deliver after close).
+        self.writable = False
         for channel in channels:
             channel.release()
         queues, self.exclusive_queues = self.exclusive_queues, []

@@ -29,6 +29,14 @@ INITIAL_FRAME_MAX = 8192
 _frame_head = struct.Struct(">BHI")
 
 
+def erlang_binary(data: bytes | bytearray) -> str:
+    """Bytes as RabbitMQ (Erlang's ``~p``) prints them in error texts: ``<<"abc">>`` or ``<<0,40>>``."""
+    if data and all(32 <= b < 127 for b in data):
+        text = bytes(data).decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(b) for b in data) + ">>"
+
+
 class FrameBuffer:
     """Accumulates bytes and yields complete frames; ``frame_max`` bounds their size."""
 
@@ -65,26 +73,30 @@ class FrameBuffer:
             while len(buf) - pos >= FRAME_HEADER_SIZE:
                 ftype, channel, size = _frame_head.unpack_from(buf, pos)
                 limit = self.frame_max
-                if ftype not in FRAME_TYPES:
-                    raise ConnectionError_(
-                        FRAME_ERROR,
-                        f"type {ftype}, first 16 octets = {bytes(buf[pos:pos + 16])!r}: "
-                        "unknown frame type",
-                    )
                 if limit and size + FRAME_HEADER_SIZE + 1 > limit:
                     raise ConnectionError_(
                         FRAME_ERROR,
-                        f"type {ftype}, all octets = <<>>: frame_too_large, "
-                        f"{size} > {limit - FRAME_HEADER_SIZE - 1}",
+                        f"type {ftype}, all octets = <<>>: "
+                        f"{{frame_too_large,{size},{limit - FRAME_HEADER_SIZE - 1}}}",
                     )
                 stop = pos + FRAME_HEADER_SIZE + size
                 if stop >= len(buf):
                     break
                 if buf[stop] != FRAME_END:
                     raise ConnectionError_(
-                        FRAME_ERROR, f"type {ftype}, invalid frame end octet {buf[stop]:#04x}"
+                        FRAME_ERROR,
+                        f"type {ftype}, first 16 octets = "
+                        f"{erlang_binary(buf[pos + FRAME_HEADER_SIZE:min(stop, pos + FRAME_HEADER_SIZE + 16)])}"
+                        f": {{invalid_frame_end_marker,{buf[stop]}}}",
                     )
                 frame = (ftype, channel, bytes(buf[pos + FRAME_HEADER_SIZE : stop]))
+                if ftype not in FRAME_TYPES:
+                    # Checked on the whole frame, as RabbitMQ: the text does not depend
+                    # on how much of the stream had arrived.
+                    raise ConnectionError_(
+                        FRAME_ERROR,
+                        f"type {ftype}, all octets = {erlang_binary(frame[2])}: unknown_frame",
+                    )
                 pos = stop + 1
                 yield frame
         finally:

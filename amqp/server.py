@@ -42,6 +42,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn: Connection | None = None
         self._flush_pending = False
         self._timer: asyncio.TimerHandle | None = None
+        self._beating = False  # heartbeat timer running (replaces the handshake timer)
         self.closed = loop.create_future()
 
     def connection_made(self, transport: Any) -> None:
@@ -108,7 +109,10 @@ class AMQPProtocol(asyncio.Protocol):
             transport.writelines(out)
         if conn.want_close:
             transport.close()
-        elif self._timer is None and conn.state == RUNNING and conn.heartbeat:
+        elif conn.state == RUNNING and conn.heartbeat and not self._beating:
+            # The handshake just finished: its timer gives way to heartbeats at once.
+            if self._timer is not None:
+                self._timer.cancel()
             self._start_heartbeats()
 
     def pause_writing(self) -> None:
@@ -146,6 +150,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _start_heartbeats(self) -> None:
         assert self.conn is not None
+        self._beating = True
         self._timer = self.loop.call_later(max(self.conn.heartbeat / 2, 0.5), self._heartbeat)
 
     def _heartbeat(self) -> None:

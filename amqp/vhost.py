@@ -105,13 +105,11 @@ class VirtualHost:
         )
 
     def delete_exchange(self, exchange: Exchange, if_unused: bool = False) -> None:
-        if if_unused and (len(exchange.matcher) or self._is_destination(exchange)):
+        # "Unused" means no bindings with it as the *source* (rabbit_binding
+        # has_for_source): being the destination of an E2E binding does not count.
+        if if_unused and len(exchange.matcher):
             raise ChannelError(PRECONDITION_FAILED, f"{self.describe_exchange(exchange.name)} in use")
         self._remove_exchange(exchange)
-
-    def _is_destination(self, exchange: Exchange) -> bool:
-        return any(exchange is dest for ex in self.exchanges.values()
-                   for dest, _, _ in ex.matcher.bindings())
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         if self.exchanges.get(exchange.name) is not exchange:
@@ -211,7 +209,13 @@ def amqp_type_name(value: object) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "long" if not -(2**31) <= value < 2**31 else "signedint"
+        # Clients (pika, pamqp) encode an int in the smallest type that holds it; the
+        # decoded value no longer says which, so infer it the same way.
+        if -(2**7) <= value < 2**7:
+            return "byte"
+        if -(2**15) <= value < 2**15:
+            return "short"
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
     if isinstance(value, float):
         return "double"
     if isinstance(value, (str, bytes)):

@@ -21,6 +21,7 @@ FLAG_PRIORITY = 1 << 11
 FLAG_CORRELATION_ID = 1 << 10
 FLAG_REPLY_TO = 1 << 9
 FLAG_EXPIRATION = 1 << 8
+FLAG_USER_ID = 1 << 4
 
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
@@ -48,9 +49,13 @@ class Message:
 
     @property
     def properties(self) -> Any:
-        """The full pamqp ``Basic.Properties`` (slow path; cached)."""
+        """The full pamqp ``Basic.Properties`` (slow path; cached).
+
+        Raises ``ValueError`` for a malformed property list: it is only decoded
+        here, lazily, so the caller maps that to a protocol error.
+        """
         if self._props is None:
-            from leveret.amqp.codec import decode_properties
+            from leveret.amqp.fastpath import decode_properties
 
             self._props = decode_properties(self.raw_properties)
         return self._props
@@ -72,6 +77,12 @@ class Message:
     @property
     def priority(self) -> int:
         return self._peek()[2]
+
+    @property
+    def has_user_id(self) -> bool:
+        """The user-id flag is set (checked on every publish, so no decoding)."""
+        raw = self.raw_properties
+        return len(raw) >= 2 and bool(_u16.unpack_from(raw, 0)[0] & FLAG_USER_ID)
 
     @property
     def headers(self) -> dict[str, Any] | None:

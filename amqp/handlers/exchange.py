@@ -39,8 +39,11 @@ def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
 def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
     vhost = ch.vhost
     name = m.exchange
-    if name == "" or name.startswith(RESERVED_PREFIX):
-        raise ChannelError(ACCESS_REFUSED, f"operation not permitted on {vhost.describe_exchange(name)}")
+    if name == "":
+        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+    if name.startswith(RESERVED_PREFIX):
+        raise ChannelError(ACCESS_REFUSED,
+                           f"deletion of system exchange '{name}' in vhost '{vhost.name}' not allowed")
     exchange = vhost.exchanges.get(name)
     if exchange is not None:
         vhost.delete_exchange(exchange, m.if_unused)

@@ -16,6 +16,7 @@ from leveret.amqp.errors import (
     ChannelError,
 )
 from leveret.amqp.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
+from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -42,12 +43,13 @@ def check_exclusive(ch: Channel, queue: Queue) -> None:
     """Only the declaring connection may use an exclusive queue (405 for the others)."""
     owner = queue.exclusive_owner
     if owner is not None and owner is not ch.connection:
-        raise ChannelError(
-            RESOURCE_LOCKED,
-            f"cannot obtain exclusive access to locked {ch.vhost.describe_queue(queue.name)}. "
+        raise ChannelError(RESOURCE_LOCKED, locked_text(ch, queue))
+
+
+def locked_text(ch: Channel, queue: Queue) -> str:
+    return (f"cannot obtain exclusive access to locked {ch.vhost.describe_queue(queue.name)}. "
             "It could be originally declared on another connection or the exclusive "
-            "property value does not match that of the original declaration.",
-        )
+            "property value does not match that of the original declaration.")
 
 
 def lookup(ch: Channel, name: str) -> Queue:
@@ -71,6 +73,7 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
             raise ChannelError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(m.arguments or {})
+        validate_queue_arguments(arguments, vhost.describe_queue(name))
         queue = vhost.queues.get(name)
         if queue is not None:
             check_exclusive(ch, queue)
@@ -93,10 +96,11 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
 def _check_equivalent(ch: Channel, queue: Queue, m: commands.Queue.Declare,
                       arguments: dict) -> None:
     what = ch.vhost.describe_queue(queue.name)
+    if m.exclusive != queue.exclusive:
+        raise ChannelError(RESOURCE_LOCKED, locked_text(ch, queue))
     durable = m.durable and not m.exclusive
     for arg, received, current in (
         ("durable", durable, queue.durable),
-        ("exclusive", m.exclusive, queue.exclusive),
         ("auto_delete", m.auto_delete, queue.auto_delete),
     ):
         if received != current:

@@ -512,7 +512,7 @@ def queue_redeclare_other_max_length(t: Target):
 
 
 def queue_redeclare_max_length_long(t: Target):
-    """Same value, different wire types (short vs long) is still equivalent?"""
+    """Values of different wire types (byte 10, signedint 100000): no types in text."""
     _redeclare_queue(t, "diff.q.maxlen-type", {"arguments": {"x-max-length": 10}},
                      {"arguments": {"x-max-length": 100000}})
 
@@ -1081,6 +1081,9 @@ class Case:
     id: str
     run: Callable[[Target], Any]
     expected: tuple
+    # Where RabbitMQ 3.10 misbehaves (its connection process crashes and the socket just
+    # closes), Leveret deliberately answers with a proper connection.close instead.
+    leveret: tuple | None = None
 
 
 # Texts that recur.  All literals, copied from RabbitMQ 3.10.8's replies.
@@ -1314,11 +1317,14 @@ CASES: list[Case] = [
          ("connection", 505, ("UNEXPECTED_FRAME - expected content header for class 60, "
                              "got non content header frame instead"), 60, 40)),
     # RabbitMQ's reader process crashes on these and drops the socket, no close.
-    Case("frame_unknown_method_id", frame_unknown_method_id, ("eof",)),
-    Case("frame_unknown_class_id", frame_unknown_class_id, ("eof",)),
+    Case("frame_unknown_method_id", frame_unknown_method_id, ("eof",),
+         leveret=("connection", 540, "NOT_IMPLEMENTED - unknown method 60.999", 60, 999)),
+    Case("frame_unknown_class_id", frame_unknown_class_id, ("eof",),
+         leveret=("connection", 540, "NOT_IMPLEMENTED - unknown method 99.10", 99, 10)),
     Case("frame_truncated_method", frame_truncated_method,
          ("connection", 501, "FRAME_ERROR - cannot decode <<0,0,16,100,105,102>>", 50, 10)),
-    Case("frame_garbled_table", frame_garbled_table, ("eof",)),
+    Case("frame_garbled_table", frame_garbled_table, ("eof",),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 50, 10)),
     Case("frame_unknown_frame_type", frame_unknown_frame_type,
          ("connection", 501,
           'FRAME_ERROR - type 42, all octets = <<"hello">>: unknown_frame', 0, 0)),
@@ -1368,8 +1374,9 @@ def target(request) -> Target:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_error_reply_matches_rabbitmq(target: Target, case: Case) -> None:
     observed = observe(case.run, target)
-    assert matches(case.expected, observed), (
-        f"{case.id} on {target.name}:\n  expected {case.expected!r}\n  observed {observed!r}")
+    expected = case.leveret if target.name == "leveret" and case.leveret else case.expected
+    assert matches(expected, observed), (
+        f"{case.id} on {target.name}:\n  expected {expected!r}\n  observed {observed!r}")
 
 
 # ---------------------------------------------------------------------------

@@ -237,6 +237,71 @@ def test_per_consumer_and_global_prefetch_together(amqp, helpers, qname):
     assert len(full) - 1 <= 2 and len(other) <= 2
 
 
+def test_global_prefetch_applies_to_existing_consumers(amqp, helpers, qname):
+    conn = amqp.connect()
+    ch = conn.channel()
+    ch.queue_declare(qname, exclusive=True)
+    c = Collector()
+    ch.basic_consume(qname, c)
+    ch.basic_qos(prefetch_count=2, global_qos=True)
+    fill(ch, qname, 5)
+    assert helpers.poll(conn, lambda: len(c) == 2)
+    helpers.settle(conn, 0.05)
+    assert len(c) == 2
+    assert helpers.ready_count(ch, qname) == 3
+
+
+def test_no_ack_consumers_ignore_prefetch(amqp, helpers, qname):
+    conn = amqp.connect()
+    ch = conn.channel()
+    ch.queue_declare(qname, exclusive=True)
+    ch.basic_qos(prefetch_count=1)
+    ch.basic_qos(prefetch_count=1, global_qos=True)
+    c = Collector()
+    ch.basic_consume(qname, c, auto_ack=True)
+    fill(ch, qname, 5)
+    assert helpers.poll(conn, lambda: len(c) == 5)
+    assert helpers.ready_count(ch, qname) == 0
+
+
+def test_changing_prefetch_keeps_existing_consumers_limit(amqp, helpers, qname):
+    conn = amqp.connect()
+    ch = conn.channel()
+    ch.queue_declare(qname, exclusive=True)
+    ch.basic_qos(prefetch_count=3)
+    c = Collector()
+    ch.basic_consume(qname, c)
+    fill(ch, qname, 10)
+    assert helpers.poll(conn, lambda: len(c) == 3)
+    ch.basic_qos(prefetch_count=1)  # only for consumers created from now on
+    ch.basic_ack(c.tags[0])
+    assert helpers.poll(conn, lambda: len(c) == 4)
+    helpers.settle(conn, 0.05)
+    assert len(c) == 4
+
+
+def test_requeued_message_goes_to_a_consumer_with_room(amqp, helpers, qname):
+    conn = amqp.connect()
+    ch_a, ch_b = conn.channel(), conn.channel()
+    ch_a.queue_declare(qname, exclusive=True)
+    ch_a.basic_qos(prefetch_count=1)
+    ch_b.basic_qos(prefetch_count=1)
+    a, b = Collector(), Collector()
+    ch_a.basic_consume(qname, a)
+    fill(ch_a, qname, 1)
+    assert helpers.poll(conn, lambda: len(a) == 1)
+    ch_b.basic_consume(qname, b)
+    ch_a.basic_qos(prefetch_count=0, global_qos=True)  # sync point: b is registered
+    fill(ch_a, qname, 1, prefix="n")
+    assert helpers.poll(conn, lambda: len(b) == 1)
+    assert b.bodies == [b"n0"]
+    ch_b.basic_ack(b.tags[0])  # b has room again; a is still full
+    ch_a.basic_nack(a.tags[0], requeue=True)  # frees a too: either may take it
+    assert helpers.poll(conn, lambda: len(a) + len(b) == 3)
+    redelivery = (a.got[1:] + b.got[1:])[0]
+    assert (redelivery[2], redelivery[0].redelivered) == (b"m0", True)
+
+
 def test_qos_prefetch_size_is_not_implemented(amqp):
     conn = amqp.connect()
     ch = conn.channel()
@@ -391,6 +456,30 @@ def test_unacked_requeued_when_connection_closes(amqp, helpers, qname):
     watcher.queue_delete(qname)
 
 
+def test_unacked_requeued_when_broker_closes_the_channel(amqp, helpers, qname):
+    conn = amqp.connect()
+    ch = conn.channel()
+    ch.queue_declare(qname, exclusive=True)
+    sent = fill(ch, qname, 3)
+    c = Collector()
+    ch.basic_consume(qname, c)
+    assert helpers.poll(conn, lambda: len(c) == 3)
+    ch.basic_ack(99)  # a channel error: the broker closes the channel
+    assert expect_channel_error(ch).reply_code == 406
+    assert helpers.get_all(conn.channel(), qname) == sent
+
+
+def test_ack_after_the_queue_was_deleted_is_fine(amqp, qname):
+    ch = amqp.channel()
+    ch.queue_declare(qname, exclusive=True)
+    fill(ch, qname, 1)
+    method, _, _ = ch.basic_get(qname)
+    ch.queue_delete(qname)
+    ch.basic_ack(method.delivery_tag)
+    ch.basic_qos(prefetch_count=0)  # no channel error
+    assert ch.is_open
+
+
 def test_recover_requeue_redelivers_to_the_consumer(amqp, helpers, qname):
     conn = amqp.connect()
     ch = conn.channel()
@@ -476,7 +565,7 @@ def test_large_bodies_are_split_and_reassembled(amqp, helpers, qname, frame_max)
     # Half through basic.get, half through a consumer: both split by frame_max.
     got = []
     for _ in range(3):
-        method, props, body = ch.basic_get(qname, auto_ack=True)
+        _method, props, body = ch.basic_get(qname, auto_ack=True)
         got.append((props.message_id, body))
     c = Collector()
     ch.basic_consume(qname, c, auto_ack=True)
@@ -488,10 +577,10 @@ def test_large_bodies_are_split_and_reassembled(amqp, helpers, qname, frame_max)
         assert body == sent
 
 
-ALL_PROPERTIES = dict(
-    content_type="application/json",
-    content_encoding="gzip",
-    headers={
+ALL_PROPERTIES = {
+    "content_type": "application/json",
+    "content_encoding": "gzip",
+    "headers": {
         "str": "text ✓",
         "int": 7,
         "negative": -123456,
@@ -500,24 +589,24 @@ ALL_PROPERTIES = dict(
         "true": True,
         "false": False,
         "none": None,
-        "when": datetime.datetime(2024, 5, 17, 12, 30, 45),
+        "when": datetime.datetime(2024, 5, 17, 12, 30, 45, tzinfo=datetime.UTC),
         "table": {"nested": {"deeper": "yes"}, "n": 1},
         "list": ["a", 1, ["b"], {"k": "v"}],
         "bytes": b"\x00\x01\xff",
         "empty": "",
     },
-    delivery_mode=2,
-    priority=5,
-    correlation_id="corr-1",
-    reply_to="reply.queue",
-    expiration="60000",
-    message_id="msg-1",
-    timestamp=1700000000,
-    type="order.created",
-    user_id="guest",
-    app_id="leveret-tests",
-    cluster_id="cluster-x",
-)
+    "delivery_mode": 2,
+    "priority": 5,
+    "correlation_id": "corr-1",
+    "reply_to": "reply.queue",
+    "expiration": "60000",
+    "message_id": "msg-1",
+    "timestamp": 1700000000,
+    "type": "order.created",
+    "user_id": "guest",
+    "app_id": "leveret-tests",
+    "cluster_id": "cluster-x",
+}
 
 
 def props_dict(props: pika.BasicProperties) -> dict:
@@ -561,8 +650,8 @@ def test_user_id_must_match_the_connection_user(amqp, qname):
     ch.basic_publish("", qname, b"x", pika.BasicProperties(user_id="mallory"))
     err = expect_channel_error(ch)
     assert (err.reply_code, err.reply_text) == (
-        406, "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user "
-             "was 'guest'")
+        406, ("PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated "
+              "user was 'guest'"))
 
 
 # -- SelectConnection: consume with manual acks and a prefetch window --------------------

@@ -402,3 +402,31 @@ def test_auto_delete_exchange_as_e2e_source_and_destination(amqp, qname):
         ch.exchange_declare(mid, passive=True)
     ch = amqp.channel()
     ch.exchange_delete(up)
+
+
+def test_delete_if_unused_counts_only_source_bindings(amqp, helpers, qname):
+    """Being the destination of an E2E binding does not make an exchange "in use"."""
+    ch = amqp.channel()
+    src, dst = qname + "-src", qname + "-dst"
+    ch.exchange_declare(src, "fanout")
+    ch.exchange_declare(dst, "fanout")
+    ch.exchange_bind(dst, src)
+    ch.exchange_delete(dst, if_unused=True)
+    with pytest.raises(ChannelClosedByBroker):
+        ch.exchange_declare(dst, passive=True)
+    ch = amqp.channel()
+    ch.exchange_delete(src, if_unused=True)  # its only binding went with dst
+    with pytest.raises(ChannelClosedByBroker):
+        ch.exchange_declare(src, passive=True)
+
+
+def test_auto_delete_source_goes_when_its_e2e_destination_is_deleted(amqp, qname):
+    ch = amqp.channel()
+    src, dst = qname + "-src", qname + "-dst"
+    ch.exchange_declare(src, "fanout", auto_delete=True)
+    ch.exchange_declare(dst, "fanout")
+    ch.exchange_bind(dst, src)
+    ch.exchange_delete(dst)
+    with pytest.raises(ChannelClosedByBroker) as err:
+        ch.exchange_declare(src, passive=True)
+    assert err.value.reply_code == 404

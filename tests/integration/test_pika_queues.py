@@ -162,25 +162,23 @@ def test_redeclare_with_different_properties_is_406(amqp, qname):
     # Same properties, and arguments RabbitMQ does not compare, are fine.
     ch.queue_declare(qname, auto_delete=True,
                      arguments={"x-message-ttl": 60000, "x-whatever": 1})
+    where = f"for queue '{qname}' in vhost '/'"
     cases = [
-        (dict(durable=True, auto_delete=True, arguments={"x-message-ttl": 60000}),
-         f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{qname}' in vhost '/': "
-         "received 'true' but current is 'false'"),
-        (dict(auto_delete=False, arguments={"x-message-ttl": 60000}),
-         f"PRECONDITION_FAILED - inequivalent arg 'auto_delete' for queue '{qname}' in "
-         "vhost '/': received 'false' but current is 'true'"),
-        (dict(auto_delete=True, arguments={"x-message-ttl": 1000}),
-         f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{qname}' in "
-         "vhost '/': received '1000' but current is '60000'"),
-        (dict(auto_delete=True),
-         f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{qname}' in "
-         "vhost '/': received none but current is the value '60000' of type 'signedint'"),
+        ({"durable": True, "auto_delete": True, "arguments": {"x-message-ttl": 60000}},
+         f"inequivalent arg 'durable' {where}: received 'true' but current is 'false'"),
+        ({"auto_delete": False, "arguments": {"x-message-ttl": 60000}},
+         f"inequivalent arg 'auto_delete' {where}: received 'false' but current is 'true'"),
+        ({"auto_delete": True, "arguments": {"x-message-ttl": 1000}},
+         f"inequivalent arg 'x-message-ttl' {where}: received '1000' but current is '60000'"),
+        ({"auto_delete": True},
+         (f"inequivalent arg 'x-message-ttl' {where}: received none but current is the value "
+          "'60000' of type 'signedint'")),
     ]
     for kwargs, text in cases:
         ch = amqp.channel()
         with pytest.raises(ChannelClosedByBroker) as err:
             ch.queue_declare(qname, **kwargs)
-        assert (err.value.reply_code, err.value.reply_text) == (406, text)
+        assert (err.value.reply_code, err.value.reply_text) == (406, "PRECONDITION_FAILED - " + text)
     ch = amqp.channel()
     ch.queue_delete(qname)
 

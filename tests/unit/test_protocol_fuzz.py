@@ -180,7 +180,7 @@ def _set(frame: bytearray, at: int, value: bytes) -> bytearray:
 
 
 MUTATIONS = ["flip", "truncate", "insert", "size", "channel", "method", "class", "drop",
-             "duplicate", "swap", "type", "body_size"]
+             "duplicate", "swap", "type", "body_size", "props"]
 
 
 @st.composite
@@ -192,12 +192,13 @@ def mutated_scripts(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         kind = draw(st.sampled_from(MUTATIONS))
         i = draw(st.integers(0, len(frames) - 1))
         f = frames[i]
+        ftype = f[0] if f else -1
         if kind == "flip":
             at = draw(st.integers(7, max(7, len(f) - 2)))
             if at < len(f) - 1:
                 f[at] ^= draw(st.integers(1, 255))
         elif kind == "truncate":
-            frames[i] = f[: draw(st.integers(0, len(f) - 1))]
+            frames[i] = f[: draw(st.integers(0, max(0, len(f) - 1)))]
             well_framed = False
         elif kind == "insert":
             at = draw(st.integers(0, len(f)))
@@ -208,9 +209,9 @@ def mutated_scripts(draw: st.DrawFn) -> tuple[list[bytes], bool]:
             well_framed = False
         elif kind == "channel":
             _set(f, 1, draw(st.sampled_from([0, 1, 2, 3, 2047, 2048, 65535])).to_bytes(2, "big"))
-        elif kind == "method" and f[0] == 1:
+        elif kind == "method" and ftype == 1:
             _set(f, 9, draw(st.integers(0, 130)).to_bytes(2, "big"))
-        elif kind == "class" and f[0] == 1:
+        elif kind == "class" and ftype == 1:
             _set(f, 7, draw(st.sampled_from([0, 10, 20, 40, 50, 60, 85, 90, 99])).to_bytes(2, "big"))
         elif kind == "drop":
             del frames[i]
@@ -221,9 +222,13 @@ def mutated_scripts(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         elif kind == "swap":
             j = draw(st.integers(0, len(frames) - 1))
             frames[i], frames[j] = frames[j], frames[i]
-        elif kind == "type":
+        elif kind == "type" and f:
             f[0] = draw(st.sampled_from([1, 2, 3, 8]))
-        elif kind == "body_size" and f[0] == 2 and len(f) >= 20:
+        elif kind == "props" and ftype == 2 and len(f) >= 22:
+            # a byte of the property flags or list of a content header
+            at = draw(st.integers(19, len(f) - 2))
+            f[at] ^= draw(st.integers(1, 255))
+        elif kind == "body_size" and ftype == 2 and len(f) >= 20:
             _set(f, 11, draw(st.integers(0, 2**64 - 1)).to_bytes(8, "big"))
     return [bytes(f) for f in frames], well_framed
 

@@ -1,0 +1,106 @@
+"""Validation of queue.declare arguments, as RabbitMQ's declare-time checks.
+
+A declarative table: argument name -> check returning None or RabbitMQ's
+error term (printed the way Erlang prints it, e.g. ``{value_negative,-1}``),
+which becomes 406 ``invalid arg 'x-…' for queue 'q' in vhost '/': <term>``.
+Unknown arguments are accepted and ignored, as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.amqp.vhost import amqp_type_name
+
+MAX_EXPIRY = 2**32 - 1  # ms; RabbitMQ's largest timer value
+MAX_PRIORITY = 255
+OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
+QUEUE_MODES = ("default", "lazy")
+
+Check = Callable[[Any], str | None]
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+    return None
+
+
+def _non_negative(value: Any) -> str | None:
+    error = _int(value)
+    if error is None and value < 0:
+        return f"{{value_negative,{value}}}"
+    return error
+
+
+def _expiry(value: Any) -> str | None:
+    error = _non_negative(value)
+    if error is None and value > MAX_EXPIRY:
+        return f"{{value_too_large,{value}}}"
+    return error
+
+
+def _expires(value: Any) -> str | None:
+    error = _int(value)
+    if error is None and value == 0:
+        return "{value_zero,0}"
+    return error or _expiry(value)
+
+
+def _max_priority(value: Any) -> str | None:
+    error = _non_negative(value)
+    if error is None and value > MAX_PRIORITY:
+        return f"{{max_value_exceeded,{value}}}"
+    return error
+
+
+def _longstr(value: Any) -> str | None:
+    return None if _text(value) is not None else f"{{unacceptable_type,{amqp_type_name(value)}}}"
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{{unacceptable_type,{amqp_type_name(value)}}}"
+
+
+def _one_of(values: tuple[str, ...], error: str) -> Check:
+    def check(value: Any) -> str | None:
+        text = _text(value)
+        if text is None:
+            return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+        return None if text in values else error
+
+    return check
+
+
+CHECKS: dict[str, Check] = {
+    "x-expires": _expires,
+    "x-message-ttl": _expiry,
+    "x-dead-letter-exchange": _longstr,
+    "x-dead-letter-routing-key": _longstr,
+    "x-max-length": _non_negative,
+    "x-max-length-bytes": _non_negative,
+    "x-max-priority": _max_priority,
+    "x-overflow": _one_of(OVERFLOW_VALUES, "invalid_overflow"),
+    "x-queue-mode": _one_of(QUEUE_MODES, "invalid_queue_mode"),
+    "x-single-active-consumer": _bool,
+    "x-delivery-limit": _non_negative,
+}
+
+
+def validate_queue_arguments(arguments: dict[str, Any], what: str) -> None:
+    """Raise 406 for the first invalid argument; ``what`` is "queue 'q' in vhost '/'"."""
+    for name, value in arguments.items():
+        check = CHECKS.get(name)
+        if check is None:
+            continue
+        error = check(value)
+        if error is not None:
+            raise ChannelError(PRECONDITION_FAILED, f"invalid arg '{name}' for {what}: {error}")
