@@ -323,10 +323,9 @@ class Channel:
         self._next_tag = tag + 1
         message = entry.message
         conn = self.connection
-        conn.write(fastpath.encode_deliver(self.number, consumer.tag, tag, entry.delivery_count > 0,
-                                           message.exchange, message.routing_key))
-        conn.writelines(fastpath.encode_content(self.number, message.raw_properties, message.body,
-                                                conn.frame_max))
+        conn.write(fastpath.encode_deliver_with_content(
+            self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
+            message.routing_key, message.raw_properties, message.body, conn.frame_max))
         entry.delivery_count += 1
         if consumer.no_ack:
             consumer.queue.settle(entry)
