@@ -4,7 +4,7 @@ As in RabbitMQ, an alarm blocks only connections that publish: the server
 stops reading their sockets (and tells clients that advertise the
 ``connection.blocked`` capability with ``connection.blocked``); consumers keep
 going, which is what frees memory. ``connection.unblocked`` is sent when every
-alarm has cleared. The disk-free alarm joins this once messages are on disk.
+alarm has cleared. The disk-free alarm (``DISK``) works the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 log = logging.getLogger(__name__)
 
 MEMORY = "memory"
+DISK = "disk"
 
 
 def total_memory() -> int:

@@ -81,6 +81,7 @@ class Channel:
         # modes
         self.confirms: ConfirmTracker | None = None
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
+        self.tx_durable: bool | None = None  # during tx.commit: did it write to the store?
         self.last_queue_name: str | None = None
 
     def __repr__(self) -> str:
@@ -291,12 +292,27 @@ class Channel:
                 confirms.publish()
                 self.connection.want_flush(self)
             return
+        held = False
         for queue in queues:
-            queue.publish(message)
+            if queue.publish(message):
+                held = True
             if queue.consumers and queue.behind():
                 self.connection.flow_wait(queue)
+        if self.tx_durable is not None and held:
+            self.tx_durable = True
         if confirms is not None:
-            confirms.publish()
+            # A persistent message in a durable queue is confirmed after its commit.
+            log = self.vhost.log
+            if held and log.deferred:
+                log.hold(self, confirms.publish(hold=True))
+            else:
+                confirms.publish()
+                self.connection.want_flush(self)
+
+    def confirm_settled(self, seq: int, ok: bool) -> None:
+        """The store committed (or failed to commit) held message ``seq``."""
+        if self.confirms is not None and not self.closing:
+            self.confirms.settle(seq, ok)
             self.connection.want_flush(self)
 
     def flush_confirms(self) -> None:
@@ -330,6 +346,8 @@ class Channel:
         if consumer.no_ack:
             consumer.queue.settle(entry)
             return
+        if entry.stored:
+            consumer.queue.note_delivered(entry)
         consumer.unacked += 1
         self._global_unacked += 1
         self._unacked[tag] = (entry, consumer.queue, consumer)
@@ -350,6 +368,8 @@ class Channel:
         if no_ack:
             queue.settle(entry)
             return
+        if entry.stored:
+            queue.note_delivered(entry)
         self._unacked[tag] = (entry, queue, None)
         self._tag_order.append(tag)
 

@@ -332,6 +332,11 @@ class Connection:
             raise ConnectionError_(COMMAND_INVALID, f"unexpected {method.name.lower()}",
                                    (index >> 16, index & 0xFFFF))
 
+    def close_channel(self, channel: Channel, exc: ChannelError) -> None:
+        """Close ``channel`` with a soft error from outside frame handling (e.g. a failed commit)."""
+        if self.channels.get(channel.number) is channel:
+            self._close_channel(channel, exc)
+
     def _close_channel(self, channel: Channel, exc: ChannelError) -> None:
         log.warning("channel %d on %s closed: %s", channel.number, self.name, exc.reply_text)
         self.channels.pop(channel.number, None)

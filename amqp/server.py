@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import logging
+import shutil
 import signal
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp.alarms import MEMORY, MemoryMonitor
+from leveret.amqp.alarms import DISK, MEMORY, MemoryMonitor
 from leveret.amqp.broker import Broker
 from leveret.amqp.connection import CLOSED, RUNNING, Connection
 
@@ -165,10 +168,43 @@ class AMQPProtocol(asyncio.Protocol):
         self._start_heartbeats()
 
 
+def open_store(config: Config) -> tuple[Any, Any]:
+    """Lock the data dir (one broker per dir) and open its LMDB store: (store, lock file)."""
+    from leveret.persistence.store import StoreError
+
+    try:
+        from leveret.persistence.lmdb_store import LmdbStore
+    except ImportError:  # TEMPORARY while the LMDB store is being written
+        from leveret.persistence.memory import MemoryStore as _M
+
+        LmdbStore = lambda path: _M()  # type: ignore[misc,assignment]  # noqa: E731
+
+    data_dir = Path(config.data_dir)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(data_dir / "leveret.lock", "a+")  # noqa: SIM115 - held for the process lifetime
+    except OSError as exc:
+        raise StartupError(f"data directory {data_dir} is unusable: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        lock.close()
+        raise StartupError(f"data directory {data_dir} is in use by another Leveret process") from exc
+    try:
+        return LmdbStore(data_dir / "store"), lock
+    except StoreError as exc:
+        lock.close()
+        raise StartupError(str(exc)) from exc
+
+
 async def serve(config: Config, broker: Broker | None = None) -> tuple[Broker, list[asyncio.AbstractServer]]:
     """Start listening; returns the broker and the servers (one per address family)."""
     loop = asyncio.get_running_loop()
-    broker = broker or Broker(config)
+    if broker is None:
+        store, lock = open_store(config)
+        broker = Broker(config, store, loop)
+        broker.data_dir_lock = lock
+        broker.recover()
     hosts: list[str | None] = list(config.host) or [None]
     servers = []
     for host in hosts:
@@ -204,7 +240,11 @@ async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> Non
         for proto in protocols:
             if not proto.closed.done() and proto.transport is not None:
                 proto.transport.abort()
-    broker.store.close()
+    try:
+        await broker.log.drain()
+    except asyncio.TimeoutError:
+        log.error("timed out writing the last batch to the store")
+    broker.log.close()
     log.info("broker stopped")
 
 
@@ -217,10 +257,23 @@ async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) ->
         await asyncio.sleep(interval)
 
 
+async def watch_disk(broker: Broker, config: Config, interval: float = 5.0) -> None:
+    """Block publishers while free disk space is under ``disk_free_limit`` (RabbitMQ: 50 MB)."""
+    path = Path(config.data_dir)
+    while True:
+        try:
+            free = shutil.disk_usage(path).free
+        except OSError:
+            free = config.disk_free_limit + 1
+        broker.set_alarm(DISK, free < config.disk_free_limit)
+        await asyncio.sleep(interval)
+
+
 async def main(config: Config) -> None:
     loop = asyncio.get_running_loop()
     broker, servers = await serve(config)
-    watcher = asyncio.create_task(watch_memory(broker, config))
+    watchers = [asyncio.create_task(watch_memory(broker, config)),
+                asyncio.create_task(watch_disk(broker, config))]
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -230,7 +283,8 @@ async def main(config: Config) -> None:
     log.info("Leveret started (%d listener(s)); press Ctrl-C to stop", len(servers))
     await stop.wait()
     log.info("shutting down: closing %d connection(s)", len(broker.connections))
-    watcher.cancel()
+    for watcher in watchers:
+        watcher.cancel()
     await shutdown(broker, servers)
 
 

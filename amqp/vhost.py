@@ -2,7 +2,8 @@
 
 Operations raise ``ChannelError`` with RabbitMQ's texts; checks that depend on
 who is asking (exclusive-queue ownership) stay with the channel handlers.
-Durable definitions are written through to the injected store.
+Durable definitions, and durable queues' messages, are recorded through the
+injected group commit (``log``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from leveret.amqp.errors import (
     ChannelError,
 )
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
-from leveret.persistence.store import BindingDef, ExchangeDef, QueueDef, Store
+from leveret.persistence.group_commit import GroupCommit
+from leveret.persistence.store import BindingDef, ExchangeDef, QueueDef
 from leveret.queues.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -32,9 +34,9 @@ DEFAULT_EXCHANGES = (
 
 
 class VirtualHost:
-    def __init__(self, name: str, store: Store) -> None:
+    def __init__(self, name: str, log: GroupCommit) -> None:
         self.name = name
-        self.store = store
+        self.log = log
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.default_exchange = Exchange("", "direct", durable=True, vhost=name)
@@ -75,7 +77,7 @@ class VirtualHost:
         exchange = Exchange(name, type_, durable, auto_delete, internal, arguments, vhost=self.name)
         self.exchanges[name] = exchange
         if durable:
-            self.store.put_exchange(ExchangeDef(self.name, name, type_, durable, auto_delete,
+            self.log.put_exchange(ExchangeDef(self.name, name, type_, durable, auto_delete,
                                                 internal, dict(arguments)))
         log.debug("declared %s", exchange)
         return exchange
@@ -124,7 +126,7 @@ class VirtualHost:
             if ex.matcher.remove_destination(exchange):
                 self._maybe_auto_delete(ex)
         if exchange.durable:
-            self.store.delete_exchange(self.name, exchange.name)
+            self.log.delete_exchange(self.name, exchange.name)
         log.debug("deleted %s", exchange)
 
     def _maybe_auto_delete(self, exchange: Exchange) -> None:
@@ -142,14 +144,14 @@ class VirtualHost:
         self._check_not_default(source)
         source.matcher.validate_binding(routing_key, arguments)
         if source.matcher.bind(dest, routing_key, arguments) and source.durable and dest.durable:
-            self.store.put_binding(self._binding_def(source, dest, routing_key, arguments))
+            self.log.put_binding(self._binding_def(source, dest, routing_key, arguments))
 
     def unbind(self, source: Exchange, dest: Exchange | Queue, routing_key: str,
                arguments: dict[str, Any]) -> None:
         self._check_not_default(source)
         if source.matcher.unbind(dest, routing_key, arguments):
             if source.durable and dest.durable:
-                self.store.delete_binding(self._binding_def(source, dest, routing_key, arguments))
+                self.log.delete_binding(self._binding_def(source, dest, routing_key, arguments))
             self._maybe_auto_delete(source)
 
     def _check_not_default(self, exchange: Exchange) -> None:
@@ -168,11 +170,15 @@ class VirtualHost:
 
     # -- queues -------------------------------------------------------------
 
-    def add_queue(self, queue: Queue) -> None:
+    def add_queue(self, queue: Queue, qid: int = 0) -> None:
+        """Register ``queue``; a durable one gets its store id (``qid`` when recovering)."""
         self.queues[queue.name] = queue
         if queue.durable:
-            self.store.put_queue(QueueDef(self.name, queue.name, True, queue.auto_delete,
-                                          dict(queue.arguments)))
+            if not qid:
+                qid = self.log.put_queue(QueueDef(self.name, queue.name, True, queue.auto_delete,
+                                                  dict(queue.arguments)))
+            queue.qid = qid
+            queue.log = self.log
         log.debug("declared %s", queue)
 
     def delete_queue(self, queue: Queue) -> int:
@@ -190,7 +196,7 @@ class VirtualHost:
             queue.remove_consumer(consumer)
             consumer.channel.consumer_cancelled_by_broker(consumer)
         if queue.durable:
-            self.store.delete_queue(self.name, queue.name)
+            self.log.delete_queue(self.name, queue.name, queue.qid)
         log.debug("deleted queue %r in vhost %r", queue.name, self.name)
         return count
 

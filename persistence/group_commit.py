@@ -81,8 +81,9 @@ class GroupCommit:
         self.store.remove(qid, seq, message)
         self._dirty()
 
-    def purge(self, qid: int) -> None:
-        self.store.purge(qid)
+    def purge(self, qid: int, from_seq: int = 0) -> None:
+        """Remove the queue's stored entries with seq >= from_seq (its paged-out tail)."""
+        self.store.purge(qid, from_seq)
         self._dirty()
 
     def put_exchange(self, exchange: ExchangeDef) -> None:

@@ -128,8 +128,9 @@ class Store(Protocol):
         """The entry is gone (acked, rejected, dropped); the message goes with its last entry."""
         ...
 
-    def purge(self, qid: int) -> None:
-        """Remove every entry of the queue that is on disk."""
+    def purge(self, qid: int, from_seq: int = 0) -> None:
+        """Remove the queue's entries with seq >= from_seq (a purge drops the paged tail;
+        entries of unacked deliveries, which are older, stay until settled)."""
         ...
 
     # -- reads (committed data only) --

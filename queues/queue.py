@@ -14,6 +14,15 @@ Dispatch is synchronous: a publish that finds a consumer with spare prefetch
 is written to that consumer's channel in the same call, with no task or
 future per message.
 
+Durable queues record what must survive a restart through ``log`` (the
+broker's group commit): persistent messages when they enter, their delivery
+counts, and their removal. A durable queue keeps at most ``PAGE_HIGH`` ready
+entries in memory; beyond that new entries exist only in the store (the
+"tail", counted by ``_tail`` and starting at sequence ``_tail_from``) and are
+read back in order, in batches, as the head drains. The store only returns
+committed entries, so a refill that comes up short waits for the next commit.
+A restarted queue starts with everything in its tail: startup reads nothing.
+
 Flow control: a queue with consumers that falls behind (more than
 ``FLOW_HIGH`` ready messages) makes the connections publishing into it stop
 reading (they join ``flow_waiters``) until it is back under ``FLOW_LOW``.
@@ -37,6 +46,11 @@ from leveret.queues.message import Message
 if TYPE_CHECKING:
     from leveret.queues.consumer import Consumer
 
+# Ready entries a durable queue holds in memory before paging new ones to the store only,
+# and how many it reads back at once when its in-memory head runs dry.
+PAGE_HIGH = 10_000
+PAGE_BATCH = 2_000
+
 # Ready messages (with consumers attached) above which publishers into the queue are paused,
 # and below which they resume. Big enough to keep consumers' prefetch windows full.
 FLOW_HIGH = 20_000
@@ -46,12 +60,13 @@ FLOW_LOW = 10_000
 class QueueEntry:
     """A message's place in one queue; ``delivery_count`` > 0 means redelivered."""
 
-    __slots__ = ("seq", "message", "delivery_count")
+    __slots__ = ("seq", "message", "delivery_count", "stored")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq
         self.message = message
         self.delivery_count = 0
+        self.stored = False  # has an entry in the store that must be removed when settled
 
     def __lt__(self, other: QueueEntry) -> bool:
         return self.seq < other.seq
@@ -64,7 +79,7 @@ class Queue:
         "vhost", "name", "durable", "exclusive_owner", "auto_delete", "arguments",
         "_fresh", "_returned", "_next_seq", "consumers", "unacked", "had_consumer",
         "exclusive_consumer", "deleted", "_dispatching", "bound_exchanges", "flow_waiters",
-        "__weakref__",
+        "qid", "log", "_tail", "_tail_from", "_refill_waiting", "__weakref__",
     )
 
     def __init__(
@@ -95,6 +110,12 @@ class Queue:
         self.bound_exchanges: set[Any] = set()
         # Connections paused because this queue fell behind its consumers.
         self.flow_waiters: set[Any] = set()
+        # Durability: set by the vhost for durable queues (qid from the store).
+        self.qid = 0
+        self.log: Any = None
+        self._tail = 0
+        self._tail_from = 0
+        self._refill_waiting = False
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} ready={self.message_count}>"
@@ -106,7 +127,13 @@ class Queue:
     @property
     def message_count(self) -> int:
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
-        return len(self._fresh) + len(self._returned)
+        return len(self._fresh) + len(self._returned) + self._tail
+
+    def recover(self, count: int, first_seq: int, next_seq: int) -> None:
+        """A durable queue after a restart: all its stored entries are ready, still on disk."""
+        self._tail = count
+        self._tail_from = first_seq
+        self._next_seq = next_seq
 
     @property
     def consumer_count(self) -> int:
@@ -114,28 +141,84 @@ class Queue:
 
     # -- messages -----------------------------------------------------------
 
-    def publish(self, message: Message) -> None:
-        """Append ``message`` and hand it to a consumer if one has room."""
-        entry = QueueEntry(self._next_seq, message)
-        self._next_seq += 1
+    def publish(self, message: Message) -> bool:
+        """Append ``message`` and hand it to a consumer if one has room.
+
+        Returns True when a durable write was recorded for a persistent message:
+        its publisher confirm must wait for the commit.
+        """
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        log = self.log
+        if log is None:
+            self._fresh.append(QueueEntry(seq, message))
+            if self.consumers and not self._dispatching:
+                self.dispatch()
+            return False
+        persistent = message.persistent
+        if self._tail or len(self._fresh) >= PAGE_HIGH:
+            # Paging: the entry lives only in the store until the head needs it.
+            if not self._tail:
+                self._tail_from = seq
+            self._tail += 1
+            log.enqueue(self.qid, seq, message, not persistent)
+            return persistent
+        entry = QueueEntry(seq, message)
+        if persistent:
+            entry.stored = True
+            log.enqueue(self.qid, seq, message)
         self._fresh.append(entry)
         if self.consumers and not self._dispatching:
             self.dispatch()
+        return persistent
+
+    def _refill(self) -> None:
+        """Read the next committed tail entries into the head."""
+        want = min(PAGE_HIGH - len(self._fresh), PAGE_BATCH, self._tail)
+        if want <= 0:
+            return
+        stored = self.log.read_queue(self.qid, self._tail_from, want)
+        fresh = self._fresh
+        for item in stored:
+            entry = QueueEntry(item.seq, item.message)
+            entry.delivery_count = item.delivery_count
+            entry.stored = True
+            fresh.append(entry)
+        if stored:
+            self._tail -= len(stored)
+            self._tail_from = stored[-1].seq + 1
+        if self._tail and len(stored) < want and not self._refill_waiting:
+            # The rest is not committed yet: look again once it is.
+            self._refill_waiting = True
+            self.log.after_commit(self._after_commit)
+
+    def _after_commit(self, ok: bool) -> None:
+        self._refill_waiting = False
+        if self.deleted:
+            return
+        if self.consumers:
+            self.dispatch()
+
+    def note_delivered(self, entry: QueueEntry) -> None:
+        """Persist the delivery count of a stored entry delivered for manual ack."""
+        self.log.mark_delivered(self.qid, entry.seq, entry.message, entry.delivery_count)
 
     def behind(self) -> bool:
         """Consumers attached but more than FLOW_HIGH ready: publishers should wait."""
-        return bool(self.consumers) and len(self._fresh) > FLOW_HIGH
+        return bool(self.consumers) and len(self._fresh) + self._tail > FLOW_HIGH
 
     def release_flow(self, force: bool = False) -> None:
         """Resume paused publishers once the backlog is under FLOW_LOW (or always, if forced)."""
         if self.flow_waiters and (force or not self.consumers
-                                  or len(self._fresh) < FLOW_LOW):
+                                  or len(self._fresh) + self._tail < FLOW_LOW):
             waiters, self.flow_waiters = self.flow_waiters, set()
             for conn in waiters:
                 conn.flow_release(self)
 
     def take(self) -> QueueEntry | None:
         """Remove and return the head entry (basic.get), or None."""
+        if self._tail and not self._fresh:
+            self._refill()
         if self._returned:
             return heapq.heappop(self._returned)
         if self._fresh:
@@ -152,10 +235,23 @@ class Queue:
     def settle(self, entry: QueueEntry) -> None:
         """A delivered entry was acked (or rejected without requeue): it is gone."""
         self.unacked -= 1
+        if entry.stored and not self.deleted:
+            self.log.remove(self.qid, entry.seq, entry.message)
 
     def purge(self) -> int:
         """Drop every ready message; unacked ones are untouched (as RabbitMQ)."""
         count = self.message_count
+        log = self.log
+        if log is not None:
+            for entry in self._fresh:
+                if entry.stored:
+                    log.remove(self.qid, entry.seq, entry.message)
+            for entry in self._returned:
+                if entry.stored:
+                    log.remove(self.qid, entry.seq, entry.message)
+            if self._tail:
+                log.purge(self.qid, self._tail_from)
+                self._tail = 0
         self._fresh.clear()
         self._returned.clear()
         self.release_flow()
@@ -198,12 +294,20 @@ class Queue:
             fresh, returned = self._fresh, self._returned
             if len(consumers) == 1:
                 consumer = consumers[0]
-                while (fresh or returned) and consumer.can_take():
+                while True:
+                    if not fresh and self._tail:
+                        self._refill()
+                    if not (fresh or returned) or not consumer.can_take():
+                        break
                     entry = heapq.heappop(returned) if returned else fresh.popleft()
                     self.unacked += 1
                     consumer.deliver(entry)
                 return
-            while fresh or returned:
+            while True:
+                if not fresh and self._tail:
+                    self._refill()
+                if not (fresh or returned):
+                    break
                 for i, consumer in enumerate(consumers):
                     if consumer.can_take():
                         break

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.amqp.errors import INTERNAL_ERROR, PRECONDITION_FAILED, ChannelError
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -30,9 +30,29 @@ def commit(ch: Channel, m: commands.Tx.Commit) -> None:
     if ch.tx is None:
         raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
     pending, ch.tx = ch.tx, []
-    for fn, args in pending:
-        fn(*args)
-    ch.send_method(commands.Tx.CommitOk())
+    # Everything is recorded in this loop turn, so it lands in one store batch: one
+    # transaction, all or nothing. commit-ok waits for that batch when it holds anything.
+    ch.tx_durable = False
+    try:
+        for fn, args in pending:
+            fn(*args)
+    finally:
+        durable, ch.tx_durable = ch.tx_durable, None
+    log = ch.vhost.log
+    if durable and log.deferred:
+        log.after_commit(lambda ok: _commit_done(ch, ok))
+    else:
+        ch.send_method(commands.Tx.CommitOk())
+
+
+def _commit_done(ch: Channel, ok: bool) -> None:
+    if ch.closing:
+        return
+    if ok:
+        ch.send_method(commands.Tx.CommitOk())
+    else:
+        ch.connection.close_channel(ch, ChannelError(
+            INTERNAL_ERROR, "tx.commit failed: the message store could not write", (90, 20)))
 
 
 def rollback(ch: Channel, m: commands.Tx.Rollback) -> None:
