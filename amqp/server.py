@@ -172,12 +172,7 @@ def open_store(config: Config) -> tuple[Any, Any]:
     """Lock the data dir (one broker per dir) and open its LMDB store: (store, lock file)."""
     from leveret.persistence.store import StoreError
 
-    try:
-        from leveret.persistence.lmdb_store import LmdbStore
-    except ImportError:  # TEMPORARY while the LMDB store is being written
-        from leveret.persistence.memory import MemoryStore as _M
-
-        LmdbStore = lambda path: _M()  # type: ignore[misc,assignment]  # noqa: E731
+    from leveret.persistence.lmdb_store import LmdbStore
 
     data_dir = Path(config.data_dir)
     try:

@@ -483,9 +483,11 @@ async def measure(cfg: Config, consumer: Consumer, publishers: list[Publisher]) 
     def sample():
         return (time.perf_counter(), consumer.count, sum(p.published for p in publishers),
                 self_cpu_seconds(), tree_cpu_seconds(broker_pids) if broker_pids else None,
-                host_cpu_ticks())
+                host_cpu_ticks(), sum(getattr(p, "confirmed", 0) for p in publishers))
 
     s0 = sample()
+    confirming = [p for p in publishers if hasattr(p, "confirmed")]
+    lat_marks = [len(p.latencies) for p in confirming]
     per_second = []
     prev = s0
     deadline = s0[0] + cfg.duration
@@ -517,6 +519,16 @@ async def measure(cfg: Config, consumer: Consumer, publishers: list[Publisher]) 
         **host_cpu_breakdown(s0[5], s1[5], wall),
         "loadgen_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
     }
+    if confirming:
+        confirmed = s1[6] - s0[6]
+        lats = sorted(x for p, m in zip(confirming, lat_marks) for x in p.latencies[m:])
+        res.update({
+            "confirmed": confirmed,
+            "confirms_per_s": round(confirmed / wall, 1),
+            "nacked_total": sum(p.nacked for p in confirming),
+            "in_flight_at_end": sum(p.published - p.settled for p in confirming),
+            **latency_stats(lats),
+        })
     if broker_pids:
         bcpu = s1[4] - s0[4]
         res.update({

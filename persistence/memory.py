@@ -50,7 +50,7 @@ class _Entries:
     counts a dead slot; reads bisect to ``from_seq``.
     """
 
-    __slots__ = ("by_seq", "order", "dead")
+    __slots__ = ("by_seq", "dead", "order")
 
     def __init__(self) -> None:
         self.by_seq: dict[int, tuple[int, int, bool]] = {}  # seq -> (msg id, deliveries, transient)
@@ -119,12 +119,12 @@ class MemoryStore:
 
     def put_queue(self, queue: QueueDef) -> int:
         key = (queue.vhost, queue.name)
-        qid = self._qids.get(key)
-        if qid is None:
-            qid = self._qids[key] = self._recorder.next_qid
-            self._recorder.next_qid += 1
+        qid = self._qids.get(key, self._recorder.next_qid)
         queue = replace(queue, qid=qid)
         encode_definition(queue)
+        if qid == self._recorder.next_qid:
+            self._qids[key] = qid
+            self._recorder.next_qid += 1
         self._recorder.add(PutDef("q", key, queue))
         return qid
 
@@ -227,7 +227,8 @@ class MemoryStore:
             self._purge(op.qid, 0)
             self._entries.pop(op.qid, None)
             self._next_seq.pop(op.qid, None)
-            self._defs.pop(("q", (op.vhost, op.name)), None)
+            if getattr(self._defs.get(("q", (op.vhost, op.name))), "qid", None) == op.qid:
+                del self._defs["q", (op.vhost, op.name)]
             self._drop_bindings(lambda b: b.vhost == op.vhost and b.destination_type == "queue"
                                 and b.destination == op.name)
         elif cls is DeleteExchange:

@@ -23,7 +23,7 @@ import decimal
 import hashlib
 import json
 import struct
-from typing import Any
+from typing import Any, TypeAlias
 
 from leveret.persistence.store import BindingDef, ExchangeDef, QueueDef, StoreError
 from leveret.queues.message import Message
@@ -48,12 +48,13 @@ def encode_message(message: Message) -> bytes:
     return b"".join((head, exchange, routing_key, props, message.body))
 
 
-def decode_message(record: bytes, store_id: int) -> Message:
+def decode_message(record: bytes | memoryview, store_id: int) -> Message:
     exchange_len, routing_key_len, props_len = _MESSAGE_HEAD.unpack_from(record, 0)
     at = _MESSAGE_HEAD.size
-    exchange = record[at:at + exchange_len].decode("utf-8", "surrogateescape")
+    # str(buffer, ...) also takes a memoryview (an LMDB read with buffers=True).
+    exchange = str(record[at:at + exchange_len], "utf-8", "surrogateescape")
     at += exchange_len
-    routing_key = record[at:at + routing_key_len].decode("utf-8", "surrogateescape")
+    routing_key = str(record[at:at + routing_key_len], "utf-8", "surrogateescape")
     at += routing_key_len
     props = bytes(record[at:at + props_len])
     message = Message(exchange, routing_key, props, bytes(record[at + props_len:]))
@@ -118,7 +119,7 @@ def _untable(encoded: Any) -> dict[str, Any]:
 
 # -- definitions -----------------------------------------------------------------------
 
-Definition = ExchangeDef | QueueDef | BindingDef
+Definition: TypeAlias = ExchangeDef | QueueDef | BindingDef
 
 
 def binding_identity(b: BindingDef) -> tuple[str, ...]:

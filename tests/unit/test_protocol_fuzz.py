@@ -34,7 +34,7 @@ from leveret.tests.unit.wire import HARD_ERROR_CODES, Client, content_frames, pa
 Basic = commands.Basic
 SOFT_ERROR_CODES = frozenset({311, 312, 313, 403, 404, 405, 406})
 
-FUZZ = settings(max_examples=150, deadline=None,
+FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
@@ -269,7 +269,7 @@ def test_mutated_frame_sequences(caplog: pytest.LogCaptureFixture,
     checker.finish()
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(script=mutated_scripts())
 def test_mutated_sequences_whole_and_bytewise_agree(caplog: pytest.LogCaptureFixture,
