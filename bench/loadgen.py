@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import resource
@@ -375,6 +376,189 @@ class Consumer:
                                                 FRAME_END))
 
 
+BASIC_ACK = (60 << 16) | 80
+BASIC_NACK = (60 << 16) | 120
+
+
+class ConfirmPublisher:
+    """Pipelined publisher on a channel in confirm mode, with a window of at most
+    ``window`` unconfirmed messages.
+
+    Publishes go out in pre-encoded batches of ``batch`` (the window is checked
+    before each batch, so in flight never exceeds ``window``).  ``Basic.Ack`` /
+    ``Basic.Nack`` frames are read on a fast path; ``multiple=true`` settles every
+    tag up to the one given, out-of-order single acks are kept in a set until the
+    gap closes.  ``confirmed`` / ``nacked`` / ``settled`` count messages.
+
+    Latency: for each batch (one socket write), the time from the write to the
+    moment every message of the batch (and all before it) is settled is appended
+    to ``latencies`` (seconds) - i.e. publish->confirm latency of the batch's
+    last message.  One sample per batch keeps it cheap.
+    """
+
+    def __init__(self, conn: Conn, one_msg: bytes, batch: int, window: int,
+                 limit: int | None = None, stall_timeout: float = 60.0) -> None:
+        if batch > window:
+            batch = window
+        self.conn = conn
+        self.one_msg = one_msg
+        self.batch = batch
+        self.payload = one_msg * batch
+        self.window = window
+        self.limit = limit  # stop after this many publishes (None = until stopped)
+        self.stall_timeout = stall_timeout
+        self.published = 0
+        self.settled = 0
+        self.confirmed = 0
+        self.nacked = 0
+        self.low = 0  # every tag <= low is settled
+        self.ooo: set[int] = set()  # settled tags > low (out-of-order single acks)
+        self.batches: collections.deque = collections.deque()  # (last seq, t written)
+        self.latencies: list[float] = []
+        self.stopped = False
+        self.error: str | None = None
+        self.gate = None
+        self._room: asyncio.Future | None = None
+        self._room_need = 0
+        conn.fast = self._on_data
+        conn.lost.add_done_callback(lambda _f: self._wake(force=True))
+
+    # -- incoming ---------------------------------------------------------
+    def _on_data(self, data: bytes) -> bytes:
+        pos, n = 0, len(data)
+        unpack_hdr = _HDR.unpack_from
+        unpack_cm = _CLASS_METHOD.unpack_from
+        unpack_u64 = _U64.unpack_from
+        got = False
+        while n - pos >= 7:
+            ftype, _ch, size = unpack_hdr(data, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            if ftype == 1:
+                cm = unpack_cm(data, pos + 7)[0]
+                if cm == BASIC_ACK or cm == BASIC_NACK:
+                    tag = unpack_u64(data, pos + 11)[0]
+                    self._settle(tag, bool(data[pos + 19] & 1), cm == BASIC_NACK)
+                    got = True
+                else:
+                    self._other(data[pos:end])
+            pos = end
+        if got:
+            low, batches = self.low, self.batches
+            if batches and batches[0][0] <= low:
+                now = time.perf_counter()
+                lat = self.latencies
+                while batches and batches[0][0] <= low:
+                    lat.append(now - batches.popleft()[1])
+            self._wake()
+        return data[pos:]
+
+    def _other(self, raw: bytes) -> None:
+        try:
+            _n, ch, frame = pamqp.frame.unmarshal(raw)
+        except Exception:  # noqa: BLE001
+            frame = None
+        if isinstance(frame, cmd.Channel.Close):
+            self.conn.send(cmd.Channel.CloseOk(), ch)
+            self.error = f"channel closed by broker: {frame.reply_code} {frame.reply_text}"
+            self._wake(force=True)
+        elif isinstance(frame, cmd.Connection.Close):
+            self.conn.send(cmd.Connection.CloseOk(), 0)
+            self.error = f"connection closed by broker: {frame.reply_code} {frame.reply_text}"
+            self._wake(force=True)
+        else:
+            self.conn.slow_frame(raw)  # Blocked/Unblocked, heartbeats, ...
+
+    def _settle(self, tag: int, multiple: bool, nack: bool) -> None:
+        low, ooo = self.low, self.ooo
+        if tag <= low or tag in ooo:
+            return  # duplicate
+        if multiple:
+            k = tag - low
+            if ooo:
+                below = [t for t in ooo if t <= tag]
+                k -= len(below)
+                ooo.difference_update(below)
+            low = tag
+        else:
+            k = 1
+            if tag == low + 1:
+                low = tag
+            else:
+                ooo.add(tag)
+        while ooo and low + 1 in ooo:
+            low += 1
+            ooo.discard(low)
+        self.low = low
+        self.settled += k
+        if nack:
+            self.nacked += k
+        else:
+            self.confirmed += k
+
+    def _wake(self, force: bool = False) -> None:
+        f = self._room
+        if f is not None and not f.done() and (force or self.settled >= self._room_need):
+            self._room = None
+            f.set_result(None)
+
+    async def _wait_settled(self, need: int) -> None:
+        """Wait until ``settled >= need``; raise on stall (no confirm for stall_timeout)."""
+        while self.settled < need:
+            if self.error:
+                raise BrokerClosed(self.error)
+            if self.conn.lost.done():
+                raise BrokerClosed("publisher connection lost")
+            before = self.settled
+            self._room_need = need
+            self._room = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._room, self.stall_timeout)
+            except asyncio.TimeoutError:
+                if self.settled == before:
+                    raise RuntimeError(
+                        f"confirm stall: no confirm for {self.stall_timeout}s "
+                        f"(published {self.published}, confirmed {self.confirmed}, "
+                        f"nacked {self.nacked})") from None
+
+    async def wait_all(self) -> None:
+        await self._wait_settled(self.published)
+
+    # -- outgoing ---------------------------------------------------------
+    async def run(self) -> None:
+        conn, batch, window = self.conn, self.batch, self.window
+        write = conn.transport.write
+        sleep = asyncio.sleep
+        perf = time.perf_counter
+        limit = self.limit
+        try:
+            while not self.stopped:
+                n = batch
+                if limit is not None:
+                    n = min(batch, limit - self.published)
+                    if n <= 0:
+                        break
+                if self.published + n - self.settled > window:
+                    await self._wait_settled(self.published + n - window)
+                    continue
+                if conn.paused:
+                    await conn.wait_writable()
+                    continue
+                if self.gate is not None:
+                    await self.gate()
+                if conn.lost.done():
+                    raise BrokerClosed("publisher connection lost")
+                if self.error:
+                    raise BrokerClosed(self.error)
+                write(self.payload if n == batch else self.one_msg * n)
+                self.published += n
+                self.batches.append((self.published, perf()))
+                await sleep(0)
+        except Exception as exc:  # noqa: BLE001
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+
+
 # ---------------------------------------------------------------------------
 # Measurement helpers
 # ---------------------------------------------------------------------------
@@ -430,6 +614,34 @@ def vm_kib(pid: int, key: str) -> int | None:
     return None
 
 
+def tree_io_bytes(pids: list[int]) -> int | None:
+    """Summed ``write_bytes`` (bytes sent to the block layer) of /proc/<pid>/io."""
+    total, seen = 0, False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/io") as f:
+                for line in f:
+                    if line.startswith("write_bytes:"):
+                        total += int(line.split()[1])
+                        seen = True
+        except OSError:
+            continue
+    return total if seen else None
+
+
+def vm_status(pid: int, keys: tuple[str, ...]) -> dict:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k = line.split(":", 1)[0]
+                if k in keys:
+                    out[k] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
 def host_cpu_ticks() -> list[int]:
     """Aggregate /proc/stat 'cpu' line: user nice system idle iowait irq softirq steal ..."""
     with open("/proc/stat") as f:
@@ -451,6 +663,87 @@ def self_cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def latency_stats(lats: list[float]) -> dict:
+    """Median/p99/max (ms) of sorted latencies in seconds."""
+    if not lats:
+        return {}
+    n = len(lats)
+    return {"confirm_latency_samples": n,
+            "confirm_latency_p50_ms": round(1e3 * lats[n // 2], 3),
+            "confirm_latency_p99_ms": round(1e3 * lats[min(n - 1, int(n * 0.99))], 3),
+            "confirm_latency_max_ms": round(1e3 * lats[-1], 3)}
+
+
+def dir_size(path: str | None) -> dict | None:
+    """Disk usage (st_blocks) and apparent size of a directory tree, or None if
+    it does not exist / is unreadable (e.g. RabbitMQ's mnesia dir as non-root)."""
+    if not path or not os.path.isdir(path):
+        return None
+    errors = []
+    disk = apparent = files = 0
+    for root, _dirs, names in os.walk(path, onerror=errors.append):
+        for nm in names:
+            try:
+                st = os.lstat(os.path.join(root, nm))
+            except OSError:
+                continue
+            disk += st.st_blocks * 512
+            apparent += st.st_size
+            files += 1
+    if errors and not files:
+        return None
+    return {"disk_bytes": disk, "apparent_bytes": apparent, "files": files,
+            "unreadable_dirs": len(errors)}
+
+
+class RssSampler:
+    """Polls the summed VmRSS of the broker's process tree every ``interval`` s.
+    ``peak_kib`` is the max seen since start; ``mark()`` returns and resets a
+    per-phase peak."""
+
+    def __init__(self, pids: list[int], interval: float = 0.2) -> None:
+        self.pids = pids
+        self.interval = interval
+        self.peak_kib = 0
+        self.phase_peak_kib = 0
+        self.task: asyncio.Task | None = None
+
+    anon_peak_kib = 0  # RssAnon (heap etc.; excludes mmapped files such as LMDB's data file)
+    phase_anon_peak_kib = 0
+
+    def sample(self) -> None:
+        if self.pids:
+            v = a = 0
+            for p in self.pids:
+                st = vm_status(p, ("VmRSS", "RssAnon"))
+                v += st.get("VmRSS", 0)
+                a += st.get("RssAnon", 0)
+            self.peak_kib = max(self.peak_kib, v)
+            self.phase_peak_kib = max(self.phase_peak_kib, v)
+            self.anon_peak_kib = max(self.anon_peak_kib, a)
+            self.phase_anon_peak_kib = max(self.phase_anon_peak_kib, a)
+
+    async def _run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        if self.pids:
+            self.task = asyncio.create_task(self._run())
+
+    def mark(self) -> tuple[int, int]:
+        """(VmRSS peak, RssAnon peak) since the last mark."""
+        self.sample()
+        v, self.phase_peak_kib = self.phase_peak_kib, 0
+        a, self.phase_anon_peak_kib = self.phase_anon_peak_kib, 0
+        return v, a
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
 @dataclass
 class Config:
     host: str = "127.0.0.1"
@@ -468,6 +761,10 @@ class Config:
     no_ack: bool = False
     max_backlog: int = 0  # 0 = publisher unthrottled (PerfTest default)
     broker_pid: int | None = None
+    window: int = 1000  # confirm scenarios: max unconfirmed publishes
+    messages: int = 1_000_000  # backlog: messages to publish then drain
+    data_dir: str | None = None  # backlog: broker data dir to measure (optional)
+    stall_timeout: float = 60.0  # abort when no confirm/delivery arrives for this long
     extra: dict = field(default_factory=dict)
 
 
@@ -483,7 +780,8 @@ async def measure(cfg: Config, consumer: Consumer, publishers: list[Publisher]) 
     def sample():
         return (time.perf_counter(), consumer.count, sum(p.published for p in publishers),
                 self_cpu_seconds(), tree_cpu_seconds(broker_pids) if broker_pids else None,
-                host_cpu_ticks(), sum(getattr(p, "confirmed", 0) for p in publishers))
+                host_cpu_ticks(), sum(getattr(p, "confirmed", 0) for p in publishers),
+                tree_io_bytes(broker_pids) if broker_pids else None)
 
     s0 = sample()
     confirming = [p for p in publishers if hasattr(p, "confirmed")]
@@ -540,6 +838,9 @@ async def measure(cfg: Config, consumer: Consumer, publishers: list[Publisher]) 
             "broker_vmhwm_kib": sum(vm_kib(p, "VmHWM") or 0 for p in broker_pids),
             "broker_vmrss_kib": sum(vm_kib(p, "VmRSS") or 0 for p in broker_pids),
         })
+        if s0[7] is not None and s1[7] is not None:
+            res["broker_disk_write_bytes_per_msg"] = (round((s1[7] - s0[7]) / consumed, 1)
+                                                      if consumed else None)
     return res
 
 
@@ -613,11 +914,288 @@ def _s(v):
     return v.decode() if isinstance(v, bytes) else v
 
 
-# name -> coroutine function(cfg) -> result dict.  Planned: confirmed, fanout,
-# topic, latency, backlog, conns.
+async def delete_queue(conn: Conn, qname: str, ch: int, timeout: float = 300.0) -> str:
+    """Delete ``qname`` on a throwaway channel ``ch`` (closed afterwards).
+    Idempotent: a 404 from a broker that refuses to delete a missing queue is fine.
+    The timeout is long because RabbitMQ deletes 1M persistent messages slowly."""
+    await open_channel(conn, ch)
+    try:
+        conn.send(cmd.Queue.Delete(queue=qname), ch)
+        ok = await conn.expect(cmd.Queue.DeleteOk, timeout=timeout)
+        conn.send(cmd.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0), ch)
+        await conn.expect(cmd.Channel.CloseOk, timeout=10)
+        return f"deleted ({ok.message_count} messages)"
+    except BrokerClosed as exc:  # channel closed by the broker (e.g. 404) - CloseOk sent
+        return f"not deleted: {exc}"
+
+
+async def declare_durable(conn: Conn, qname: str, ch: int = 1) -> None:
+    conn.send(cmd.Queue.Declare(queue=qname, durable=True, exclusive=False,
+                                auto_delete=False), ch)
+    await conn.expect(cmd.Queue.DeclareOk)
+
+
+async def confirm_publisher(cfg: Config, qname: str, limit: int | None = None):
+    """New connection + channel 1 in confirm mode + a ConfirmPublisher of persistent
+    (delivery_mode=2) ``cfg.size``-byte messages to ``qname`` via the default exchange."""
+    pconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost,
+                          "bench-producer")
+    await open_channel(pconn, 1)
+    pconn.send(cmd.Confirm.Select(), 1)
+    await pconn.expect(cmd.Confirm.SelectOk)
+    body = (b"leveret-bench" * (cfg.size // 13 + 1))[: cfg.size]
+    one = encode_publish("", qname, body, properties=cmd.Basic.Properties(delivery_mode=2))
+    return pconn, ConfirmPublisher(pconn, one, cfg.batch, cfg.window, limit=limit,
+                                   stall_timeout=cfg.stall_timeout)
+
+
+async def start_consumer(cfg: Config, conn: Conn, qname: str, ch: int = 1) -> Consumer:
+    if cfg.prefetch:
+        conn.send(cmd.Basic.Qos(prefetch_count=cfg.prefetch), ch)
+        await conn.expect(cmd.Basic.QosOk)
+    consumer = Consumer(conn, ch, cfg.no_ack, cfg.multi_ack_every)
+    consumer.install()
+    conn.send(cmd.Basic.Consume(queue=qname, consumer_tag="bench", no_ack=cfg.no_ack), ch)
+    await conn.expect(cmd.Basic.ConsumeOk)
+    return consumer
+
+
+async def stop_consumer_and_delete(conn: Conn, consumer: Consumer, qname: str, res: dict) -> None:
+    consumer.flush_acks()
+    try:
+        conn.send(cmd.Basic.Cancel(consumer_tag="bench"), 1)
+        await conn.expect(cmd.Basic.CancelOk, timeout=10)
+        res["queue_delete"] = await delete_queue(conn, qname, 3)
+    except Exception as exc:  # noqa: BLE001
+        res["cleanup_error"] = repr(exc)
+
+
+def _check_prefetch(cfg: Config) -> None:
+    if cfg.prefetch and not cfg.no_ack and cfg.multi_ack_every > cfg.prefetch:
+        raise ValueError(f"--multi-ack-every {cfg.multi_ack_every} > --prefetch "
+                         f"{cfg.prefetch} would deadlock")
+
+
+async def scenario_confirmed(cfg: Config) -> dict:
+    """Durable queue, persistent (delivery_mode=2) ``cfg.size``-byte messages.
+    Publisher (own connection) in confirm mode with at most ``cfg.window``
+    unconfirmed messages, written in pipelined batches of ``cfg.batch``; one
+    consumer (own connection), manual ack (default: one ack per message, as
+    PerfTest), prefetch ``cfg.prefetch`` (default 200).  Timed like
+    ``transient``: warmup, then ``cfg.duration`` measured seconds.  Headline:
+    consumed msg/s; also confirms/s and publish->confirm latency (per batch)."""
+    _check_prefetch(cfg)
+    qname = "leveret-bench-confirmed"
+    cconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, "bench-consumer")
+    pconn = None
+    try:
+        await open_channel(cconn, 1)
+        pre = await delete_queue(cconn, qname, 2)  # leftovers of an aborted run
+        await declare_durable(cconn, qname)
+        consumer = await start_consumer(cfg, cconn, qname)
+        pconn, pub = await confirm_publisher(cfg, qname)
+        task = asyncio.create_task(pub.run())
+        try:
+            res = await measure(cfg, consumer, [pub])
+        finally:
+            pub.stopped = True
+            await asyncio.wait([task], timeout=2)
+        if pub.error:
+            res["publisher_error"] = pub.error
+        res.update({"queue": qname, "message_size": cfg.size, "window": pub.window,
+                    "batch": pub.batch, "queue_delete_before": pre,
+                    "server_product": _s(cconn.server_properties.get("product")),
+                    "server_version": _s(cconn.server_properties.get("version"))})
+        await pconn.close()
+        pconn = None
+        await stop_consumer_and_delete(cconn, consumer, qname, res)
+        return res
+    finally:
+        if pconn is not None:
+            await pconn.close()
+        await cconn.close()
+
+
+async def scenario_backlog(cfg: Config) -> dict:
+    """Durable queue; publish ``cfg.messages`` persistent ``cfg.size``-byte
+    messages (default 1 KB) with confirms (window ``cfg.window``) and no consumer;
+    then one consumer (prefetch ``cfg.prefetch``, default 1000; manual ack with
+    multiple=true every ``cfg.multi_ack_every``, default 100) drains the queue.
+
+    Records the publish rate (confirmed msg/s), broker RSS peak during publish
+    (sampled VmRSS every 0.2 s, and VmHWM at the end of the publish), the data dir
+    size at the end of the publish, drain rate, total time, VmHWM at the end,
+    broker CPU per message (publish + drain) and per phase."""
+    _check_prefetch(cfg)
+    n_msgs = cfg.messages
+    qname = "leveret-bench-backlog"
+    pids = process_tree(cfg.broker_pid) if cfg.broker_pid else []
+    cconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, "bench-consumer")
+    pconn = None
+    consumer = None
+    sampler = RssSampler(pids)
+    res: dict = {"queue": qname, "message_size": cfg.size, "messages": n_msgs,
+                 "server_product": _s(cconn.server_properties.get("product")),
+                 "server_version": _s(cconn.server_properties.get("version"))}
+
+    def snap():
+        return (time.perf_counter(), self_cpu_seconds(),
+                tree_cpu_seconds(pids) if pids else None, host_cpu_ticks(),
+                tree_io_bytes(pids) if pids else None)
+
+    def rss_kib():
+        return sum(vm_kib(p, "VmRSS") or 0 for p in pids) if pids else None
+
+    def hwm_kib():
+        return sum(vm_kib(p, "VmHWM") or 0 for p in pids) if pids else None
+
+    try:
+        await open_channel(cconn, 1)
+        res["queue_delete_before"] = await delete_queue(cconn, qname, 2)
+        await declare_durable(cconn, qname)
+        res["data_dir"] = cfg.data_dir
+        res["data_dir_before"] = dir_size(cfg.data_dir)
+        res["broker_vmrss_before_kib"] = rss_kib()
+        pconn, pub = await confirm_publisher(cfg, qname, limit=n_msgs)
+        res.update({"window": pub.window, "batch": pub.batch})
+
+        # ---- phase 1: publish with confirms, no consumer ----
+        sampler.start()
+        sampler.mark()
+        s0 = snap()
+        task = asyncio.create_task(pub.run())
+        series, rss_series = [], []
+        prev_t, prev_c = s0[0], 0
+        while not task.done():
+            await asyncio.wait([task], timeout=1.0)
+            now = time.perf_counter()
+            series.append(round((pub.confirmed - prev_c) / (now - prev_t), 1))
+            rss_series.append(round((rss_kib() or 0) / 1024, 1))
+            prev_t, prev_c = now, pub.confirmed
+        if pub.error:
+            raise RuntimeError(f"publish phase failed: {pub.error}")
+        await pub.wait_all()
+        s1 = snap()
+        res["rss_peak_publish_kib"], res["rss_anon_peak_publish_kib"] = sampler.mark()
+        res["vmhwm_after_publish_kib"] = hwm_kib()
+        res["data_dir_after_publish"] = dir_size(cfg.data_dir)
+        lats = sorted(pub.latencies)
+        pub_wall = s1[0] - s0[0]
+        res.update({
+            "published": pub.published, "confirmed": pub.confirmed, "nacked": pub.nacked,
+            "publish_s": round(pub_wall, 3),
+            "publish_per_s": round(pub.confirmed / pub_wall, 1),
+            "per_second_confirmed": series,
+            "per_second_rss_mib_publish": rss_series,
+            **latency_stats(lats),
+        })
+        await pconn.close()
+        pconn = None
+
+        # ---- phase 2: drain ----
+        s2 = snap()
+        consumer = await start_consumer(cfg, cconn, qname)
+        series, rss_series = [], []
+        prev_t, prev_c = s2[0], 0
+        last_change = s2[0]
+        while consumer.count < n_msgs:
+            fut = consumer.wait_count(n_msgs)
+            try:
+                await asyncio.wait_for(fut, 1.0)
+            except asyncio.TimeoutError:
+                pass
+            now = time.perf_counter()
+            series.append(round((consumer.count - prev_c) / (now - prev_t), 1))
+            rss_series.append(round((rss_kib() or 0) / 1024, 1))
+            if consumer.count != prev_c:
+                last_change = now
+            prev_t, prev_c = now, consumer.count
+            if cconn.lost.done():
+                raise RuntimeError(f"consumer connection lost after {consumer.count} deliveries")
+            if now - last_change > cfg.stall_timeout:
+                raise RuntimeError(f"drain stall: no delivery for {cfg.stall_timeout}s "
+                                   f"({consumer.count}/{n_msgs} consumed)")
+        consumer.flush_acks()
+        s3 = snap()
+        drain_wall = s3[0] - s2[0]
+        total_wall = s3[0] - s0[0]
+        res["rss_peak_drain_kib"], res["rss_anon_peak_drain_kib"] = sampler.mark()
+        res.update({
+            "consumed": consumer.count,
+            "consumed_body_bytes": consumer.body_bytes,
+            "drain_s": round(drain_wall, 3),
+            "drain_per_s": round(consumer.count / drain_wall, 1),
+            "per_second_consumed": series,
+            "per_second_rss_mib_drain": rss_series,
+            "total_s": round(total_wall, 3),
+            "loadgen_cpu_s": round(s3[1] - s0[1], 3),
+            "loadgen_cpu_share": round((s3[1] - s0[1]) / total_wall, 3),
+            **host_cpu_breakdown(s0[3], s3[3], total_wall),
+            "loadgen_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+        })
+        if pids:
+            res.update({
+                "broker_pid": cfg.broker_pid, "broker_pids": pids,
+                "broker_cpu_s": round(s3[2] - s0[2], 3),
+                "broker_cpu_share": round((s3[2] - s0[2]) / total_wall, 3),
+                # per message, publish + drain
+                "broker_cpu_us_per_msg": round(1e6 * (s3[2] - s0[2]) / n_msgs, 3),
+                "broker_publish_cpu_us_per_msg": round(1e6 * (s1[2] - s0[2]) / n_msgs, 3),
+                "broker_drain_cpu_us_per_msg": round(1e6 * (s3[2] - s2[2]) / n_msgs, 3),
+                "broker_vmhwm_kib": hwm_kib(),
+                "broker_vmrss_kib": rss_kib(),
+                "rss_peak_kib": sampler.peak_kib,
+                "rss_anon_peak_kib": sampler.anon_peak_kib,
+            })
+            if s0[4] is not None and s3[4] is not None:
+                res["broker_publish_disk_write_bytes_per_msg"] = round((s1[4] - s0[4]) / n_msgs, 1)
+                res["broker_disk_write_bytes_per_msg"] = round((s3[4] - s0[4]) / n_msgs, 1)
+        res["data_dir_after_drain"] = dir_size(cfg.data_dir)
+        await stop_consumer_and_delete(cconn, consumer, qname, res)
+        return res
+    except BaseException as exc:
+        # keep partial figures for the report, then clean up what we can
+        res["partial"] = True
+        res["error_detail"] = f"{type(exc).__name__}: {exc}"
+        res["vmhwm_at_error_kib"] = hwm_kib()
+        try:
+            exc.partial_result = res  # picked up by main()
+        except AttributeError:
+            pass
+        raise
+    finally:
+        sampler.stop()
+        if pconn is not None:
+            await pconn.close()
+        if res.get("partial") and not cconn.lost.done():
+            try:
+                res["queue_delete_after_error"] = await delete_queue(cconn, qname, 4, timeout=60)
+            except Exception:  # noqa: BLE001, S110
+                pass
+        await cconn.close()
+
+
+# name -> coroutine function(cfg) -> result dict.  Planned: fanout, topic,
+# latency, conns.
 SCENARIOS = {
     "transient": scenario_transient,
+    "confirmed": scenario_confirmed,
+    "backlog": scenario_backlog,
 }
+
+# Per-scenario defaults for options left unset on the command line (None).
+SCENARIO_DEFAULTS = {
+    "transient": {"size": 256, "prefetch": 0, "multi_ack_every": 0},
+    "confirmed": {"size": 256, "prefetch": 200, "multi_ack_every": 0},
+    "backlog": {"size": 1024, "prefetch": 1000, "multi_ack_every": 100},
+}
+
+
+def apply_scenario_defaults(args) -> None:
+    """Fill options the user left as None with the scenario's defaults."""
+    for k, v in SCENARIO_DEFAULTS.get(args.scenario, {}).items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
 
 
 # ---------------------------------------------------------------------------
@@ -636,11 +1214,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default=d.scenario, choices=sorted(SCENARIOS))
     p.add_argument("--duration", type=float, default=d.duration, help="measured seconds")
     p.add_argument("--warmup", type=float, default=d.warmup, help="unmeasured seconds first")
-    p.add_argument("--size", type=int, default=d.size, help="message body bytes")
+    p.add_argument("--size", type=int, default=None,
+                   help="message body bytes (default: 256; backlog: 1024)")
     p.add_argument("--batch", type=int, default=d.batch, help="publishes per socket write")
-    p.add_argument("--prefetch", type=int, default=d.prefetch, help="basic.qos; 0 = unlimited")
-    p.add_argument("--multi-ack-every", type=int, default=d.multi_ack_every,
-                   help="ack with multiple=true every N deliveries; 0 = one ack per message")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="basic.qos; 0 = unlimited (default: 0; confirmed: 200; backlog: 1000)")
+    p.add_argument("--multi-ack-every", type=int, default=None,
+                   help="ack with multiple=true every N deliveries; 0 = one ack per message "
+                        "(default: 0; backlog: 100)")
+    p.add_argument("--window", type=int, default=d.window,
+                   help="confirm scenarios: max unconfirmed publishes in flight")
+    p.add_argument("--messages", type=int, default=d.messages,
+                   help="backlog: messages to publish, then drain")
+    p.add_argument("--data-dir", default=None,
+                   help="backlog: broker data dir whose size is reported (if readable)")
+    p.add_argument("--stall-timeout", type=float, default=d.stall_timeout,
+                   help="fail when no confirm/delivery arrives for this many seconds")
+    p.add_argument("--delete-queue", default=None, metavar="NAME",
+                   help="only delete queue NAME and exit (cleanup after an aborted run)")
     p.add_argument("--no-ack", action="store_true", help="consume with no-ack (auto ack)")
     p.add_argument("--max-backlog", type=int, default=d.max_backlog,
                    help="pause publishing while published-consumed exceeds N; 0 = off")
@@ -652,6 +1243,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    apply_scenario_defaults(args)
+    if args.delete_queue:
+        async def _delete():
+            conn = await connect(args.host, args.port, args.user, args.password, args.vhost,
+                                 "bench-cleanup")
+            try:
+                return await delete_queue(conn, args.delete_queue, 1)
+            finally:
+                await conn.close()
+        try:
+            out = {"ok": True, "queue_delete": asyncio.run(_delete())}
+        except Exception as exc:  # noqa: BLE001
+            out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(out))
+        return 0 if out["ok"] else 1
     cfg = Config(**{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__})
     if args.loop == "uvloop":
         try:
@@ -663,7 +1269,8 @@ def main(argv=None) -> int:
         res = asyncio.run(SCENARIOS[cfg.scenario](cfg))
         res["ok"] = True
     except Exception as exc:  # noqa: BLE001
-        res = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        res = {**getattr(exc, "partial_result", {}), "ok": False,
+               "error": f"{type(exc).__name__}: {exc}"}
     res["config"] = asdict(cfg)
     print(json.dumps(res))
     return 0 if res["ok"] else 1

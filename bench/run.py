@@ -158,6 +158,19 @@ class LeveretProcess:
         except OSError:
             return "    | (no log)"
 
+    def log_problems(self, keep: int = 8) -> dict:
+        """Count warning/error/traceback lines in the broker log (kept in the JSON)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return {}
+        bad = [ln for ln in lines
+               if any(w in ln for w in ("ERROR", "CRITICAL", "Traceback", "WARNING", "Exception"))]
+        return {"broker_log_lines": len(lines), "broker_log_problem_lines": len(bad),
+                "broker_log_problems": bad[:keep] + (["..."] + bad[-keep:] if len(bad) > 2 * keep
+                                                     else bad[keep:2 * keep])}
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
@@ -182,22 +195,42 @@ class LeveretProcess:
 # ---------------------------------------------------------------------------
 
 
-def run_loadgen(host: str, port: int, broker_pid: int | None, args) -> dict:
+DURABLE_SCENARIOS = ("confirmed", "backlog")  # fixed queue name leveret-bench-<scenario>
+
+
+def loadgen_timeout(args) -> float:
+    if args.scenario == "backlog":
+        # publish + drain of --messages at >= ~1,000 msg/s each, plus a queue delete
+        return 300 + 2 * args.messages / 1000
+    if args.scenario in DURABLE_SCENARIOS:
+        return args.warmup + args.duration + 360  # deleting a durable queue can be slow
+    return args.warmup + args.duration + 60
+
+
+def run_loadgen(host: str, port: int, broker_pid: int | None, args,
+                data_dir: str | None = None) -> dict:
     cmd = [sys.executable, str(HERE / "loadgen.py"), "--host", host, "--port", str(port),
            "--scenario", args.scenario, "--duration", str(args.duration),
            "--warmup", str(args.warmup), "--size", str(args.size), "--batch", str(args.batch),
            "--prefetch", str(args.prefetch), "--multi-ack-every", str(args.multi_ack_every),
            "--max-backlog", str(args.max_backlog), "--loop", args.loop,
+           "--window", str(args.window), "--messages", str(args.messages),
+           "--stall-timeout", str(args.stall_timeout),
            "--user", args.user, "--password", args.password]
     if args.no_ack:
         cmd.append("--no-ack")
     if broker_pid:
         cmd += ["--broker-pid", str(broker_pid)]
-    timeout = args.warmup + args.duration + 60
+    if data_dir:
+        cmd += ["--data-dir", data_dir]
+    timeout = loadgen_timeout(args)
     try:
         cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"loadgen timed out after {timeout}s"}
+        res = {"ok": False, "error": f"loadgen timed out after {timeout:.0f}s"}
+        if args.scenario in DURABLE_SCENARIOS:
+            res["cleanup"] = delete_bench_queue(host, port, args)
+        return res
     lines = cp.stdout.strip().splitlines()
     try:
         res = json.loads(lines[-1])
@@ -207,6 +240,19 @@ def run_loadgen(host: str, port: int, broker_pid: int | None, args) -> dict:
     if cp.stderr.strip():
         res["loadgen_stderr"] = cp.stderr[-2000:]
     return res
+
+
+def delete_bench_queue(host: str, port: int, args) -> str:
+    """Delete leveret-bench-<scenario> after an aborted run (the loadgen was killed
+    before its own cleanup); matters for RabbitMQ, which keeps state between rounds."""
+    cmd = [sys.executable, str(HERE / "loadgen.py"), "--host", host, "--port", str(port),
+           "--user", args.user, "--password", args.password,
+           "--delete-queue", f"leveret-bench-{args.scenario}"]
+    try:
+        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        return cp.stdout.strip().splitlines()[-1] if cp.stdout.strip() else cp.stderr[-500:]
+    except subprocess.TimeoutExpired:
+        return "queue delete timed out"
 
 
 def run_target(target: str, args) -> dict:
@@ -219,7 +265,9 @@ def run_target(target: str, args) -> dict:
                              f"(start it with: bench/rabbitmq.sh start)"}
         pid = args.rabbitmq_pid or pid_listening_on(port)
         others = established_count(port)
-        res = run_loadgen(host, port, pid, args)
+        res = run_loadgen(host, port, pid, args, data_dir=args.rabbitmq_data_dir)
+        if not res.get("ok") and args.scenario in DURABLE_SCENARIOS and "cleanup" not in res:
+            res["cleanup"] = delete_bench_queue(host, port, args)
         res["other_clients_before"] = others
         if pid:
             res["broker_vmhwm_note"] = "RabbitMQ is long-running: VmHWM is its lifetime peak"
@@ -240,11 +288,12 @@ def run_target(target: str, args) -> dict:
                 return {"ok": False, "skipped": True, "error": f"leveret failed to start: {exc}",
                         "cmd": lev.cmd}
             try:
-                res = run_loadgen("127.0.0.1", lev.port, pid, args)
+                res = run_loadgen("127.0.0.1", lev.port, pid, args, data_dir=lev.data_dir)
                 res["broker_startup_s"] = lev.startup_s
                 res["cmd"] = lev.cmd
                 if not res.get("ok"):
                     res["broker_log_tail"] = lev.log_tail()
+                res.update(lev.log_problems())
             finally:
                 lev.stop()
     res["target"] = target
@@ -260,6 +309,165 @@ def run_target(target: str, args) -> dict:
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
+
+
+def _mib(key):
+    return lambda r: r[key] / 1024 if r.get(key) is not None else None
+
+
+def _dir_mib(key):
+    return lambda r: (r[key]["disk_bytes"] / 2**20) if r.get(key) else None
+
+
+def _get(key):
+    return lambda r: r.get(key)
+
+
+# scenario -> [(label, getter, format, compare as ratio)]; the first entry is the headline
+METRICS = {
+    "confirmed": [
+        ("consumed msg/s (end-to-end)", _get("consumed_per_s"), ",.0f", True),
+        ("confirms/s", _get("confirms_per_s"), ",.0f", True),
+        ("publish->confirm p50 ms", _get("confirm_latency_p50_ms"), ".1f", True),
+        ("publish->confirm p99 ms", _get("confirm_latency_p99_ms"), ".1f", True),
+        ("broker CPU us/msg", _get("broker_cpu_us_per_msg"), ".1f", True),
+        ("broker cores", _get("broker_cpu_share"), ".2f", True),
+        ("broker disk writes B/msg", _get("broker_disk_write_bytes_per_msg"), ",.0f", True),
+        ("peak broker RSS MiB (VmHWM)", _mib("broker_vmhwm_kib"), ".0f", True),
+        ("loadgen cores", _get("loadgen_cpu_share"), ".2f", False),
+        ("other processes, cores", _get("other_cores"), ".2f", False),
+    ],
+    "backlog": [
+        ("publish msg/s (confirmed)", _get("publish_per_s"), ",.0f", True),
+        ("drain msg/s", _get("drain_per_s"), ",.0f", True),
+        ("publish s", _get("publish_s"), ".1f", True),
+        ("drain s", _get("drain_s"), ".1f", True),
+        ("total s", _get("total_s"), ".1f", True),
+        ("publish->confirm p50 ms", _get("confirm_latency_p50_ms"), ".1f", True),
+        ("publish->confirm p99 ms", _get("confirm_latency_p99_ms"), ".1f", True),
+        ("RSS peak during publish MiB", _mib("rss_peak_publish_kib"), ".0f", True),
+        ("  of which anon (RssAnon) MiB", _mib("rss_anon_peak_publish_kib"), ".0f", True),
+        ("peak RSS whole run MiB (VmHWM)", _mib("broker_vmhwm_kib"), ".0f", True),
+        ("peak RssAnon whole run MiB", _mib("rss_anon_peak_kib"), ".0f", True),
+        ("data dir after publish MiB", _dir_mib("data_dir_after_publish"), ",.0f", True),
+        ("broker CPU us/msg (pub+drain)", _get("broker_cpu_us_per_msg"), ".1f", True),
+        ("  of which publish", _get("broker_publish_cpu_us_per_msg"), ".1f", True),
+        ("  of which drain", _get("broker_drain_cpu_us_per_msg"), ".1f", True),
+        ("broker cores", _get("broker_cpu_share"), ".2f", True),
+        ("broker disk writes B/msg", _get("broker_disk_write_bytes_per_msg"), ",.0f", True),
+        ("loadgen cores", _get("loadgen_cpu_share"), ".2f", False),
+        ("other processes, cores", _get("other_cores"), ".2f", False),
+    ],
+}
+
+RABBITMQ_DURABILITY_NOTE = """Note on RabbitMQ's disk behaviour (not the same work as Leveret's):
+  RabbitMQ 3.10 classic queue, default (v1) index.  Bodies under 4 KB
+  (queue_index_embed_msgs_below) are embedded in the queue-index journal, not the
+  message store.  The publisher confirm for a persistent message waits until the
+  queue's index/store has synced, but syncs are batched: the node sync-flushes
+  when idle or every ~25 ms, not once per message.  strace on this VM counted
+  ~1 fsync/fdatasync per ~300 confirms.  So RabbitMQ does fsync before
+  confirming, but in large groups; it is not a per-message fsync.  Segment files
+  are written lazily, so "data dir" and "disk writes" are not comparable
+  byte-for-byte with Leveret's LMDB (copy-on-write B+tree pages).  RabbitMQ's
+  data dir is the whole mnesia dir (other vhosts/queues included), and its
+  VmHWM is the node's lifetime peak: use "RSS peak during publish" (sampled
+  VmRSS) for it.  RSS includes mmapped file pages (LMDB's data file is read
+  through mmap); RssAnon excludes them."""
+
+
+def summarize_metrics(rounds: list[dict], targets: list[str], scenario: str) -> dict:
+    """Median/min/max per metric and target, plus per-round Leveret/RabbitMQ ratios."""
+    out: dict = {"metrics": {}}
+    for label, get, _fmt_, as_ratio in METRICS[scenario]:
+        m: dict = {}
+        for t in targets:
+            vals = [get(r[t]) for r in rounds if t in r and r[t].get("ok")]
+            vals = [v for v in vals if v is not None]
+            if vals:
+                m[t] = {"median": _median(vals), "min": min(vals), "max": max(vals),
+                        "n": len(vals)}
+        if as_ratio:
+            ratios = []
+            for r in rounds:
+                a, b = r.get("leveret", {}), r.get("rabbitmq", {})
+                if a.get("ok") and b.get("ok"):
+                    va, vb = get(a), get(b)
+                    if va is not None and vb:
+                        ratios.append(va / vb)
+            if ratios:
+                m["ratio"] = {"median": _median(ratios), "min": min(ratios),
+                              "max": max(ratios), "n": len(ratios)}
+        out["metrics"][label] = m
+    for t in targets:
+        ok = [r[t] for r in rounds if t in r and r[t].get("ok")]
+        if ok:
+            out[t] = {"rounds_ok": len(ok)}
+    return out
+
+
+def print_metrics(summary: dict, targets: list[str], args) -> None:
+    print()
+    extra = (f" messages={args.messages:,}" if args.scenario == "backlog"
+             else f" duration={args.duration}s warmup={args.warmup}s")
+    print(f"scenario={args.scenario} size={args.size}B{extra} rounds={args.rounds} "
+          f"window={args.window} batch={args.batch} prefetch={args.prefetch or 'unlimited'} "
+          f"ack={_ack_mode(args)} persistent (delivery_mode=2), durable queue")
+    fmts = {label: f for label, _g, f, _r in METRICS[args.scenario]}
+
+    def cell(d, spec):
+        if not d:
+            return "-"
+        if d["n"] == 1:
+            return _fmt(d["median"], spec)
+        return f"{_fmt(d['median'], spec)} ({_fmt(d['min'], spec)}..{_fmt(d['max'], spec)})"
+
+    cols = targets + (["ratio"] if len(targets) > 1 else [])
+    heads = {"leveret": "leveret median (min..max)", "rabbitmq": "rabbitmq median (min..max)",
+             "ratio": "leveret/rabbitmq"}
+    rows = [(label, [cell(m.get(c), ".3f" if c == "ratio" else fmts[label]) for c in cols])
+            for label, m in summary["metrics"].items()]
+    w0 = max(len(r[0]) for r in rows)
+    ws = [max([len(heads[c])] + [len(r[1][i]) for r in rows]) for i, c in enumerate(cols)]
+    hdr = f"{'':<{w0}}  " + "  ".join(f"{heads[c]:>{w}}" for c, w in zip(cols, ws))
+    print(hdr)
+    print("-" * len(hdr))
+    for label, cells in rows:
+        print(f"{label:<{w0}}  " + "  ".join(f"{x:>{w}}" for x, w in zip(cells, ws)))
+    for t in targets:
+        if t not in summary:
+            print(f"{t}: no successful round")
+    print("ratio = median (min..max) of the per-round leveret/rabbitmq ratios (A B pairs); "
+          "for times, latencies, CPU and memory lower is better.")
+    print("cores = CPU seconds per wall second (1.0 = one core); "
+          f"this machine has {os.cpu_count()} CPUs.")
+    if "rabbitmq" in targets:
+        print(RABBITMQ_DURABILITY_NOTE)
+
+
+def round_line(i: int, t: str, res: dict, args) -> str:
+    head = f"round {i + 1}/{args.rounds} {t:<9}"
+    tail = (f"broker {_fmt(res.get('broker_cpu_us_per_msg'), '.1f')} us/msg "
+            f"{_fmt(res.get('broker_cpu_share'), '.2f')} cores, "
+            f"loadgen {res['loadgen_cpu_share']:.2f} cores, "
+            f"host idle {_fmt(res.get('host_idle_cores'), '.2f')} cores")
+    if args.scenario == "backlog":
+        dd = res.get("data_dir_after_publish")
+        return (f"{head} publish {res['publish_per_s']:>9,.0f} msg/s ({res['publish_s']:.1f}s, "
+                f"p50/p99 {_fmt(res.get('confirm_latency_p50_ms'), '.0f')}/"
+                f"{_fmt(res.get('confirm_latency_p99_ms'), '.0f')} ms), "
+                f"drain {res['drain_per_s']:,.0f} msg/s ({res['drain_s']:.1f}s), "
+                f"total {res['total_s']:.1f}s; RSS peak publish "
+                f"{_fmt(_mib('rss_peak_publish_kib')(res), '.0f')} MiB, VmHWM "
+                f"{_fmt(_mib('broker_vmhwm_kib')(res), '.0f')} MiB, data dir "
+                f"{_fmt(dd['disk_bytes'] / 2**20 if dd else None, ',.0f')} MiB; " + tail)
+    if args.scenario == "confirmed":
+        return (f"{head} {res['consumed_per_s']:>10,.0f} msg/s consumed, "
+                f"{res['confirms_per_s']:,.0f} confirms/s, p50/p99 "
+                f"{_fmt(res.get('confirm_latency_p50_ms'), '.1f')}/"
+                f"{_fmt(res.get('confirm_latency_p99_ms'), '.1f')} ms; " + tail)
+    return (f"{head} {res['consumed_per_s']:>10,.0f} msg/s "
+            f"(published {res['published_per_s']:,.0f}/s) " + tail)
 
 
 def summarize(rounds: list[dict], targets: list[str]) -> dict:
@@ -340,11 +548,22 @@ def main(argv=None) -> int:
     p.add_argument("--scenario", choices=sorted(loadgen.SCENARIOS), default="transient")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before")
-    p.add_argument("--size", type=int, default=256, help="message body bytes")
+    p.add_argument("--size", type=int, default=None,
+                   help="message body bytes (default 256; backlog: 1024)")
     p.add_argument("--batch", type=int, default=50, help="publishes per socket write")
-    p.add_argument("--prefetch", type=int, default=0, help="basic.qos (0 = unlimited, PerfTest default)")
-    p.add_argument("--multi-ack-every", type=int, default=0,
-                   help="ack multiple=true every N (0 = ack each message, PerfTest default)")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="basic.qos (0 = unlimited, PerfTest default; confirmed: 200; backlog: 1000)")
+    p.add_argument("--multi-ack-every", type=int, default=None,
+                   help="ack multiple=true every N (0 = ack each message, PerfTest default; "
+                        "backlog: 100)")
+    p.add_argument("--window", type=int, default=1000,
+                   help="confirmed/backlog: max unconfirmed publishes in flight")
+    p.add_argument("--messages", type=int, default=1_000_000,
+                   help="backlog: messages to publish (no consumer), then drain")
+    p.add_argument("--stall-timeout", type=float, default=60.0,
+                   help="loadgen fails when no confirm/delivery arrives for this many seconds")
+    p.add_argument("--rabbitmq-data-dir", default="/var/lib/rabbitmq/mnesia",
+                   help="backlog: RabbitMQ data dir whose size is reported (skipped if unreadable)")
     p.add_argument("--no-ack", action="store_true")
     p.add_argument("--max-backlog", type=int, default=0,
                    help="loadgen-side cap on published-consumed (0 = off, PerfTest default)")
@@ -364,6 +583,7 @@ def main(argv=None) -> int:
     p.add_argument("--start-timeout", type=float, default=30.0)
     p.add_argument("--results-dir", default=str(HERE / "results"))
     args = p.parse_args(argv)
+    loadgen.apply_scenario_defaults(args)
 
     targets = list(TARGET_ORDER) if args.target == "both" else [args.target]
     rounds: list[dict] = []
@@ -381,12 +601,10 @@ def main(argv=None) -> int:
                     other = (res["host_busy_cores"] - res["loadgen_cpu_share"]
                              - (res.get("broker_cpu_share") or 0))
                     res["other_cores"] = round(other, 3)
-                print(f"round {i + 1}/{args.rounds} {t:<9} {res['consumed_per_s']:>10,.0f} msg/s "
-                      f"(published {res['published_per_s']:,.0f}/s) "
-                      f"broker {_fmt(res.get('broker_cpu_us_per_msg'), '.1f')} us/msg "
-                      f"{_fmt(res.get('broker_cpu_share'), '.2f')} cores, "
-                      f"loadgen {res['loadgen_cpu_share']:.2f} cores, "
-                      f"host idle {_fmt(res.get('host_idle_cores'), '.2f')} cores", flush=True)
+                print(round_line(i, t, res, args), flush=True)
+                if res.get("broker_log_problem_lines"):
+                    print(f"  NOTE: {res['broker_log_problem_lines']} warning/error line(s) in "
+                          f"the Leveret log, e.g. {res['broker_log_problems'][:2]}", flush=True)
                 if res.get("other_clients_before"):
                     print(f"  WARNING: {res['other_clients_before']} other client connection(s) "
                           f"were open on the broker; its CPU figures include their load",
@@ -396,6 +614,12 @@ def main(argv=None) -> int:
                           f"measurement - figures are not clean", flush=True)
             else:
                 print(f"round {i + 1}/{args.rounds} {t:<9} FAILED: {res.get('error')}", flush=True)
+                if res.get("partial") and res.get("per_second_confirmed") is not None:
+                    print(f"  partial: confirmed {res.get('confirmed')}, consumed "
+                          f"{res.get('consumed')}, VmHWM at error "
+                          f"{_fmt(_mib('vmhwm_at_error_kib')(res), '.0f')} MiB", flush=True)
+                if res.get("cleanup"):
+                    print(f"  cleanup: {res['cleanup']}", flush=True)
                 if res.get("broker_log_tail"):
                     print(res["broker_log_tail"])
                 if res.get("skipped"):
@@ -403,8 +627,14 @@ def main(argv=None) -> int:
                     print(f"  -> skipping {t} for the remaining rounds", flush=True)
         rounds.append(rnd)
 
-    summary = summarize(rounds, targets)
-    print_summary(summary, targets, args)
+    if args.scenario in METRICS:
+        summary = summarize_metrics(rounds, targets, args.scenario)
+        print_metrics(summary, targets, args)
+        if not any(t in summary for t in targets):
+            summary = {}
+    else:
+        summary = summarize(rounds, targets)
+        print_summary(summary, targets, args)
 
     out_dir = Path(args.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

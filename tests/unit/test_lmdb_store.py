@@ -1,0 +1,281 @@
+"""LMDB-specific behaviour: reopening, threads, failed batches, bad directories, kill -9."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import lmdb
+import pytest
+from leveret.persistence.lmdb_store import LmdbStore
+from leveret.persistence.records import U32
+from leveret.persistence.store import QueueDef, QueueStats, StoreError
+from leveret.queues.message import Message
+
+PROPS = b"\x10\x00\x02"
+
+
+def msg(body: bytes) -> Message:
+    return Message("", "q", PROPS, body)
+
+
+def commit(store: LmdbStore) -> None:
+    store.write_batch(store.take_batch())
+
+
+def seqs(store: LmdbStore, qid: int) -> list[int]:
+    return [e.seq for e in store.read_queue(qid, 0, 1 << 30)]
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def test_new_directory_is_created_and_reopened(path: Path) -> None:
+    store = LmdbStore(path)
+    qid = store.put_queue(QueueDef("/", "q"))
+    store.enqueue(qid, 0, msg(b"hello"))
+    commit(store)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        store.read_queue(qid, 0, 1)
+
+    store = LmdbStore(path)
+    assert [e.message.body for e in store.read_queue(qid, 0, 10)] == [b"hello"]
+    assert [q.name for q in store.load_definitions().queues] == ["q"]
+    store.close()
+
+
+def test_empty_existing_directory_is_initialised(path: Path) -> None:
+    path.mkdir()
+    LmdbStore(path).close()
+    assert (path / "data.mdb").exists()
+
+
+def test_startup_logs_counts(path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = LmdbStore(path)
+    qid = store.put_queue(QueueDef("/", "q"))
+    for seq in range(3):
+        store.enqueue(qid, seq, msg(b"x"), transient=seq == 2)
+    commit(store)
+    store.close()
+    logger = logging.getLogger("test.store")
+    with caplog.at_level(logging.DEBUG, logger="test.store"):
+        LmdbStore(path, logger=logger).close()
+    text = caplog.text
+    assert "3 messages, 3 queue entries (1 transient) in 1 queues" in text
+    assert "dropped 1 transient entries" in text
+
+
+def test_batch_written_from_a_thread_while_loop_records_and_reads(path: Path) -> None:
+    """The group-commit shape: one writer thread, the loop recording the next batch."""
+    store = LmdbStore(path)
+    qid = store.put_queue(QueueDef("/", "q"))
+    rng = random.Random(7)
+    boundaries = {0}  # a reader may only ever see whole batches
+    seq = 0
+    pending: Future[None] | None = None
+    with ThreadPoolExecutor(1) as writer:
+        while seq < 3000:
+            for _ in range(rng.randint(1, 40)):
+                store.enqueue(qid, seq, msg(b"%d" % seq))
+                seq += 1
+            if pending is None or pending.done():
+                if pending is not None:
+                    pending.result()
+                boundaries.add(seq)
+                pending = writer.submit(store.write_batch, store.take_batch())
+            count = store.queue_stats(qid).count
+            assert count in boundaries
+            # A commit may land between the two reads: the tail then ends at a later batch.
+            start = max(0, count - 5)
+            tail = [e.seq for e in store.read_queue(qid, start, 1 << 30)]
+            end = start + len(tail)
+            assert tail == list(range(start, end))
+            assert end >= count and end in boundaries
+        assert pending is not None
+        pending.result()
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(seq, 0, seq)
+    assert seqs(store, qid) == list(range(seq))
+    store.close()
+
+
+def test_failed_batch_has_no_effect_and_store_stays_usable(path: Path) -> None:
+    store = LmdbStore(path, map_size=1 << 20)  # 1 MiB: a 2 MiB body cannot fit
+    qid = store.put_queue(QueueDef("/", "q"))
+    kept = [msg(b"kept%d" % i) for i in range(3)]
+    for seq, m in enumerate(kept):
+        store.enqueue(qid, seq, m)
+    commit(store)
+    before = (seqs(store, qid), store.queue_stats(qid), store._message_count())
+
+    store.mark_delivered(qid, 0, kept[0], 2)
+    store.remove(qid, 1, kept[1])
+    store.enqueue(qid, 3, msg(b"small"))
+    store.enqueue(qid, 4, msg(b"x" * (2 << 20)))
+    other = store.put_queue(QueueDef("/", "other"))
+    with pytest.raises(StoreError, match=str(path)) as failure:
+        commit(store)
+    assert "MDB_MAP_FULL" in str(failure.value) or "map" in str(failure.value).lower()
+
+    assert (seqs(store, qid), store.queue_stats(qid), store._message_count()) == before
+    assert store.read_queue(qid, 0, 1)[0].delivery_count == 0
+    assert [q.name for q in store.load_definitions().queues] == ["q"]
+
+    # Usable afterwards; removes of entries from the failed batch are harmless no-ops.
+    store.remove(qid, 3, msg(b"small"))
+    store.enqueue(qid, 5, msg(b"after"))
+    commit(store)
+    store.close()
+    store = LmdbStore(path, map_size=1 << 20)
+    assert seqs(store, qid) == [0, 1, 2, 5]
+    assert store.queue_stats(qid) == QueueStats(4, 0, 6)
+    assert store._message_count() == 4
+    assert store.put_queue(QueueDef("/", "other")) > other  # ids of the failed batch not reused
+    store.close()
+
+
+def test_corrupt_data_file_is_refused(path: Path) -> None:
+    store = LmdbStore(path)
+    qid = store.put_queue(QueueDef("/", "q"))
+    store.enqueue(qid, 0, msg(b"x"))
+    commit(store)
+    store.close()
+    data = path / "data.mdb"
+    data.write_bytes(random.Random(1).randbytes(data.stat().st_size))
+    with pytest.raises(StoreError, match=str(path)):
+        LmdbStore(path)
+
+
+def test_small_garbage_data_file_is_refused(path: Path) -> None:
+    path.mkdir()
+    (path / "data.mdb").write_bytes(b"definitely not LMDB\n")
+    with pytest.raises(StoreError, match=str(path)):
+        LmdbStore(path)
+    assert (path / "data.mdb").read_bytes() == b"definitely not LMDB\n"  # left untouched
+
+
+def test_foreign_lmdb_with_other_databases_is_refused(path: Path) -> None:
+    env = lmdb.open(str(path), max_dbs=4)
+    users = env.open_db(b"users")
+    with env.begin(write=True) as txn:
+        txn.put(b"alice", b"admin", db=users)
+    env.close()
+    with pytest.raises(StoreError, match=f"{path}.*not a Leveret store"):
+        LmdbStore(path)
+
+
+def test_foreign_lmdb_with_plain_keys_is_refused(path: Path) -> None:
+    env = lmdb.open(str(path))
+    with env.begin(write=True) as txn:
+        txn.put(b"meta", b"not a database")
+    env.close()
+    with pytest.raises(StoreError, match=str(path)):
+        LmdbStore(path)
+
+
+def test_newer_format_version_is_refused(path: Path) -> None:
+    LmdbStore(path).close()
+    env = lmdb.open(str(path), max_dbs=8)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        txn.put(b"version", U32.pack(99), db=meta)
+    env.close()
+    with pytest.raises(StoreError, match="format version 99"):
+        LmdbStore(path)
+
+
+def test_directory_with_other_files_is_refused(path: Path) -> None:
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match=f"{path}.*notes.txt"):
+        LmdbStore(path)
+
+
+def test_path_that_is_a_file_is_refused(path: Path) -> None:
+    path.write_text("")
+    with pytest.raises(StoreError, match="not a directory"):
+        LmdbStore(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_directory_is_refused(path: Path) -> None:
+    LmdbStore(path).close()
+    path.chmod(0o500)
+    try:
+        with pytest.raises(StoreError, match="not writable"):
+            LmdbStore(path)
+    finally:
+        path.chmod(0o700)
+
+
+# -- kill -9 ----------------------------------------------------------------------------------
+
+WRITER = """
+import sys
+from pathlib import Path
+from leveret.persistence.lmdb_store import LmdbStore
+from leveret.persistence.store import QueueDef
+from leveret.queues.message import Message
+
+store = LmdbStore(Path(sys.argv[1]))
+qid = store.put_queue(QueueDef("/", "q"))
+seq = batch = 0
+while True:
+    for _ in range(1 + batch % 7):
+        store.enqueue(qid, seq, Message("", "q", b"\\x10\\x00\\x02", b"%d" % seq * 100))
+        seq += 1
+    store.write_batch(store.take_batch())
+    print(seq, flush=True)  # everything below seq is confirmed
+    batch += 1
+"""
+
+
+def batch_ends(limit: int) -> set[int]:
+    ends, seq, batch = {0}, 0, 0
+    while seq <= limit:
+        seq += 1 + batch % 7
+        ends.add(seq)
+        batch += 1
+    return ends
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_confirmed_batches_survive_kill_9(path: Path, round_: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline()  # started and committed one batch
+        time.sleep(random.uniform(0.05, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reported = [int(line) for line in out.split(b"\n") if line.strip().isdigit()]
+    last = reported[-1] if reported else 1
+    assert last > 0
+
+    store = LmdbStore(path)
+    try:
+        qid = store.load_definitions().queues[0].qid
+        stats = store.queue_stats(qid)
+        assert stats.count >= last  # every confirmed batch is there
+        assert stats.count in batch_ends(stats.count)  # and batches are all or nothing
+        entries = store.read_queue(qid, 0, 1 << 30)
+        assert [e.seq for e in entries] == list(range(stats.count))
+        assert all(e.message.body == b"%d" % e.seq * 100 for e in entries)
+        assert store._message_count() == stats.count
+    finally:
+        store.close()
