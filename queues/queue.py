@@ -42,6 +42,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.queues.message import Message
+from leveret.queues.settings import QueueSettings, from_arguments
 
 if TYPE_CHECKING:
     from leveret.queues.consumer import Consumer
@@ -79,7 +80,8 @@ class Queue:
         "vhost", "name", "durable", "exclusive_owner", "auto_delete", "arguments",
         "_fresh", "_returned", "_next_seq", "consumers", "unacked", "had_consumer",
         "exclusive_consumer", "deleted", "_dispatching", "bound_exchanges", "flow_waiters",
-        "qid", "log", "_tail", "_tail_from", "_refill_waiting", "__weakref__",
+        "qid", "log", "_tail", "_tail_from", "_refill_waiting", "settings",
+        "__weakref__",
     )
 
     def __init__(
@@ -97,6 +99,7 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
+        self.settings: QueueSettings = from_arguments(self.arguments)
         self._fresh: deque[QueueEntry] = deque()
         self._returned: list[QueueEntry] = []
         self._next_seq = 0
@@ -134,6 +137,10 @@ class Queue:
         self._tail = count
         self._tail_from = first_seq
         self._next_seq = next_seq
+
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """New effective settings (a policy changed); features pick them up from here."""
+        self.settings = settings
 
     @property
     def consumer_count(self) -> int:
