@@ -2,6 +2,7 @@
 
     leveret [serve] [--host H]... [--port N] [--data-dir D] [--management-port N]
                     [--config FILE] [--log-level L]
+    leveret ctl [--data-dir D] COMMAND ...   (see ctl.py: set_policy, clear_policy, list_policies)
     leveret --version
 
 ``main`` is the only place that touches the process: it reads ``sys.argv`` and
@@ -29,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from leveret import __version__
+from leveret import __version__, ctl
 from leveret.config import LOG_LEVELS, ConfigError, load_config
 
 __all__ = ["DataDirError", "build_parser", "configure_logging", "main", "prepare_data_dir"]
@@ -38,7 +39,7 @@ PROG = "leveret"
 EXIT_OK = 0
 EXIT_STARTUP = 1
 EXIT_CONFIG = 2
-_SUBCOMMANDS = ("serve",)
+_SUBCOMMANDS = ("serve", "ctl")
 # Flags that the serve subcommand passes to load_config, by Config field name.
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "log_level")
 
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML config file (default: $LEVERET_CONFIG, if set)",
     )
     serve.add_argument("--log-level", metavar="L", help=f"one of {', '.join(LOG_LEVELS)}")
+    ctl.add_parser(commands)
     return parser
 
 
@@ -87,6 +89,7 @@ def main(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     stderr: TextIO | None = None,
+    stdout: TextIO | None = None,
 ) -> int:
     """Run the command line; return the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -101,6 +104,8 @@ def main(
         args = build_parser().parse_args(args_list)
     except SystemExit as exc:  # --help, --version, usage errors: keep main() -> int
         return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else 1
+    if args.command == "ctl":
+        return ctl.run(args, env, sys.stdout if stdout is None else stdout, err)
     try:
         return _serve(args, env, err)
     except KeyboardInterrupt:  # Ctrl-C before run() installed its own handlers

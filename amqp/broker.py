@@ -18,6 +18,7 @@ from leveret.exchanges import EXCHANGE_TYPES, Exchange
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
+from leveret.queues.policy import Policy
 from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -45,6 +46,11 @@ class Broker:
     def recover(self) -> None:
         """Rebuild durable definitions from the store (their messages stay on disk)."""
         defs = self.log.load_definitions()
+        for p in defs.policies:  # first: queues and exchanges get theirs as they are added
+            vhost = self.vhosts.get(p.vhost)
+            if vhost is not None:
+                vhost.policies.put(Policy(p.vhost, p.name, p.pattern, p.apply_to,
+                                          dict(p.definition), p.priority))
         for ex in defs.exchanges:
             vhost = self.vhosts.get(ex.vhost)
             if vhost is None or ex.name in vhost.exchanges or ex.type not in EXCHANGE_TYPES:
@@ -74,6 +80,9 @@ class Broker:
             if source is None or dest is None:
                 continue
             source.matcher.bind(dest, b.routing_key, dict(b.arguments))
+        for vhost in self.vhosts.values():
+            if vhost.policies:
+                vhost.apply_policies()  # recovered exchanges were added directly
         log.info("recovered %d exchange(s), %d queue(s) holding %d message(s), %d binding(s)",
                  len(defs.exchanges), len(defs.queues), messages, len(defs.bindings))
 

@@ -23,7 +23,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp import fastpath
+from leveret.amqp import fastpath, publish_props
 from leveret.amqp.codec import Method, decode_method, encode_method
 from leveret.amqp.errors import (
     ACCESS_REFUSED,
@@ -35,9 +35,11 @@ from leveret.amqp.errors import (
     ChannelError,
     ConnectionError_,
 )
+from leveret.amqp.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.exchanges.router import route
-from leveret.queues.message import Message
+from leveret.queues.message import Message, parse_expiration
+from leveret.queues.queue import REFUSED
 from pamqp import commands
 
 if TYPE_CHECKING:
@@ -212,11 +214,31 @@ class Channel:
         message = Message(exchange, routing_key, self._props, body)
         if message.has_user_id:
             self._check_user_id(message)
+        if message.has_expiration:
+            self._check_expiration(message)
+        extra: tuple[str, ...] = ()
+        if publish_props.needs_work(message.raw_properties):  # CC/BCC, direct reply-to
+            message, extra = publish_props.prepare(
+                message, lambda: self.vhost.reply_to.reply_name(self))
         if self.tx is not None:
             self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
-            self.tx.append((self.publish, (message, mandatory)))
+            self.tx.append((self.publish, (message, mandatory, extra)))
         else:
-            self.publish(message, mandatory)
+            self.publish(message, mandatory, extra)
+
+    def _check_expiration(self, message: Message) -> None:
+        """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
+        try:
+            expiration = message.properties.expiration
+        except ValueError as exc:  # properties are decoded lazily, here
+            from leveret.amqp.errors import FRAME_ERROR
+
+            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
+                                   (60, 40)) from exc
+        error = parse_expiration(expiration or "")
+        if isinstance(error, str):
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"invalid expiration '{expiration}': {error}", (60, 40))
 
     def _check_user_id(self, message: Message) -> None:
         """Validated user-id: a set ``user_id`` must name the authenticated user.
@@ -248,13 +270,17 @@ class Channel:
                                (60, 40))
         return exchange
 
-    def publish(self, message: Message, mandatory: bool) -> None:
-        """Route ``message`` and enqueue it; confirms and returns as RabbitMQ."""
+    def publish(self, message: Message, mandatory: bool,
+                extra_routing_keys: tuple[str, ...] = ()) -> None:
+        """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
         vhost = self.vhost
         name = message.exchange
         if not name:
             queue = vhost.queues.get(message.routing_key)
             queues: Any = (queue,) if queue is not None else ()
+            if extra_routing_keys or (
+                    queue is None and message.routing_key.startswith(REPLY_TO_PREFIX)):
+                queues = self._route_default(message, extra_routing_keys)
         else:
             exchange = vhost.exchanges.get(name)
             if exchange is None:
@@ -269,7 +295,8 @@ class Channel:
             headers = None
             # Decoded only when some exchange on the way (e2e, AE) may match on headers.
             if (exchange.type == "headers" or exchange.matcher.exchange_bindings
-                    or "alternate-exchange" in exchange.arguments):
+                    or "alternate-exchange" in exchange.arguments
+                    or exchange.policy_alternate_exchange is not None):
                 try:
                     headers = message.headers
                 except ValueError as exc:  # properties are decoded lazily, here
@@ -277,7 +304,8 @@ class Channel:
 
                     raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
                                            (60, 40)) from exc
-            queues = route(exchange, message.routing_key, headers, vhost.exchanges.get)
+            queues = route(exchange, message.routing_key, headers, vhost.exchanges.get,
+                           extra_routing_keys)
         confirms = self.confirms
         if not queues:
             if mandatory:
@@ -292,10 +320,14 @@ class Channel:
                 confirms.publish()
                 self.connection.want_flush(self)
             return
-        held = False
+        held = refused = False
         for queue in queues:
-            if queue.publish(message):
-                held = True
+            accepted = queue.publish(message)
+            if accepted:
+                if accepted == REFUSED:  # reject-publish overflow (queues/limits.py)
+                    refused = True
+                else:
+                    held = True
             if queue.consumers and queue.behind():
                 self.connection.flow_wait(queue)
         if self.tx_durable is not None and held:
@@ -303,11 +335,30 @@ class Channel:
         if confirms is not None:
             # A persistent message in a durable queue is confirmed after its commit.
             log = self.vhost.log
-            if held and log.deferred:
+            if refused:  # one refusing queue is enough for a nack, as in RabbitMQ
+                confirms.settle(confirms.publish(hold=True), False)
+                self.connection.want_flush(self)
+            elif held and log.deferred:
                 log.hold(self, confirms.publish(hold=True))
             else:
                 confirms.publish()
                 self.connection.want_flush(self)
+
+    def _route_default(self, message: Message, extra: tuple[str, ...]) -> list[Any]:
+        """The default exchange with CC/BCC keys or direct reply-to names.
+
+        Each queue once; reply names are delivered to here and, as in RabbitMQ
+        3.10, do not count as routes (``reply_to.py``).
+        """
+        vhost = self.vhost
+        queues: dict[str, Any] = {}
+        for key in dict.fromkeys((message.routing_key, *extra)):
+            queue = vhost.queues.get(key)
+            if queue is not None:
+                queues[key] = queue
+            elif key.startswith(REPLY_TO_PREFIX):
+                vhost.reply_to.deliver(key, message)
+        return list(queues.values())
 
     def confirm_settled(self, seq: int, ok: bool) -> None:
         """The store committed (or failed to commit) held message ``seq``."""
@@ -430,7 +481,7 @@ class Channel:
                 queue.requeue(entry)
                 touched.add(queue)
             else:
-                queue.settle(entry)
+                queue.reject(entry)  # dead-lettered if the queue has a DLX
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
@@ -486,6 +537,7 @@ class Channel:
     def release(self) -> None:
         """The channel is gone (closed or its connection dropped): requeue and cancel."""
         self.closing = True
+        self.vhost.reply_to.release(self)
         consumers = list(self.consumers.values())
         # Cancel first, so requeued messages are not handed straight back to this channel.
         for consumer in consumers:

@@ -19,6 +19,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.amqp import control
 from leveret.amqp.alarms import DISK, MEMORY, MemoryMonitor
 from leveret.amqp.broker import Broker
 from leveret.amqp.connection import CLOSED, RUNNING, Connection
@@ -267,6 +268,7 @@ async def watch_disk(broker: Broker, config: Config, interval: float = 5.0) -> N
 async def main(config: Config) -> None:
     loop = asyncio.get_running_loop()
     broker, servers = await serve(config)
+    ctl = await _start_control(broker, config)
     watchers = [asyncio.create_task(watch_memory(broker, config)),
                 asyncio.create_task(watch_disk(broker, config))]
     stop = asyncio.Event()
@@ -280,7 +282,20 @@ async def main(config: Config) -> None:
     log.info("shutting down: closing %d connection(s)", len(broker.connections))
     for watcher in watchers:
         watcher.cancel()
+    if ctl is not None:
+        ctl.close()
+        control.remove_socket(Path(config.data_dir))
     await shutdown(broker, servers)
+
+
+async def _start_control(broker: Broker, config: Config) -> asyncio.AbstractServer | None:
+    """The ``leveret ctl`` socket; without it the broker still serves AMQP."""
+    try:
+        return await control.start_server(broker, Path(config.data_dir))
+    except OSError as exc:
+        log.warning("no control socket in %s (leveret ctl will not work): %s",
+                    config.data_dir, exc.strerror or exc)
+        return None
 
 
 def run(config: Config) -> None:

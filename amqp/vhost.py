@@ -17,10 +17,13 @@ from leveret.amqp.errors import (
     PRECONDITION_FAILED,
     ChannelError,
 )
+from leveret.amqp.reply_to import ReplyTo
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
 from leveret.persistence.group_commit import GroupCommit
-from leveret.persistence.store import BindingDef, ExchangeDef, QueueDef
+from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
+from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues.queue import Queue
+from leveret.queues.ttl import Timekeeping
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,10 @@ class VirtualHost:
         self.log = log
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        self.policies = PolicySet()
+        self.reply_to = ReplyTo()  # direct reply-to consumers
+        # Clocks and timers of its queues (TTL, x-expires); the server sets the scheduler.
+        self.time = Timekeeping(scheduler=log.loop)
         self.default_exchange = Exchange("", "direct", durable=True, vhost=name)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in DEFAULT_EXCHANGES:
@@ -76,6 +83,9 @@ class VirtualHost:
             return existing
         exchange = Exchange(name, type_, durable, auto_delete, internal, arguments, vhost=self.name)
         self.exchanges[name] = exchange
+        if self.policies:
+            exchange.policy_alternate_exchange = alternate_exchange(
+                self.policies.for_exchange(name))
         if durable:
             self.log.put_exchange(ExchangeDef(self.name, name, type_, durable, auto_delete,
                                                 internal, dict(arguments)))
@@ -120,8 +130,6 @@ class VirtualHost:
         # Bindings where it is the source vanish with it; where it is a destination, unbind.
         for dest, _, _ in list(exchange.matcher.bindings()):
             exchange.matcher.remove_destination(dest)
-            if isinstance(dest, Exchange):
-                self._after_unbind(dest)
         for ex in list(self.exchanges.values()):
             if ex.matcher.remove_destination(exchange):
                 self._maybe_auto_delete(ex)
@@ -134,27 +142,24 @@ class VirtualHost:
         if exchange.auto_delete and not len(exchange.matcher):
             self._remove_exchange(exchange)
 
-    def _after_unbind(self, dest: Exchange) -> None:
-        pass
-
     # -- bindings -----------------------------------------------------------
 
     def bind(self, source: Exchange, dest: Exchange | Queue, routing_key: str,
              arguments: dict[str, Any]) -> None:
-        self._check_not_default(source)
+        self.check_not_default(source)
         source.matcher.validate_binding(routing_key, arguments)
         if source.matcher.bind(dest, routing_key, arguments) and source.durable and dest.durable:
             self.log.put_binding(self._binding_def(source, dest, routing_key, arguments))
 
     def unbind(self, source: Exchange, dest: Exchange | Queue, routing_key: str,
                arguments: dict[str, Any]) -> None:
-        self._check_not_default(source)
+        self.check_not_default(source)
         if source.matcher.unbind(dest, routing_key, arguments):
             if source.durable and dest.durable:
                 self.log.delete_binding(self._binding_def(source, dest, routing_key, arguments))
             self._maybe_auto_delete(source)
 
-    def _check_not_default(self, exchange: Exchange) -> None:
+    def check_not_default(self, exchange: Exchange) -> None:
         if exchange is self.default_exchange:
             raise ChannelError(ACCESS_REFUSED,
                                f"operation not permitted on the default exchange")
@@ -173,6 +178,8 @@ class VirtualHost:
     def add_queue(self, queue: Queue, qid: int = 0) -> None:
         """Register ``queue``; a durable one gets its store id (``qid`` when recovering)."""
         self.queues[queue.name] = queue
+        if self.policies:
+            queue.apply_settings(self.policies.for_queue(queue.name, queue.arguments))
         if queue.durable:
             if not qid:
                 qid = self.log.put_queue(QueueDef(self.name, queue.name, True, queue.auto_delete,
@@ -192,13 +199,41 @@ class VirtualHost:
         for ex in list(self.exchanges.values()):
             if ex.matcher.remove_destination(queue):
                 self._maybe_auto_delete(ex)
-        for consumer in list(queue.consumers):
+        for consumer in queue.all_consumers():
             queue.remove_consumer(consumer)
             consumer.channel.consumer_cancelled_by_broker(consumer)
         if queue.durable:
             self.log.delete_queue(self.name, queue.name, queue.qid)
         log.debug("deleted queue %r in vhost %r", queue.name, self.name)
         return count
+
+
+    # -- policies -------------------------------------------------------------
+
+    def set_policy(self, policy: Policy) -> None:
+        """Add or replace a policy; it applies to existing entities at once."""
+        self.policies.put(policy)
+        self.log.put_policy(PolicyDef(self.name, policy.name, policy.pattern, policy.apply_to,
+                                      dict(policy.definition), policy.priority))
+        self.apply_policies()
+
+    def clear_policy(self, name: str) -> bool:
+        if self.policies.remove(name) is None:
+            return False
+        self.log.delete_policy(self.name, name)
+        self.apply_policies()
+        return True
+
+    def apply_policies(self) -> None:
+        """Recompute every queue's settings and exchange's policy AE (policies changed)."""
+        for queue in self.queues.values():
+            settings = self.policies.for_queue(queue.name, queue.arguments)
+            if settings != queue.settings:
+                queue.apply_settings(settings)
+        for exchange in self.exchanges.values():
+            if exchange is not self.default_exchange:  # no AE on the default exchange
+                exchange.policy_alternate_exchange = alternate_exchange(
+                    self.policies.for_exchange(exchange.name))
 
 
 # Arguments RabbitMQ compares when a queue or exchange is redeclared; others are ignored.

@@ -398,8 +398,7 @@ class ConfirmPublisher:
 
     def __init__(self, conn: Conn, one_msg: bytes, batch: int, window: int,
                  limit: int | None = None, stall_timeout: float = 60.0) -> None:
-        if batch > window:
-            batch = window
+        batch = min(batch, window)
         self.conn = conn
         self.one_msg = one_msg
         self.batch = batch
@@ -515,7 +514,7 @@ class ConfirmPublisher:
             self._room = asyncio.get_running_loop().create_future()
             try:
                 await asyncio.wait_for(self._room, self.stall_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if self.settled == before:
                     raise RuntimeError(
                         f"confirm stall: no confirm for {self.stall_timeout}s "
@@ -1046,6 +1045,9 @@ async def scenario_backlog(cfg: Config) -> dict:
     def rss_kib():
         return sum(vm_kib(p, "VmRSS") or 0 for p in pids) if pids else None
 
+    def anon_mib():
+        return round(sum(vm_status(p, ("RssAnon",)).get("RssAnon", 0) for p in pids) / 1024, 1)
+
     def hwm_kib():
         return sum(vm_kib(p, "VmHWM") or 0 for p in pids) if pids else None
 
@@ -1064,13 +1066,14 @@ async def scenario_backlog(cfg: Config) -> dict:
         sampler.mark()
         s0 = snap()
         task = asyncio.create_task(pub.run())
-        series, rss_series = [], []
+        series, rss_series, anon_series = [], [], []
         prev_t, prev_c = s0[0], 0
         while not task.done():
             await asyncio.wait([task], timeout=1.0)
             now = time.perf_counter()
             series.append(round((pub.confirmed - prev_c) / (now - prev_t), 1))
             rss_series.append(round((rss_kib() or 0) / 1024, 1))
+            anon_series.append(anon_mib())
             prev_t, prev_c = now, pub.confirmed
         if pub.error:
             raise RuntimeError(f"publish phase failed: {pub.error}")
@@ -1087,6 +1090,7 @@ async def scenario_backlog(cfg: Config) -> dict:
             "publish_per_s": round(pub.confirmed / pub_wall, 1),
             "per_second_confirmed": series,
             "per_second_rss_mib_publish": rss_series,
+            "per_second_rss_anon_mib_publish": anon_series,
             **latency_stats(lats),
         })
         await pconn.close()
@@ -1095,18 +1099,19 @@ async def scenario_backlog(cfg: Config) -> dict:
         # ---- phase 2: drain ----
         s2 = snap()
         consumer = await start_consumer(cfg, cconn, qname)
-        series, rss_series = [], []
+        series, rss_series, anon_series = [], [], []
         prev_t, prev_c = s2[0], 0
         last_change = s2[0]
         while consumer.count < n_msgs:
             fut = consumer.wait_count(n_msgs)
             try:
                 await asyncio.wait_for(fut, 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             now = time.perf_counter()
             series.append(round((consumer.count - prev_c) / (now - prev_t), 1))
             rss_series.append(round((rss_kib() or 0) / 1024, 1))
+            anon_series.append(anon_mib())
             if consumer.count != prev_c:
                 last_change = now
             prev_t, prev_c = now, consumer.count
@@ -1127,6 +1132,7 @@ async def scenario_backlog(cfg: Config) -> dict:
             "drain_per_s": round(consumer.count / drain_wall, 1),
             "per_second_consumed": series,
             "per_second_rss_mib_drain": rss_series,
+            "per_second_rss_anon_mib_drain": anon_series,
             "total_s": round(total_wall, 3),
             "loadgen_cpu_s": round(s3[1] - s0[1], 3),
             "loadgen_cpu_share": round((s3[1] - s0[1]) / total_wall, 3),

@@ -614,7 +614,7 @@ def main(argv=None) -> int:
                           f"measurement - figures are not clean", flush=True)
             else:
                 print(f"round {i + 1}/{args.rounds} {t:<9} FAILED: {res.get('error')}", flush=True)
-                if res.get("partial") and res.get("per_second_confirmed") is not None:
+                if res.get("partial"):
                     print(f"  partial: confirmed {res.get('confirmed')}, consumed "
                           f"{res.get('consumed')}, VmHWM at error "
                           f"{_fmt(_mib('vmhwm_at_error_kib')(res), '.0f')} MiB", flush=True)

@@ -154,6 +154,23 @@ class BindingSet:
         return len(self._bindings)
 
 
+class BindingSetOwner:
+    """What every matcher answers from its ``BindingSet`` alone (listing and counting)."""
+
+    _set: BindingSet
+
+    def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
+        return iter(self._set)
+
+    def __len__(self) -> int:
+        return len(self._set)
+
+    @property
+    def exchange_bindings(self) -> int:
+        """Bindings whose destination is an exchange (the router's fast-path test)."""
+        return self._set.exchange_bindings
+
+
 class DestinationCounts:
     """Destinations with a reference count, in first-bound order.
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .binding import BindingSet, DestinationCounts
+from .binding import BindingSetOwner, BindingSet, DestinationCounts
 
 
-class DirectMatcher:
+class DirectMatcher(BindingSetOwner):
     """The bindings of one direct exchange, indexed by routing key."""
 
     __slots__ = ("_index", "_set")
@@ -54,17 +54,6 @@ class DirectMatcher:
     def route(self, routing_key: str, headers: dict[str, Any] | None) -> tuple[object, ...]:
         counts = self._index.get(routing_key)
         return counts.snapshot if counts is not None else ()
-
-    def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
-        return iter(self._set)
-
-    def __len__(self) -> int:
-        return len(self._set)
-
-    @property
-    def exchange_bindings(self) -> int:
-        """Bindings whose destination is an exchange (the router's fast-path test)."""
-        return self._set.exchange_bindings
 
     @staticmethod
     def validate_binding(routing_key: str, arguments: dict[str, Any]) -> None:

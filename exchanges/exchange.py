@@ -36,6 +36,7 @@ class Exchange(Routable):
         "internal",
         "matcher",
         "name",
+        "policy_alternate_exchange",
         "type",
         "vhost",
     )
@@ -62,17 +63,18 @@ class Exchange(Routable):
         self.arguments: dict[str, Any] = dict(arguments) if arguments else {}
         self.matcher: Matcher = matcher_class()
         self.vhost = vhost
+        # Set by the vhost from the exchange's policy (``queues/policy.py``), if any.
+        self.policy_alternate_exchange: str | None = None
 
     @property
     def alternate_exchange(self) -> str | None:
-        """Name of the alternate exchange from the ``alternate-exchange`` argument, if any.
+        """Name of the alternate exchange: the ``alternate-exchange`` argument, else the policy's.
 
-        Policies can also set an AE in RabbitMQ (the argument wins); that is
-        the policy layer's business, not this record's.
+        As RabbitMQ (docs/ae.md): when both set one, the argument wins.
         """
         value = self.arguments.get("alternate-exchange")
         if value is None:
-            return None
+            return self.policy_alternate_exchange
         if isinstance(value, (bytes, bytearray)):
             return bytes(value).decode("utf-8", "replace")
         return str(value)

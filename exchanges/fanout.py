@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .binding import BindingSet, DestinationCounts
+from .binding import BindingSetOwner, BindingSet, DestinationCounts
 
 
-class FanoutMatcher:
+class FanoutMatcher(BindingSetOwner):
     """The bindings of one fanout exchange."""
 
     __slots__ = ("_dests", "_set")
@@ -42,17 +42,6 @@ class FanoutMatcher:
 
     def route(self, routing_key: str, headers: dict[str, Any] | None) -> tuple[object, ...]:
         return self._dests.snapshot
-
-    def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
-        return iter(self._set)
-
-    def __len__(self) -> int:
-        return len(self._set)
-
-    @property
-    def exchange_bindings(self) -> int:
-        """Bindings whose destination is an exchange (the router's fast-path test)."""
-        return self._set.exchange_bindings
 
     @staticmethod
     def validate_binding(routing_key: str, arguments: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..amqp.errors import PRECONDITION_FAILED, ChannelError
-from .binding import BindingSet, timestamp_seconds
+from .binding import BindingSetOwner, BindingSet, timestamp_seconds
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
@@ -137,7 +137,7 @@ class _Compiled:
         return True
 
 
-class HeadersMatcher:
+class HeadersMatcher(BindingSetOwner):
     """The bindings of one headers exchange."""
 
     __slots__ = ("_compiled", "_set")
@@ -180,17 +180,6 @@ class HeadersMatcher:
             if id(dest) not in found and binding.matches(table):
                 found[id(dest)] = dest
         return list(found.values())
-
-    def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
-        return iter(self._set)
-
-    def __len__(self) -> int:
-        return len(self._set)
-
-    @property
-    def exchange_bindings(self) -> int:
-        """Bindings whose destination is an exchange (the router's fast-path test)."""
-        return self._set.exchange_bindings
 
     @staticmethod
     def validate_binding(routing_key: str, arguments: dict[str, Any]) -> None:

@@ -24,8 +24,8 @@ own bindings. The rules are RabbitMQ's (``rabbit_exchange:route/3`` and its
 * Queue order in the result is discovery order; RabbitMQ gives no order.
 
 What is not here: the default exchange (an implicit binding of every queue by
-name, with no AE support) is the caller's special case, as are policies that
-set an AE (``Exchange.alternate_exchange`` reads only the argument).
+name, with no AE support) is the caller's special case. An AE set by policy
+is already folded into ``Exchange.alternate_exchange``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .binding import BindingSet, DestinationCounts
+from .binding import BindingSetOwner, BindingSet, DestinationCounts
 
 #: Routing keys whose results are cached per topic exchange. 4096 keys of at
 #: most 255 bytes bound the cache near 1 MiB per exchange, and cover the key
@@ -48,7 +48,7 @@ class _Node:
         self.dests = DestinationCounts()
 
 
-class TopicMatcher:
+class TopicMatcher(BindingSetOwner):
     """The bindings of one topic exchange, as a word trie plus a result cache."""
 
     __slots__ = ("_cache", "_root", "_set", "cache_size")
@@ -141,17 +141,6 @@ class TopicMatcher:
         if child is not None:
             for j in range(i, len(words) + 1):
                 self._walk(child, words, j, found, seen)
-
-    def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
-        return iter(self._set)
-
-    def __len__(self) -> int:
-        return len(self._set)
-
-    @property
-    def exchange_bindings(self) -> int:
-        """Bindings whose destination is an exchange (the router's fast-path test)."""
-        return self._set.exchange_bindings
 
     @staticmethod
     def validate_binding(routing_key: str, arguments: dict[str, Any]) -> None:

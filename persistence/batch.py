@@ -38,6 +38,7 @@ class Enqueue:
     delivery_count: int = 0
     transient: bool = False
     cancelled: bool = False
+    expires_at: int = 0  # absolute wall-clock ms of its TTL expiry; 0 = never
 
 
 @dataclass(slots=True)
@@ -128,14 +129,15 @@ class Recorder:
         self._ops.append(op)
         self._live += 1
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool) -> None:
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool,
+                expires_at: int = 0) -> None:
         if message.store_id == 0:
             message.store_id = self.next_msg_id
             self.next_msg_id += 1
         key = (qid, seq)
         if key in self._enqueued or key in self._delivered:
             self._cancel(key)  # a re-used (qid, seq) replaces the entry
-        op = Enqueue(qid, seq, message, 0, transient)
+        op = Enqueue(qid, seq, message, 0, transient, False, expires_at)
         self._enqueued[key] = op
         self.add(op)
 

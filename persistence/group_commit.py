@@ -31,6 +31,7 @@ from leveret.persistence.store import (
     BindingDef,
     Definitions,
     ExchangeDef,
+    PolicyDef,
     QueueDef,
     QueueStats,
     Store,
@@ -69,8 +70,9 @@ class GroupCommit:
             assert self.loop is not None
             self.loop.call_soon(self._start)
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False) -> None:
-        self.store.enqueue(qid, seq, message, transient)
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
+                expires_at: int = 0) -> None:
+        self.store.enqueue(qid, seq, message, transient, expires_at)
         self._dirty()
 
     def mark_delivered(self, qid: int, seq: int, message: Message, count: int) -> None:
@@ -109,6 +111,14 @@ class GroupCommit:
 
     def delete_binding(self, binding: BindingDef) -> None:
         self.store.delete_binding(binding)
+        self._dirty()
+
+    def put_policy(self, policy: PolicyDef) -> None:
+        self.store.put_policy(policy)
+        self._dirty()
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self.store.delete_policy(vhost, name)
         self._dirty()
 
     # -- reads ------------------------------------------------------------------

@@ -21,7 +21,7 @@ Named databases (``records.py`` has the byte layouts):
 * ``messages``: message id -> record; ``refs``: message id -> entry count.
   A message is written once however many queues hold it and deleted with
   its last entry;
-* ``index``: (qid, seq) -> (message id, delivery count, flags);
+* ``index``: (qid, seq) -> (message id, delivery count, flags[, expires_at]);
 * ``transient``: the index keys of transient entries (paged out, not meant to
   survive), so dropping them at startup does not scan the index.
 
@@ -60,20 +60,22 @@ from leveret.persistence.records import (
     COUNTER,
     FLAG_TRANSIENT,
     INDEX_KEY,
-    INDEX_VALUE,
     U32,
     U64,
     binding_identity,
     decode_definition,
+    decode_index_value,
     decode_message,
     definition_key,
     encode_definition,
+    encode_index_value,
     encode_message,
 )
 from leveret.persistence.store import (
     BindingDef,
     Definitions,
     ExchangeDef,
+    PolicyDef,
     QueueDef,
     QueueStats,
     StoredEntry,
@@ -84,7 +86,10 @@ from leveret.queues.message import Message
 log = logging.getLogger(__name__)
 
 FORMAT_MARKER = b"leveret-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: index values may carry expires_at (records.FLAG_EXPIRES)
+# Versions this code opens; an older one is upgraded in place (its marker is rewritten)
+# because version 1 is a subset of version 2 (no entry has FLAG_EXPIRES).
+READABLE_VERSIONS = (1, 2)
 _DB_NAMES = (b"meta", b"defs", b"messages", b"refs", b"index", b"transient")
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
 _META_FORMAT = b"format"
@@ -168,9 +173,11 @@ class LmdbStore:
                 if marker != FORMAT_MARKER or version is None or len(version) != U32.size:
                     raise self._error("is an LMDB environment but not a Leveret store "
                                       "(no format marker)")
-                if U32.unpack(version)[0] != FORMAT_VERSION:
+                if U32.unpack(version)[0] not in READABLE_VERSIONS:
                     raise self._error(f"store format version {U32.unpack(version)[0]} is not "
                                       f"supported (this Leveret reads version {FORMAT_VERSION})")
+                if U32.unpack(version)[0] != FORMAT_VERSION:
+                    txn.put(_META_VERSION, U32.pack(FORMAT_VERSION), db=meta)
                 missing = [n.decode() for n in _DB_NAMES if n not in names]
                 if missing:
                     raise self._error(f"store is incomplete (no {', '.join(missing)} database)")
@@ -237,6 +244,8 @@ class LmdbStore:
                         result.exchanges.append(d)
                     elif isinstance(d, QueueDef):
                         result.queues.append(d)
+                    elif isinstance(d, PolicyDef):
+                        result.policies.append(d)
                     else:
                         result.bindings.append(d)
         except _DATA_ERRORS as exc:
@@ -270,6 +279,12 @@ class LmdbStore:
 
     def delete_binding(self, binding: BindingDef) -> None:
         self._recorder.add(DeleteDef("b", binding_identity(binding)))
+
+    def put_policy(self, policy: PolicyDef) -> None:
+        self._recorder.add(PutDef("p", (policy.vhost, policy.name), encode_definition(policy)))
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._recorder.add(DeleteDef("p", (vhost, name)))
 
     # -- queue entries -------------------------------------------------------------------------
 
@@ -317,12 +332,13 @@ class LmdbStore:
                     key_qid, seq = INDEX_KEY.unpack(key)
                     if key_qid != qid:
                         break
-                    msg_id, deliveries, _ = INDEX_VALUE.unpack(value)
+                    msg_id, deliveries, _, expires_at = decode_index_value(value)
                     record = txn.get(U64.pack(msg_id), db=messages)
                     if record is None:
                         raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing "
                                           f"message {msg_id}")
-                    out.append(StoredEntry(seq, deliveries, decode_message(record, msg_id)))
+                    out.append(StoredEntry(seq, deliveries, decode_message(record, msg_id),
+                                           expires_at))
                     if len(out) >= limit:
                         break
         except _DATA_ERRORS as exc:
@@ -438,8 +454,8 @@ class _Writer:
         self.refs[msg_id] = refs + 1
         key = INDEX_KEY.pack(op.qid, op.seq)
         flags = FLAG_TRANSIENT if op.transient else 0
-        old = self.txn.replace(key, INDEX_VALUE.pack(msg_id, op.delivery_count, flags),
-                               db=self.index)
+        old = self.txn.replace(key, encode_index_value(msg_id, op.delivery_count, flags,
+                                                       op.expires_at), db=self.index)
         counter = self.counter(op.qid)
         if old is None:
             counter[0] += 1
@@ -460,8 +476,9 @@ class _Writer:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.get(key, db=self.index)
         if old is not None:
-            msg_id, _, flags = INDEX_VALUE.unpack(old)
-            self.txn.put(key, INDEX_VALUE.pack(msg_id, delivery_count, flags), db=self.index)
+            msg_id, _, flags, expires_at = decode_index_value(old)
+            self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at),
+                         db=self.index)
 
     def purge(self, qid: int, from_seq: int) -> None:
         cursor = self.txn.cursor(db=self.index)
@@ -500,7 +517,7 @@ class _Writer:
                 break
 
     def _forget_entry(self, key: bytes, value: bytes) -> None:
-        msg_id, _, flags = INDEX_VALUE.unpack(value)
+        msg_id, _, flags, _ = decode_index_value(value)
         if flags & FLAG_TRANSIENT:
             self.txn.delete(key, db=self.transient)
         self.refs[msg_id] = self.refcount(msg_id) - 1

@@ -31,6 +31,7 @@ from leveret.persistence.store import (
     BindingDef,
     Definitions,
     ExchangeDef,
+    PolicyDef,
     QueueDef,
     QueueStats,
     StoredEntry,
@@ -53,11 +54,12 @@ class _Entries:
     __slots__ = ("by_seq", "dead", "order")
 
     def __init__(self) -> None:
-        self.by_seq: dict[int, tuple[int, int, bool]] = {}  # seq -> (msg id, deliveries, transient)
+        # seq -> (msg id, deliveries, transient, expires_at)
+        self.by_seq: dict[int, tuple[int, int, bool, int]] = {}
         self.order: list[int] = []
         self.dead = 0
 
-    def put(self, seq: int, entry: tuple[int, int, bool]) -> tuple[int, int, bool] | None:
+    def put(self, seq: int, entry: tuple[int, int, bool, int]) -> tuple[int, int, bool, int] | None:
         old = self.by_seq.get(seq)
         if old is None:
             order = self.order
@@ -72,7 +74,7 @@ class _Entries:
         self.by_seq[seq] = entry
         return old
 
-    def pop(self, seq: int) -> tuple[int, int, bool] | None:
+    def pop(self, seq: int) -> tuple[int, int, bool, int] | None:
         entry = self.by_seq.pop(seq, None)
         if entry is not None:
             self.dead += 1
@@ -108,7 +110,8 @@ class MemoryStore:
             defs = list(self._defs.values())
         return Definitions([d for d in defs if isinstance(d, ExchangeDef)],
                            [d for d in defs if isinstance(d, QueueDef)],
-                           [d for d in defs if isinstance(d, BindingDef)])
+                           [d for d in defs if isinstance(d, BindingDef)],
+                           [d for d in defs if isinstance(d, PolicyDef)])
 
     def put_exchange(self, exchange: ExchangeDef) -> None:
         encode_definition(exchange)  # rejects what the LMDB store could not keep either
@@ -139,10 +142,18 @@ class MemoryStore:
     def delete_binding(self, binding: BindingDef) -> None:
         self._recorder.add(DeleteDef("b", binding_identity(binding)))
 
+    def put_policy(self, policy: PolicyDef) -> None:
+        encode_definition(policy)
+        self._recorder.add(PutDef("p", (policy.vhost, policy.name), policy))
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._recorder.add(DeleteDef("p", (vhost, name)))
+
     # -- queue entries ------------------------------------------------------------------
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False) -> None:
-        self._recorder.enqueue(qid, seq, message, transient)
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
+                expires_at: int = 0) -> None:
+        self._recorder.enqueue(qid, seq, message, transient, expires_at)
 
     def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
         self._recorder.mark_delivered(qid, seq, delivery_count)
@@ -169,8 +180,8 @@ class MemoryStore:
             if entries is None or limit <= 0:
                 return out
             for seq in entries.seqs_from(from_seq):
-                msg_id, deliveries, _ = entries.by_seq[seq]
-                out.append(StoredEntry(seq, deliveries, self._messages[msg_id]))
+                msg_id, deliveries, _, expires_at = entries.by_seq[seq]
+                out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
                 if len(out) >= limit:
                     break
         return out
@@ -207,7 +218,7 @@ class MemoryStore:
                 entries = self._entries[op.qid] = _Entries()
             msg_id = op.message.store_id
             self._incref(msg_id, op.message)
-            old = entries.put(op.seq, (msg_id, op.delivery_count, op.transient))
+            old = entries.put(op.seq, (msg_id, op.delivery_count, op.transient, op.expires_at))
             if old is not None:
                 self._decref(old[0])
             self._next_seq[op.qid] = max(self._next_seq.get(op.qid, 0), op.seq + 1)
@@ -219,8 +230,8 @@ class MemoryStore:
         elif cls is MarkDelivered:
             entries = self._entries.get(op.qid)
             if not op.cancelled and entries and op.seq in entries.by_seq:
-                msg_id, _, transient = entries.by_seq[op.seq]
-                entries.by_seq[op.seq] = (msg_id, op.delivery_count, transient)
+                msg_id, _, transient, expires_at = entries.by_seq[op.seq]
+                entries.by_seq[op.seq] = (msg_id, op.delivery_count, transient, expires_at)
         elif cls is Purge:
             self._purge(op.qid, op.from_seq)
         elif cls is DeleteQueue:

@@ -8,7 +8,10 @@ layouts (big-endian, so LMDB's byte order is numeric order):
   (its length is what remains). Names are UTF-8 with ``surrogateescape`` so
   encoding can never fail inside a write transaction.
 * queue index key: ``u32 qid, u64 seq``; value: ``u64 message id,
-  u32 delivery count, u8 flags``.
+  u32 delivery count, u8 flags``, followed (format version 2, flag
+  ``FLAG_EXPIRES``) by ``u64 expires_at``: the entry's TTL expiry in absolute
+  wall-clock ms. Entries without a TTL keep the 13-byte version 1 layout, so
+  a version 1 store is a valid version 2 store.
 
 Definitions are rare and small, so they are JSON; field-table values (AMQP
 arguments) go through a tagged encoding that keeps every type pamqp decodes
@@ -25,7 +28,7 @@ import json
 import struct
 from typing import Any, TypeAlias
 
-from leveret.persistence.store import BindingDef, ExchangeDef, QueueDef, StoreError
+from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef, StoreError
 from leveret.queues.message import Message
 
 U32 = struct.Struct(">I")
@@ -36,6 +39,21 @@ COUNTER = struct.Struct(">QQ")  # entry count, next seq (one past the highest ev
 _MESSAGE_HEAD = struct.Struct(">HHI")
 
 FLAG_TRANSIENT = 1
+FLAG_EXPIRES = 2  # a u64 expires_at follows the fixed INDEX_VALUE part
+
+
+def encode_index_value(msg_id: int, delivery_count: int, flags: int, expires_at: int) -> bytes:
+    """Index value; ``FLAG_EXPIRES`` is derived from ``expires_at`` (0 = never)."""
+    if expires_at:
+        return INDEX_VALUE.pack(msg_id, delivery_count, flags | FLAG_EXPIRES) + U64.pack(expires_at)
+    return INDEX_VALUE.pack(msg_id, delivery_count, flags & ~FLAG_EXPIRES)
+
+
+def decode_index_value(value: bytes | memoryview) -> tuple[int, int, int, int]:
+    """(message id, delivery count, flags, expires_at or 0)."""
+    msg_id, deliveries, flags = INDEX_VALUE.unpack_from(value, 0)
+    expires_at = U64.unpack_from(value, INDEX_VALUE.size)[0] if flags & FLAG_EXPIRES else 0
+    return msg_id, deliveries, flags, expires_at
 
 
 # -- messages -------------------------------------------------------------------
@@ -119,7 +137,7 @@ def _untable(encoded: Any) -> dict[str, Any]:
 
 # -- definitions -----------------------------------------------------------------------
 
-Definition: TypeAlias = ExchangeDef | QueueDef | BindingDef
+Definition: TypeAlias = ExchangeDef | QueueDef | BindingDef | PolicyDef
 
 
 def binding_identity(b: BindingDef) -> tuple[str, ...]:
@@ -144,6 +162,10 @@ def encode_definition(d: Definition) -> bytes:
             doc: dict[str, Any] = {"kind": "x", "vhost": d.vhost, "name": d.name, "type": d.type,
                                    "durable": d.durable, "auto_delete": d.auto_delete,
                                    "internal": d.internal, "arguments": _table(d.arguments)}
+        elif isinstance(d, PolicyDef):
+            # The definition is plain JSON already (it came from JSON); no tagging.
+            doc = {"kind": "p", "vhost": d.vhost, "name": d.name, "pattern": d.pattern,
+                   "apply_to": d.apply_to, "definition": d.definition, "priority": d.priority}
         elif isinstance(d, QueueDef):
             doc = {"kind": "q", "vhost": d.vhost, "name": d.name, "durable": d.durable,
                    "auto_delete": d.auto_delete, "arguments": _table(d.arguments), "qid": d.qid}
@@ -159,6 +181,8 @@ def encode_definition(d: Definition) -> bytes:
 def decode_definition(raw: bytes) -> Definition:
     doc = json.loads(bytes(raw).decode("utf-8", "surrogatepass"))
     kind = doc.pop("kind")
+    if kind == "p":
+        return PolicyDef(**doc)
     doc["arguments"] = _untable(doc["arguments"])
     if kind == "x":
         return ExchangeDef(**doc)

@@ -23,7 +23,8 @@ Messages are stored once however many queues they are in (a reference
 count), keyed by ``Message.store_id`` which the store assigns on the first
 ``enqueue``. Queue entries are keyed by (queue id, queue sequence number) and
 carry the message id, the delivery count (so ``redelivered`` survives a
-restart) and whether the message is transient (a transient entry only exists
+restart), the entry's TTL expiry (absolute wall-clock ms, 0 = none, so
+message TTLs survive a restart) and whether the message is transient (a transient entry only exists
 on disk because its queue paged it out; it is dropped at the next start).
 """
 
@@ -70,11 +71,24 @@ class BindingDef:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PolicyDef:
+    """A policy as stored (``queues/policy.py`` validates and applies it)."""
+
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str = "all"  # "queues" | "exchanges" | "all"
+    definition: dict[str, Any] = field(default_factory=dict)  # JSON values
+    priority: int = 0
+
+
 @dataclass
 class Definitions:
     exchanges: list[ExchangeDef] = field(default_factory=list)
     queues: list[QueueDef] = field(default_factory=list)
     bindings: list[BindingDef] = field(default_factory=list)
+    policies: list[PolicyDef] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,7 @@ class StoredEntry:
     seq: int
     delivery_count: int
     message: Message  # with store_id set
+    expires_at: int = 0  # absolute wall-clock ms (time.time() * 1000); 0 = never expires
 
 
 class Store(Protocol):
@@ -115,9 +130,19 @@ class Store(Protocol):
 
     def delete_binding(self, binding: BindingDef) -> None: ...
 
+    def put_policy(self, policy: PolicyDef) -> None:
+        """Record (or replace) the policy named ``policy.name`` in its vhost."""
+        ...
+
+    def delete_policy(self, vhost: str, name: str) -> None: ...
+
     # -- queue entries (recorded in the pending batch) --
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False) -> None:
-        """Add entry (qid, seq) for ``message``, storing the message itself if new."""
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
+                expires_at: int = 0) -> None:
+        """Add entry (qid, seq) for ``message``, storing the message itself if new.
+
+        ``expires_at`` (absolute wall-clock ms, 0 = never) is kept with the entry and
+        returned by ``read_queue``; ``mark_delivered`` leaves it unchanged."""
         ...
 
     def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
 from leveret.amqp.vhost import amqp_type_name
+from leveret.queues.queue_types import check_type_argument
 
 MAX_EXPIRY = 2**32 - 1  # ms; RabbitMQ's largest timer value
 MAX_PRIORITY = 255
@@ -80,6 +81,13 @@ def _one_of(values: tuple[str, ...], error: str) -> Check:
     return check
 
 
+def _queue_mode(value: Any) -> str | None:
+    text = _text(value)
+    if text is None:
+        return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+    return None if text in QUEUE_MODES else f"\"unsupported queue mode '{text}'\""
+
+
 CHECKS: dict[str, Check] = {
     "x-expires": _expires,
     "x-message-ttl": _expiry,
@@ -89,7 +97,8 @@ CHECKS: dict[str, Check] = {
     "x-max-length-bytes": _non_negative,
     "x-max-priority": _max_priority,
     "x-overflow": _one_of(OVERFLOW_VALUES, "invalid_overflow"),
-    "x-queue-mode": _one_of(QUEUE_MODES, "invalid_queue_mode"),
+    "x-queue-mode": _queue_mode,  # "lazy" is accepted and ignored (all queues page alike)
+    "x-queue-type": check_type_argument,
     "x-single-active-consumer": _bool,
     "x-delivery-limit": _non_negative,
 }

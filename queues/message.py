@@ -9,6 +9,7 @@ without building a full pamqp object.
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any
 
@@ -40,8 +41,8 @@ class Message:
         self.raw_properties = raw_properties
         self.body = body
         self._props: Any = None
-        # (headers_offset, delivery_mode, priority) once peeked.
-        self._peeked: tuple[int, int, int] | None = None
+        # (headers_offset, delivery_mode, priority, expiration ms or -1) once peeked.
+        self._peeked: tuple[int, int, int, int] | None = None
         self.store_id: int = 0
 
     def __len__(self) -> int:
@@ -60,7 +61,7 @@ class Message:
             self._props = decode_properties(self.raw_properties)
         return self._props
 
-    def _peek(self) -> tuple[int, int, int]:
+    def _peek(self) -> tuple[int, int, int, int]:
         peeked = self._peeked
         if peeked is None:
             peeked = self._peeked = _peek_properties(self.raw_properties)
@@ -79,6 +80,17 @@ class Message:
         return self._peek()[2]
 
     @property
+    def expiration(self) -> int:
+        """Per-message TTL in ms from the ``expiration`` property; -1 when absent or invalid."""
+        return self._peek()[3]
+
+    @property
+    def has_expiration(self) -> bool:
+        """The expiration flag is set (checked on every publish, so no decoding)."""
+        raw = self.raw_properties
+        return len(raw) >= 2 and bool(_u16.unpack_from(raw, 0)[0] & FLAG_EXPIRATION)
+
+    @property
     def has_user_id(self) -> bool:
         """The user-id flag is set (checked on every publish, so no decoding)."""
         raw = self.raw_properties
@@ -93,10 +105,11 @@ class Message:
         return headers if headers is not None else None
 
 
-def _peek_properties(raw: bytes) -> tuple[int, int, int]:
-    """Walk the property list just far enough to find delivery-mode and priority.
+def _peek_properties(raw: bytes) -> tuple[int, int, int, int]:
+    """Walk the property list just far enough to find delivery-mode, priority, expiration.
 
-    Returns (headers offset or -1, delivery_mode or 0, priority or 0). Malformed
+    Returns (headers offset or -1, delivery_mode or 0, priority or 0, expiration
+    in ms or -1 when absent or not a valid TTL: see ``parse_expiration``). Malformed
     properties yield zeros: they were accepted at publish time and are relayed
     as they are; only the fields the broker reads must be well-formed.
     """
@@ -118,7 +131,41 @@ def _peek_properties(raw: bytes) -> tuple[int, int, int]:
         if flags & FLAG_DELIVERY_MODE:
             mode = raw[pos]
             pos += 1
-        prio = raw[pos] if flags & FLAG_PRIORITY else 0
-        return headers_at, mode, prio
+        prio = 0
+        if flags & FLAG_PRIORITY:
+            prio = raw[pos]
+            pos += 1
+        expiration = -1
+        if flags & FLAG_EXPIRATION:
+            if flags & FLAG_CORRELATION_ID:
+                pos += 1 + raw[pos]
+            if flags & FLAG_REPLY_TO:
+                pos += 1 + raw[pos]
+            text = bytes(raw[pos + 1:pos + 1 + raw[pos]]).decode("ascii", "replace")
+            ttl = parse_expiration(text)
+            expiration = ttl if isinstance(ttl, int) else -1
+        return headers_at, mode, prio, expiration
     except (IndexError, struct.error):
-        return -1, 0, 0
+        return -1, 0, 0, -1
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_expiration(text: str) -> int | str:
+    """The ``expiration`` property as RabbitMQ 3.10 reads it (rabbit_basic:parse_expiration).
+
+    Returns the TTL in ms, or RabbitMQ's error term for ``invalid expiration '…': <term>``:
+    Erlang's string:to_integer takes an optional sign and digits, nothing else (no
+    spaces); negative values are refused. RabbitMQ 3.10 accepts values above the
+    2^32-1 timer limit for messages (checked: "99999999999" is accepted).
+    """
+    match = _INTEGER.match(text)
+    if match is None:
+        return "no_integer"
+    if match.end() != len(text):
+        return f'{{leftover_string,"{text[match.end():]}"}}'
+    value = int(match.group())
+    if value < 0:
+        return f"{{value_negative,{value}}}"
+    return value

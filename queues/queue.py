@@ -33,6 +33,17 @@ throttles: building a backlog there is legitimate.
 Consumers are kept in priority order (``x-priority``,
 highest first); within one priority the consumer that just received a message
 moves behind its peers, which gives RabbitMQ's round-robin.
+
+Queue features live in their own modules (``ttl``, ``dead_letter``,
+``limits``, ``priority``) and read ``settings`` only. A queue using message
+TTL, a length limit or priorities is *featured* (``_featured``, derived from
+its settings, or set by the first message with an ``expiration``): its
+publish, dispatch and basic.get go through slower paths that look at each
+entry (expiry at the head, byte accounting, trimming), and it is not paged
+(its ready entries stay in memory: the head and the byte count must be
+known). Plain queues pay one flag test per publish and dispatch.
+Single-active-consumer keeps the waiting consumers in ``_standby``: only
+``consumers[0]`` is ever dispatched to.
 """
 
 from __future__ import annotations
@@ -41,7 +52,8 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from leveret.queues.message import Message
+from leveret.queues import dead_letter, limits, priority, ttl
+from leveret.queues.message import FLAG_EXPIRATION, Message
 from leveret.queues.settings import QueueSettings, from_arguments
 
 if TYPE_CHECKING:
@@ -57,20 +69,38 @@ PAGE_BATCH = 2_000
 FLOW_HIGH = 20_000
 FLOW_LOW = 10_000
 
+# What Queue.publish returns when the queue refused the message (reject-publish overflow).
+REFUSED = 2
+# High byte of the property flags: the expiration bit (a cheap test on every publish).
+_EXPIRATION_BIT = FLAG_EXPIRATION >> 8
+
 
 class QueueEntry:
     """A message's place in one queue; ``delivery_count`` > 0 means redelivered."""
 
-    __slots__ = ("seq", "message", "delivery_count", "stored")
+    __slots__ = ("seq", "message", "delivery_count", "stored", "expires_at")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq
         self.message = message
         self.delivery_count = 0
         self.stored = False  # has an entry in the store that must be removed when settled
+        self.expires_at: int | None = None  # wall-clock ms (ttl.py)
 
     def __lt__(self, other: QueueEntry) -> bool:
         return self.seq < other.seq
+
+
+class PriorityEntry(QueueEntry):
+    """An entry of a priority queue: heap order is priority first (``priority.py``)."""
+
+    __slots__ = ("priority",)
+
+    def __init__(self, seq: int, message: Message, max_priority: int) -> None:
+        super().__init__(seq, message)
+        self.priority = priority.effective_priority(message.priority, max_priority)
+
+    __lt__ = priority.higher_first  # type: ignore[assignment]
 
 
 class Queue:
@@ -81,6 +111,7 @@ class Queue:
         "_fresh", "_returned", "_next_seq", "consumers", "unacked", "had_consumer",
         "exclusive_consumer", "deleted", "_dispatching", "bound_exchanges", "flow_waiters",
         "qid", "log", "_tail", "_tail_from", "_refill_waiting", "settings",
+        "time", "_featured", "_ready_bytes", "_expiry", "_lease", "_standby",
         "__weakref__",
     )
 
@@ -119,6 +150,14 @@ class Queue:
         self._tail = 0
         self._tail_from = 0
         self._refill_waiting = False
+        # Features (see the module docstring).
+        self.time = ttl.timekeeping_of(vhost)
+        self._featured = False
+        self._ready_bytes = 0  # body bytes of ready entries, kept while featured
+        self._expiry = ttl.ExpiryTimer(self.time, self._on_expiry_timer)
+        self._lease: ttl.Lease | None = None
+        self._standby: list[Consumer] = []  # single-active-consumer: waiting consumers
+        self._configure(None)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} ready={self.message_count}>"
@@ -137,14 +176,49 @@ class Queue:
         self._tail = count
         self._tail_from = first_seq
         self._next_seq = next_seq
+        if self._featured and count:
+            self._refill()
+            head = self._head()
+            if head is not None and head.expires_at is not None:
+                # Not now: the dead-letter exchange's bindings are not recovered yet.
+                self._expiry.arm(head.expires_at)
 
     def apply_settings(self, settings: QueueSettings) -> None:
         """New effective settings (a policy changed); features pick them up from here."""
-        self.settings = settings
+        old, self.settings = self.settings, settings
+        self._configure(old)
+
+    def _configure(self, old: QueueSettings | None) -> None:
+        """React to (new) settings: feature flags, lease, an immediate trim."""
+        s = self.settings
+        if (s.message_ttl is not None or limits.has_limit(s) or s.max_priority) and not self._featured:
+            self._become_featured()
+        if old is None or old.expires != s.expires:
+            if self._lease is not None:
+                self._lease.cancel()
+                self._lease = None
+            if s.expires is not None:
+                self._lease = ttl.Lease(self.time, s.expires, self._on_lease_expired,
+                                        self._in_use)
+        if old is not None and self._featured:
+            self._expire_head()
+            self._trim()
+
+    def _become_featured(self) -> None:
+        """Switch to the per-entry paths: load the paged tail, count ready bytes."""
+        self._featured = True
+        if self._tail:
+            self._refill()
+        self._ready_bytes = (sum(len(e.message.body) for e in self._fresh)
+                             + sum(len(e.message.body) for e in self._returned))
 
     @property
     def consumer_count(self) -> int:
-        return len(self.consumers)
+        return len(self.consumers) + len(self._standby)
+
+    def all_consumers(self) -> list[Consumer]:
+        """Active and (single-active-consumer) standby consumers."""
+        return [*self.consumers, *self._standby]
 
     # -- messages -----------------------------------------------------------
 
@@ -154,6 +228,9 @@ class Queue:
         Returns True when a durable write was recorded for a persistent message:
         its publisher confirm must wait for the commit.
         """
+        props = message.raw_properties
+        if self._featured or (props and props[0] & _EXPIRATION_BIT):
+            return self._publish_featured(message)
         seq = self._next_seq
         self._next_seq = seq + 1
         log = self.log
@@ -181,19 +258,34 @@ class Queue:
 
     def _refill(self) -> None:
         """Read the next committed tail entries into the head."""
-        want = min(PAGE_HIGH - len(self._fresh), PAGE_BATCH, self._tail)
+        featured = self._featured
+        # A featured queue is not paged: it reads everything committed.
+        want = self._tail if featured else min(PAGE_HIGH - len(self._fresh), PAGE_BATCH, self._tail)
         if want <= 0:
             return
         stored = self.log.read_queue(self.qid, self._tail_from, want)
         fresh = self._fresh
+        converted = False
         for item in stored:
-            entry = QueueEntry(item.seq, item.message)
+            if featured:
+                entry = self._new_entry(item.seq, item.message)
+            else:
+                entry = QueueEntry(item.seq, item.message)
             entry.delivery_count = item.delivery_count
             entry.stored = True
-            fresh.append(entry)
+            if item.expires_at:
+                entry.expires_at = item.expires_at
+                converted = not featured
+            if featured:
+                self._push_ready(entry, False)
+            else:
+                fresh.append(entry)
         if stored:
             self._tail -= len(stored)
             self._tail_from = stored[-1].seq + 1
+        if converted:
+            # A message with an expiration in a queue without TTL: per-entry paths from now.
+            self._become_featured()
         if self._tail and len(stored) < want and not self._refill_waiting:
             # The rest is not committed yet: look again once it is.
             self._refill_waiting = True
@@ -224,6 +316,12 @@ class Queue:
 
     def take(self) -> QueueEntry | None:
         """Remove and return the head entry (basic.get), or None."""
+        if self._lease is not None:
+            self._lease.renew()
+        if self._featured:
+            entry = self._pop_ready(ttl.now_ms(self.time))
+            self._after_change()
+            return entry
         if self._tail and not self._fresh:
             self._refill()
         if self._returned:
@@ -237,7 +335,21 @@ class Queue:
         self.unacked -= 1
         if self.deleted:
             return
+        limit = self.settings.delivery_limit
+        if limit is not None and entry.delivery_count > limit:
+            self._drop(entry, dead_letter.DELIVERY_LIMIT)
+            return
+        if self._featured:
+            self._push_ready(entry, True)
+            self._after_change()
+            return
         heapq.heappush(self._returned, entry)
+
+    def reject(self, entry: QueueEntry) -> None:
+        """A delivered entry was rejected without requeue: dead-letter it (if configured)."""
+        self.unacked -= 1
+        if not self.deleted:
+            self._drop(entry, dead_letter.REJECTED)
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered entry was acked (or rejected without requeue): it is gone."""
@@ -261,12 +373,18 @@ class Queue:
                 self._tail = 0
         self._fresh.clear()
         self._returned.clear()
+        self._ready_bytes = 0
+        self._expiry.cancel()
         self.release_flow()
         return count
 
     # -- consumers ----------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if self.settings.single_active_consumer and self.consumers:
+            self._standby.append(consumer)  # registered, idle until the active one goes
+            self.had_consumer = True
+            return
         consumers = self.consumers
         index = len(consumers)
         for i, other in enumerate(consumers):
@@ -283,15 +401,26 @@ class Queue:
         try:
             self.consumers.remove(consumer)
         except ValueError:
+            if consumer in self._standby:
+                self._standby.remove(consumer)
             return
         if consumer.exclusive:
             self.exclusive_consumer = False
+        if self._standby and not self.consumers:
+            # Single active consumer: fail over to the longest-waiting one.
+            self.add_consumer(self._standby.pop(0))
+            return
         if not self.consumers:
             self.release_flow()
+            if self._lease is not None:
+                self._lease.renew()
 
     def dispatch(self) -> None:
         """Deliver ready messages while some consumer has room."""
         if self._dispatching:
+            return
+        if self._featured:
+            self._dispatch_featured(None)
             return
         consumers = self.consumers
         if not consumers:
@@ -304,6 +433,8 @@ class Queue:
                 while True:
                     if not fresh and self._tail:
                         self._refill()
+                        if self._featured:
+                            break  # the refill brought expiring entries: redone below
                     if not (fresh or returned) or not consumer.can_take():
                         break
                     entry = heapq.heappop(returned) if returned else fresh.popleft()
@@ -313,6 +444,8 @@ class Queue:
             while True:
                 if not fresh and self._tail:
                     self._refill()
+                    if self._featured:
+                        break
                 if not (fresh or returned):
                     break
                 for i, consumer in enumerate(consumers):
@@ -336,6 +469,171 @@ class Queue:
             self._dispatching = False
             if self.flow_waiters:
                 self.release_flow()
+            if self._featured:
+                self._dispatch_featured(None)
 
     def is_unused(self) -> bool:
         return not self.consumers
+
+    # -- features (ttl.py, limits.py, priority.py, dead_letter.py) -------------
+
+    def touch(self) -> None:
+        """The queue was declared (or redeclared): renew its ``x-expires`` lease."""
+        if self._lease is not None:
+            self._lease.renew()
+
+    def _in_use(self) -> bool:
+        return bool(self.consumers) or self.deleted
+
+    def _on_lease_expired(self) -> None:
+        self._lease = None
+        if not self.deleted and self.vhost is not None:
+            self.vhost.delete_queue(self)  # no dead-lettering: like a queue.delete
+
+    def _new_entry(self, seq: int, message: Message) -> QueueEntry:
+        max_priority = self.settings.max_priority
+        if max_priority:
+            return PriorityEntry(seq, message, max_priority)
+        return QueueEntry(seq, message)
+
+    def _push_ready(self, entry: QueueEntry, requeued: bool) -> None:
+        """Make ``entry`` ready again (featured queues); priority queues keep one heap."""
+        self._ready_bytes += len(entry.message.body)
+        if requeued or type(entry) is PriorityEntry:
+            heapq.heappush(self._returned, entry)
+        else:
+            self._fresh.append(entry)
+
+    def _head(self) -> QueueEntry | None:
+        if self._returned:
+            return self._returned[0]
+        return self._fresh[0] if self._fresh else None
+
+    def _pop_head(self) -> QueueEntry | None:
+        if not self._fresh and not self._returned and self._tail:
+            self._refill()
+        if self._returned:
+            entry = heapq.heappop(self._returned)
+        elif self._fresh:
+            entry = self._fresh.popleft()
+        else:
+            return None
+        self._ready_bytes -= len(entry.message.body)
+        return entry
+
+    def _pop_ready(self, now: int, exempt: QueueEntry | None = None) -> QueueEntry | None:
+        """The head entry to deliver; expired ones met on the way are dropped."""
+        while True:
+            entry = self._pop_head()
+            if entry is None or entry is exempt or not ttl.is_expired(entry.expires_at, now):
+                return entry
+            self._drop(entry, dead_letter.EXPIRED)
+
+    def _drop(self, entry: QueueEntry, reason: str) -> None:
+        """``entry`` leaves the queue dead: dead-letter it (if configured), forget it.
+
+        The dead-lettered copy is recorded before the removal, in the same loop
+        turn: the group commit puts both in one store transaction.
+        """
+        if self.settings.dead_letter_exchange is not None:
+            dead_letter.dead_letter(self, entry.message, reason)
+        if entry.stored and self.log is not None:
+            self.log.remove(self.qid, entry.seq, entry.message)
+
+    def _publish_featured(self, message: Message) -> bool | int:
+        """``publish`` for featured queues: limits, TTL, priorities."""
+        if not self._featured:
+            self._become_featured()
+        settings = self.settings
+        size = len(message.body)
+        if limits.refuses(settings, self.message_count, self._ready_bytes, size):
+            if settings.overflow == "reject-publish-dlx":
+                dead_letter.dead_letter(self, message, dead_letter.MAXLEN)
+            return REFUSED
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        entry = self._new_entry(seq, message)
+        expiration = message.expiration if props_have_expiration(message) else -1
+        if expiration >= 0 or settings.message_ttl is not None:
+            entry.expires_at = ttl.expiry_of(settings, expiration, ttl.now_ms(self.time))
+        persistent = False
+        log = self.log
+        if log is not None and message.persistent:
+            persistent = entry.stored = True
+            log.enqueue(self.qid, seq, message, False, entry.expires_at or 0)
+        self._push_ready(entry, False)
+        if self.consumers and not self._dispatching:
+            # Deliverable now: a TTL of 0 does not expire it (RabbitMQ's "immediate").
+            self._dispatch_featured(entry)
+        self._after_change()
+        return persistent
+
+    def _dispatch_featured(self, exempt: QueueEntry | None) -> None:
+        """``dispatch`` for featured queues: expired heads are dropped, bytes counted."""
+        consumers = self.consumers
+        if self._dispatching or not consumers:
+            return
+        self._dispatching = True
+        now = ttl.now_ms(self.time)
+        try:
+            while True:
+                for i, consumer in enumerate(consumers):
+                    if consumer.can_take():
+                        break
+                else:
+                    break
+                entry = self._pop_ready(now, exempt)
+                if entry is None:
+                    break
+                self.unacked += 1
+                j = i + 1
+                n = len(consumers)
+                while j < n and consumers[j].priority == consumer.priority:
+                    j += 1
+                if j - 1 != i:
+                    del consumers[i]
+                    consumers.insert(j - 1, consumer)
+                consumer.deliver(entry)
+        finally:
+            self._dispatching = False
+            if self.flow_waiters:
+                self.release_flow()
+
+    def _after_change(self) -> None:
+        """After entries came or went: expire the head, apply drop-head, re-arm the timer."""
+        self._expire_head()
+        self._trim()
+
+    def _expire_head(self) -> None:
+        now = ttl.now_ms(self.time)
+        while True:
+            head = self._head()
+            if head is None or head.expires_at is None:
+                return
+            if now < head.expires_at:
+                self._expiry.arm(head.expires_at)
+                return
+            self._pop_head()
+            self._drop(head, dead_letter.EXPIRED)
+
+    def _on_expiry_timer(self) -> None:
+        if not self.deleted:
+            self._expire_head()
+
+    def _trim(self) -> None:
+        """drop-head: drop (dead-letter ``maxlen``) the oldest ready entries while over a limit."""
+        settings = self.settings
+        dropped = False
+        while limits.drops_head(settings, self.message_count, self._ready_bytes):
+            entry = self._pop_head()
+            if entry is None:
+                break
+            self._drop(entry, dead_letter.MAXLEN)
+            dropped = True
+        if dropped:
+            self._expire_head()
+
+
+def props_have_expiration(message: Message) -> bool:
+    props = message.raw_properties
+    return bool(props) and bool(props[0] & _EXPIRATION_BIT)

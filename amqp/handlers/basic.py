@@ -17,6 +17,7 @@ from leveret.amqp.errors import (
     ConnectionError_,
 )
 from leveret.amqp.handlers.queue import lookup
+from leveret.amqp.reply_to import PSEUDO_QUEUE
 from leveret.queues.consumer import Consumer
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ def qos(ch: Channel, m: commands.Basic.Qos) -> None:
 
 
 def consume(ch: Channel, m: commands.Basic.Consume) -> None:
+    if m.queue == PSEUDO_QUEUE:
+        _consume_reply_to(ch, m)
+        return
     queue = lookup(ch, m.queue)
     tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
     if tag in ch.consumers:
@@ -60,7 +64,23 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
     queue.add_consumer(consumer)
 
 
+def _consume_reply_to(ch: Channel, m: commands.Basic.Consume) -> None:
+    """The direct reply-to pseudo-queue (reply_to.py): no queue, no Consumer."""
+    tag = m.consumer_tag
+    if tag in ch.consumers:
+        raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", (60, 20))
+    if not tag:
+        tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    ch.vhost.reply_to.consume(ch, tag, m.no_ack)
+    if not m.nowait:
+        ch.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+
+
 def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
+    if ch.vhost.reply_to.cancel(ch, m.consumer_tag):
+        if not m.nowait:
+            ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
+        return
     consumer = ch.consumers.get(m.consumer_tag)
     if not m.nowait:
         ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))

@@ -55,7 +55,7 @@ def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
     vhost = ch.vhost
     dest = vhost.get_exchange(m.destination)
     source = vhost.get_exchange(m.source)
-    vhost._check_not_default(dest)
+    vhost.check_not_default(dest)
     vhost.bind(source, dest, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
         ch.send_method(commands.Exchange.BindOk())
@@ -66,7 +66,7 @@ def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
     dest = vhost.exchanges.get(m.destination)
     source = vhost.exchanges.get(m.source)
     if dest is not None and source is not None:
-        vhost._check_not_default(dest)
+        vhost.check_not_default(dest)
         vhost.unbind(source, dest, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
         ch.send_method(commands.Exchange.UnbindOk())

@@ -16,6 +16,8 @@ from leveret.amqp.errors import (
     ChannelError,
 )
 from leveret.amqp.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
+from leveret.amqp.reply_to import PSEUDO_QUEUE
+from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.queue import Queue
 
@@ -61,12 +63,21 @@ def lookup(ch: Channel, name: str) -> Queue:
 def declare(ch: Channel, m: commands.Queue.Declare) -> None:
     vhost = ch.vhost
     name = m.queue
+    if name.startswith(PSEUDO_QUEUE):
+        # Direct reply-to names, passive or not: nothing is created (reply_to.py).
+        if not vhost.reply_to.exists(name):
+            raise vhost.reply_to.not_found(name, vhost.name)
+        ch.last_queue_name = name
+        if not m.nowait:
+            ch.send_method(commands.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+        return
     if m.passive:
         # No "last declared queue" shortcut here: RabbitMQ 3.10 answers a passive
         # declare of "" with 404 "no queue '' in vhost '/'".
         queue = vhost.get_queue(name)
         check_exclusive(ch, queue)
     else:
+        server_named = not name
         if not name:
             name = generate_name()
         elif name.startswith(RESERVED_PREFIX):
@@ -74,6 +85,10 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(m.arguments or {})
         validate_queue_arguments(arguments, vhost.describe_queue(name))
+        queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
+                                  durable=m.durable, exclusive=m.exclusive,
+                                  auto_delete=m.auto_delete, arguments=arguments,
+                                  what=vhost.describe_queue(name))
         queue = vhost.queues.get(name)
         if queue is not None:
             check_exclusive(ch, queue)
@@ -87,6 +102,7 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
             vhost.add_queue(queue)
             if m.exclusive:
                 ch.connection.exclusive_queues.append(queue)
+    queue.touch()  # renews an x-expires lease (RabbitMQ: the stat in every declare)
     ch.last_queue_name = queue.name
     if not m.nowait:
         ch.send_method(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
@@ -109,7 +125,11 @@ def _check_equivalent(ch: Channel, queue: Queue, m: commands.Queue.Declare,
                 f"inequivalent arg '{arg}' for {what}: received '{str(received).lower()}' "
                 f"but current is '{str(current).lower()}'",
             )
-    check_arguments_equivalent(QUEUE_EQUIVALENCE_ARGS, arguments, queue.arguments, what)
+    names = QUEUE_EQUIVALENCE_ARGS
+    if queue_types.queue_type(arguments) == queue_types.queue_type(queue.arguments):
+        # No x-queue-type means classic: 3.10 lets "classic" and none redeclare each other.
+        names = tuple(n for n in names if n != "x-queue-type")
+    check_arguments_equivalent(names, arguments, queue.arguments, what)
 
 
 def bind(ch: Channel, m: commands.Queue.Bind) -> None:

@@ -1,0 +1,207 @@
+"""The control channel: ``leveret ctl`` talking to the running broker.
+
+Theory of operation
+-------------------
+The broker listens on a Unix domain socket in its data directory
+(``<data_dir>/ctl.sock``, mode 0600: only the broker's user may use it; the
+data dir lock guarantees one broker per socket). The protocol is one JSON
+object per line each way: a request ``{"command": "set_policy", ...}`` gets
+exactly one response, ``{"ok": true, "result": ...}`` or ``{"ok": false,
+"error": "..."}``; a connection may send several requests.
+
+``ControlHandler`` is the sans-IO part: a line in, a line out, applied to the
+broker on the event loop thread (so it needs no locking). ``start_server``
+is the thin asyncio adapter and ``request`` the blocking client the CLI uses.
+
+Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
+definition, priority, apply_to), ``clear_policy`` (vhost, name),
+``list_policies`` (vhost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from leveret.queues.policy import PolicyError, validate
+
+if TYPE_CHECKING:
+    from leveret.amqp.broker import Broker
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "ctl.sock"
+SOCKET_MODE = 0o600
+# Longest request line accepted: policies are small; this stops a runaway client.
+MAX_LINE = 1 << 20
+# sun_path is 108 bytes on Linux; longer paths are reached through /proc/self/fd.
+_SUN_PATH_MAX = 100
+
+
+class ControlError(Exception):
+    """A request the broker refused; ``str()`` is the message for the user."""
+
+
+def socket_path(data_dir: Path | str) -> Path:
+    return Path(data_dir) / SOCKET_NAME
+
+
+class ControlHandler:
+    """Requests in, responses out (no I/O)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.commands: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "set_policy": self.set_policy,
+            "clear_policy": self.clear_policy,
+            "list_policies": self.list_policies,
+        }
+
+    def handle_line(self, line: bytes) -> bytes:
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError("a request is a JSON object")
+        except ValueError as exc:
+            response: dict[str, Any] = {"ok": False, "error": f"malformed request: {exc}"}
+        else:
+            response = self.handle(request)
+        return json.dumps(response, separators=(",", ":")).encode() + b"\n"
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        command = self.commands.get(request.get("command", ""))
+        if command is None:
+            return {"ok": False, "error": f"unknown command {request.get('command')!r}"}
+        try:
+            return {"ok": True, "result": command(request)}
+        except ControlError as exc:
+            return {"ok": False, "error": str(exc)}
+        except (KeyError, TypeError) as exc:
+            return {"ok": False, "error": f"malformed request: {exc!r}"}
+
+    def _vhost(self, request: dict[str, Any]) -> Any:
+        name = request.get("vhost", "/")
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise ControlError(f"Virtual host '{name}' does not exist")
+        return vhost
+
+    def set_policy(self, request: dict[str, Any]) -> None:
+        vhost = self._vhost(request)
+        try:
+            policy = validate(vhost.name, request["name"], request["pattern"],
+                              request["definition"], request.get("priority", 0),
+                              request.get("apply_to", "all"))
+        except PolicyError as exc:
+            raise ControlError(f"Validation failed\n\n{exc}\n") from None
+        vhost.set_policy(policy)
+        log.info("policy %r set in vhost %r", policy.name, vhost.name)
+
+    def clear_policy(self, request: dict[str, Any]) -> None:
+        vhost = self._vhost(request)
+        if not vhost.clear_policy(request["name"]):
+            raise ControlError("Parameter does not exist")
+        log.info("policy %r cleared in vhost %r", request["name"], vhost.name)
+
+    def list_policies(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        vhost = self._vhost(request)
+        return [{"vhost": p.vhost, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
+                 "definition": p.definition, "priority": p.priority}
+                for p in sorted(vhost.policies, key=lambda p: p.name)]
+
+
+# -- asyncio adapter ---------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _short_path(path: Path) -> Iterator[str]:
+    """A name for ``path`` that fits in sun_path (via the directory's fd if needed)."""
+    text = str(path)
+    if len(os.fsencode(text)) <= _SUN_PATH_MAX:
+        yield text
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+async def start_server(broker: Broker, data_dir: Path) -> asyncio.AbstractServer:
+    """Listen on ``<data_dir>/ctl.sock``; a stale socket from a crashed broker is replaced."""
+    path = socket_path(data_dir)
+    handler = ControlHandler(broker)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # we hold the data dir lock: no live broker owns it
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with _short_path(path) as name:
+            sock.bind(name)
+        os.chmod(path, SOCKET_MODE)
+    except OSError:
+        sock.close()
+        raise
+
+    async def serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                writer.write(handler.handle_line(line))
+                await writer.drain()
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_unix_server(serve_client, sock=sock, limit=MAX_LINE)
+    log.info("control socket at %s", path)
+    return server
+
+
+def remove_socket(data_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        socket_path(data_dir).unlink()
+
+
+# -- blocking client (leveret ctl) ---------------------------------------------------------
+
+class BrokerUnreachable(Exception):
+    """No broker answers on the control socket."""
+
+
+def request(data_dir: Path, payload: dict[str, Any], timeout: float = 10.0) -> Any:
+    """Send one request; returns its result, raises ControlError or BrokerUnreachable."""
+    path = socket_path(data_dir)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            with _short_path(path) as name:
+                sock.connect(name)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
+            raise BrokerUnreachable(
+                f"cannot reach a running broker: no control socket answers at {path} "
+                f"({exc.strerror or exc}); is the broker running with this data directory?"
+            ) from None
+        except OSError as exc:
+            raise BrokerUnreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        sock.sendall(json.dumps(payload).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise BrokerUnreachable(f"the broker closed the control connection at {path}")
+            data += chunk
+    except TimeoutError:
+        raise BrokerUnreachable(f"the broker did not answer within {timeout:g}s at {path}") from None
+    finally:
+        sock.close()
+    response = json.loads(data)
+    if not response.get("ok"):
+        raise ControlError(response.get("error", "unknown error"))
+    return response.get("result")

@@ -1,0 +1,97 @@
+"""Publish-time property work: sender-selected distribution and the reply-to rewrite.
+
+Properties stay the publisher's bytes (STYLE.md §3), so both features start
+with a test on those bytes that costs no decoding: the headers flag plus a
+substring search for a ``CC``/``BCC`` table key, and the reply-to flag plus
+the exact shortstr ``amq.rabbitmq.reply-to``. Only a message that passes is
+decoded, and only one that must change is re-encoded (once, for both).
+
+Sender-selected distribution (RabbitMQ ``rabbit_basic``, docs/sender-selected.md):
+the ``CC`` and ``BCC`` headers, arrays of longstr, are extra routing keys;
+array elements of other types are ignored; a header of any other type is
+406 ``invalid message: {unacceptable_type_in_header,"CC",longstr}`` (checked
+against 3.10: a single string is *not* accepted). ``BCC`` is removed from
+the headers (an empty table stays) before routing, so neither queues nor a
+basic.return see it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+from leveret.amqp.errors import FRAME_ERROR, PRECONDITION_FAILED, ChannelError, ConnectionError_
+from leveret.amqp.fastpath import decode_properties, encode_properties
+from leveret.amqp.reply_to import PSEUDO_QUEUE
+from leveret.queues.message import FLAG_HEADERS, FLAG_REPLY_TO, Message
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_u16 = struct.Struct(">H")
+_CC_KEY = b"\x02CC"  # shortstr table keys, as they appear in the raw headers table
+_BCC_KEY = b"\x03BCC"
+_REPLY_TO = bytes([len(PSEUDO_QUEUE)]) + PSEUDO_QUEUE.encode()
+ROUTING_HEADERS = ("CC", "BCC")
+
+
+def needs_work(raw: bytes) -> bool:
+    """Might this message carry CC/BCC or ask for a direct reply? (No decoding.)"""
+    if len(raw) < 2:
+        return False
+    flags = _u16.unpack_from(raw, 0)[0]
+    if flags & FLAG_HEADERS and (_CC_KEY in raw or _BCC_KEY in raw):
+        return True
+    return bool(flags & FLAG_REPLY_TO) and _REPLY_TO in raw
+
+
+def prepare(message: Message, reply_name: Callable[[], str]) -> tuple[Message, tuple[str, ...]]:
+    """The message to route (rewritten if needed) and its CC/BCC routing keys.
+
+    ``reply_name`` gives the publishing channel's direct reply-to name (or
+    raises 406 when it has no reply consumer); called only when asked for.
+    """
+    try:
+        props = decode_properties(message.raw_properties)
+    except ValueError as exc:
+        raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}", (60, 40)) from exc
+    changed = False
+    keys: tuple[str, ...] = ()
+    headers = props.headers
+    if headers:
+        keys = routing_keys(headers)
+        if "BCC" in headers:
+            props.headers = {k: v for k, v in headers.items() if k != "BCC"}
+            changed = True
+    if props.reply_to == PSEUDO_QUEUE:
+        props.reply_to = reply_name()
+        changed = True
+    if not changed:
+        return message, keys
+    rewritten = Message(message.exchange, message.routing_key, encode_properties(props),
+                        message.body)
+    return rewritten, keys
+
+
+def routing_keys(headers: dict[str, Any]) -> tuple[str, ...]:
+    """CC then BCC keys (longstr array elements only); 406 for a non-array header."""
+    keys: list[str] = []
+    for name in ROUTING_HEADERS:
+        value = headers.get(name)
+        if value is None and name not in headers:
+            continue
+        if not isinstance(value, list):
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f'invalid message: {{unacceptable_type_in_header,"{name}",{_type(value)}}}',
+                (60, 40))
+        keys.extend(v for v in value if isinstance(v, str))
+    return tuple(keys)
+
+
+def _type(value: Any) -> str:
+    from leveret.amqp.vhost import amqp_type_name
+
+    if value is None:
+        return "void"
+    return amqp_type_name(value)

@@ -1,0 +1,41 @@
+"""The ``leveret`` data source: Spark's entry point, dispatching to reader and writers."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from .schema import SCHEMA_DDL
+from .sink import LeveretBatchWriter, LeveretStreamWriter
+from .source import LeveretBatchReader, LeveretStreamReader
+
+
+class LeveretDataSource(DataSource):  # type: ignore[misc]
+    """AMQP 0-9-1 queues as a source, exchanges as a sink (Leveret or RabbitMQ)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "leveret"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LeveretBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LeveretStreamReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError("the leveret sink only appends (publishing cannot overwrite)")
+        return LeveretBatchWriter(self.options, schema.fieldNames())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return LeveretStreamWriter(self.options, schema.fieldNames())

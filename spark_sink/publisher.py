@@ -1,0 +1,244 @@
+"""Publishing Arrow batches with confirms, and the ``foreachBatch`` publisher.
+
+Theory of operation
+-------------------
+Every sink path (streaming sink, batch write, ``foreachBatch``) ends in
+:func:`publish_batches`, which runs inside one Spark task: it opens one
+connection, puts the channel in confirm mode, and publishes the task's rows as
+persistent messages with up to ``confirmWindow`` of them unconfirmed
+(pipelined, never one confirm at a time). It returns only when every message
+is confirmed, so a task that finished has handed all its rows to the broker;
+a nack, an unroutable ``mandatory`` publish or a lost connection fails the
+task and Spark retries it (at-least-once: consumers deduplicate on
+``message_id``).
+
+``message_id`` is the row's own column when it has one (a source row carries
+its message's id through), else ``<prefix>-<partition>-<index>``, where the
+prefix names the query and batch: a retried task republishes the same ids.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pamqp import encode as pencode
+
+from . import wire
+from .amqp_client import Connection
+from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns
+
+DEFAULT_CONFIRM_WINDOW = 2000  # unconfirmed publishes per task; ~2 MB of 1 KB messages
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_FLAGS = {name: (flag, kind) for name, flag, kind in wire.PROPERTY_FLAGS}
+_PERSISTENT = _U8.pack(2)
+
+
+def _bool(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    url: str
+    exchange: str = ""
+    routing_key_column: str | None = "routing_key"
+    routing_key: str = ""
+    mandatory: bool = False
+    persistent: bool = True
+    confirm_window: int = DEFAULT_CONFIRM_WINDOW
+    message_id_prefix: str = ""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> PublishOptions:
+        """Spark options (keys arrive lower-cased) -> PublishOptions."""
+        opts = {k.lower(): v for k, v in options.items()}
+        if "url" not in opts:
+            raise ValueError("the leveret sink needs option 'url' (amqp://user:pass@host:port/vhost)")
+        return cls(
+            url=opts["url"],
+            exchange=opts.get("exchange", ""),
+            routing_key_column=opts.get("routingkeycolumn", "routing_key") or None,
+            routing_key=opts.get("routingkey", ""),
+            mandatory=_bool(opts.get("mandatory", "false")),
+            persistent=_bool(opts.get("persistent", "true")),
+            confirm_window=int(opts.get("confirmwindow", DEFAULT_CONFIRM_WINDOW)),
+            message_id_prefix=opts.get("messageidprefix", ""),
+        )
+
+    def checked(self, column_names: list[str]) -> PublishOptions:
+        """Validate against the DataFrame's columns; a default key column may be absent."""
+        explicit = self.routing_key_column not in (None, "routing_key")
+        rk_col = self.routing_key_column
+        if rk_col == "routing_key" and rk_col not in column_names:
+            rk_col = None
+        check_sink_columns(column_names, rk_col if explicit or rk_col else None)
+        return PublishOptions(**{**self.__dict__, "routing_key_column": rk_col})
+
+
+class PublishError(RuntimeError):
+    """Messages the broker refused (nack) or could not route (mandatory)."""
+
+
+def _encode_props(
+    columns: list[tuple[int, str, list[Any]]], row: int, persistent: bool, message_id: str | None
+) -> bytes:
+    flags = 0
+    parts: list[bytes] = []
+    for flag, kind, values in columns:  # in wire order; message_id and delivery mode inline
+        if kind == "dm":
+            if persistent:
+                flags |= flag
+                parts.append(_PERSISTENT)
+            continue
+        value = message_id if kind == "mid" else values[row]
+        if value is None:
+            continue
+        flags |= flag
+        if kind == "s" or kind == "mid":
+            raw = value.encode() if isinstance(value, str) else bytes(value)
+            parts.append(_U8.pack(len(raw)) + raw)
+        elif kind == "o":
+            parts.append(_U8.pack(value))
+        elif kind == "T":
+            parts.append(_U64.pack(int(value.timestamp())))
+        else:  # headers: a list of (key, value) pairs from an Arrow map
+            parts.append(pencode.field_table(dict(value)))
+    return _U16.pack(flags) + b"".join(parts)
+
+
+def publish_batches(
+    batches: Iterable[pa.RecordBatch], options: PublishOptions, id_prefix: str
+) -> int:
+    """Publish every row of ``batches`` and wait for all confirms; returns the row count."""
+    conn = Connection(options.url).open()
+    try:
+        conn.confirm_select()
+        count = 0
+        window = max(1, options.confirm_window)
+        for batch in batches:
+            count += _publish_batch(conn, batch, options, id_prefix, count, window)
+        conn.wait_window(0)
+        _raise_refused(conn, options)
+        return count
+    finally:
+        conn.close()
+
+
+def _publish_batch(
+    conn: Connection,
+    batch: pa.RecordBatch,
+    options: PublishOptions,
+    id_prefix: str,
+    first_index: int,
+    window: int,
+) -> int:
+    names = batch.schema.names
+    bodies = batch.column(names.index("body")).to_pylist()
+    rk_values = (
+        batch.column(names.index(options.routing_key_column)).to_pylist()
+        if options.routing_key_column
+        else None
+    )
+    present = {n: batch.column(names.index(n)).to_pylist() for n in SINK_PROPERTY_COLUMNS
+               if n in names}
+    columns: list[tuple[int, str, list[Any]]] = []
+    for name, flag, kind in wire.PROPERTY_FLAGS:
+        if name == "delivery_mode":
+            columns.append((flag, "dm", []))
+        elif name == "message_id":
+            columns.append((flag, "mid", []))
+        elif name in present:
+            columns.append((flag, kind, present[name]))
+    ids = present.get("message_id")
+    exchange, mandatory, persistent = options.exchange, options.mandatory, options.persistent
+    default_rk = options.routing_key
+    confirms = conn.confirms
+    assert confirms is not None
+    for row, body in enumerate(bodies):
+        if body is None:
+            body = b""
+        elif isinstance(body, str):
+            body = body.encode()
+        message_id = ids[row] if ids is not None else None
+        if message_id is None:
+            message_id = f"{id_prefix}{first_index + row}"
+        rk = rk_values[row] if rk_values is not None else default_rk
+        props = _encode_props(columns, row, persistent, message_id)
+        conn.publish(exchange, default_rk if rk is None else str(rk), props, body, mandatory)
+        if confirms.outstanding >= window:
+            conn.wait_window(window // 2)
+            _raise_refused(conn, options)
+    return len(bodies)
+
+
+def _raise_refused(conn: Connection, options: PublishOptions) -> None:
+    confirms = conn.confirms
+    if confirms is not None and confirms.nacked:
+        raise PublishError(
+            f"broker nacked {confirms.nacked} message(s) published to exchange "
+            f"{options.exchange!r} (e.g. a full queue with overflow=reject-publish, or a disk error)"
+        )
+    if conn.returned:
+        first = conn.returned[0]
+        raise PublishError(
+            f"{len(conn.returned)} message(s) returned as unroutable (mandatory): first to "
+            f"exchange {first.exchange!r} with routing key {first.routing_key!r}: "
+            f"{first.reply_code} {first.reply_text}"
+        )
+
+
+def task_partition_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def task_local_property(key: str) -> str | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.getLocalProperty(key) if ctx is not None else None
+
+
+def publisher(
+    url: str,
+    exchange: str = "",
+    routing_key_column: str | None = "routing_key",
+    routing_key: str = "",
+    mandatory: bool = False,
+    persistent: bool = True,
+    confirm_window: int = DEFAULT_CONFIRM_WINDOW,
+) -> Callable[[Any, int], None]:
+    """A ``foreachBatch`` function publishing each micro-batch with confirms.
+
+    ``df.writeStream.foreachBatch(publisher(url, exchange="out")).start()``;
+    the batch is written by Spark's executors in parallel (one connection per
+    partition) and the call returns when every row is confirmed.
+    """
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        from . import register
+
+        register(df.sparkSession)
+        writer = (
+            df.write.format("leveret")
+            .mode("append")
+            .option("url", url)
+            .option("exchange", exchange)
+            .option("routingKeyColumn", routing_key_column or "")
+            .option("routingKey", routing_key)
+            .option("mandatory", str(mandatory).lower())
+            .option("persistent", str(persistent).lower())
+            .option("confirmWindow", str(confirm_window))
+            .option("messageIdPrefix", f"fb-{batch_id}-")
+        )
+        writer.save()
+
+    return write_batch

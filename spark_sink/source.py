@@ -1,0 +1,295 @@
+"""Reading a queue: the streaming source and the batch reader.
+
+Theory of operation
+-------------------
+Spark runs a stream reader's planning methods (``initialOffset``,
+``latestOffset``, ``partitions``, ``commit``, ``stop``) in one long-lived
+Python process on the driver, and ``read(partition)`` on executor workers.
+Delivery tags can only be acked on the channel that received them, so the
+**driver consumes**: it holds the only connection, drains deliveries in bulk
+into a :class:`~.ledger.Ledger` that numbers them, and ships each batch's
+payloads to the executors inside the partitions. Executors never talk to the
+broker on the read side.
+
+Acks follow Spark's commit log. ``latestOffset(start)`` is called after the
+batch ending at ``start`` was committed, so it acks every message below
+``start`` (``commit(end)`` does the same, but Spark calls it late; acking only
+there would stall once the prefetch window is full of committed messages).
+A driver that dies before acking leaves the messages unacked; the broker
+requeues them and they come back, marked redelivered, in a later batch.
+
+The reader object is constructed and pickled several times before it is used,
+so its constructor only parses options; it connects on first use.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from .amqp_client import AmqpError, Connection, Delivery
+from .ledger import Ledger
+from .schema import PackedMessages
+
+DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds (~20 MB of 1 KB messages)
+LINGER_S = 0.05  # a drain ends after this long without new data
+DEFAULT_POLL_S = 0.5  # how long latestOffset waits when nothing at all is buffered
+REFILL_TIMEOUT_S = 10.0  # replaying a batch after a restart waits this long for its messages
+DEFAULT_PARTITIONS = 2
+MAX_PREFETCH = 65535  # basic.qos prefetch-count is a short
+
+
+def _bool(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    url: str
+    queue: str
+    max_per_trigger: int | None = None
+    prefetch: int = DEFAULT_PREFETCH
+    poll_s: float = DEFAULT_POLL_S
+    partitions: int = DEFAULT_PARTITIONS
+    refill_timeout_s: float = REFILL_TIMEOUT_S
+    max_messages: int | None = None  # batch reads only
+    consume: bool = False  # batch reads only: ack what was read
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        for required in ("url", "queue"):
+            if not opts.get(required):
+                raise ValueError(f"the leveret source needs option {required!r}")
+        max_per_trigger = int(opts["maxmessagespertrigger"]) if opts.get(
+            "maxmessagespertrigger") else None
+        default_prefetch = max(DEFAULT_PREFETCH, 2 * (max_per_trigger or 0))
+        return cls(
+            url=opts["url"],
+            queue=opts["queue"],
+            max_per_trigger=max_per_trigger,
+            prefetch=min(MAX_PREFETCH, int(opts.get("prefetch", default_prefetch))),
+            poll_s=float(opts.get("polltimeoutms", DEFAULT_POLL_S * 1000)) / 1000,
+            partitions=max(1, int(opts.get("numpartitions", DEFAULT_PARTITIONS))),
+            refill_timeout_s=float(opts.get("refilltimeoutms", REFILL_TIMEOUT_S * 1000)) / 1000,
+            max_messages=int(opts["maxmessages"]) if opts.get("maxmessages") else None,
+            consume=_bool(opts.get("consume", "false")),
+        )
+
+
+class MessagesPartition(InputPartition):  # type: ignore[misc]
+    """One Spark task's share of a batch: the payloads themselves."""
+
+    def __init__(self, packed: PackedMessages) -> None:
+        super().__init__(len(packed))
+        self.packed = packed
+
+
+def split(messages: Sequence[tuple[int, Delivery]], parts: int) -> list[MessagesPartition]:
+    """Contiguous runs of seq, one partition each (at most ``parts``, none empty)."""
+    if not messages:
+        return []
+    size = math.ceil(len(messages) / parts)
+    out = []
+    for start in range(0, len(messages), size):
+        packed = PackedMessages()
+        for seq, delivery in messages[start : start + size]:
+            packed.add(seq, delivery)
+        out.append(MessagesPartition(packed))
+    return out
+
+
+def read_partition(partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+    yield from partition.packed.to_arrow()
+
+
+def check_queue(conn: Connection, queue: str) -> int:
+    """Ready message count of ``queue``; a clear error if it does not exist."""
+    try:
+        return int(conn.queue_declare(queue, passive=True).message_count)
+    except AmqpError as exc:
+        if exc.reply_code == 404:
+            raise ValueError(
+                f"queue {queue!r} does not exist on {conn.params['host']}:{conn.params['port']} "
+                f"vhost {conn.params['vhost']!r}: declare it before reading"
+            ) from exc
+        raise
+
+
+class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = SourceOptions.from_options(options)
+        self._conn: Connection | None = None
+        self._ledger: Ledger[Delivery] = Ledger()
+        self._avail_now_left: int | None = None  # messages still inside the availableNow target
+        self._avail_now_end: int | None = None  # seq just past the last of them
+
+    # --- connection -------------------------------------------------------------
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            conn = Connection(self.opts.url).open()
+            try:
+                check_queue(conn, self.opts.queue)
+                conn.qos(self.opts.prefetch)
+                conn.consume(self.opts.queue)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _collect(self) -> None:
+        """Number every buffered delivery."""
+        conn = self._conn
+        if conn is None:
+            return
+        deliveries = conn.deliveries
+        while deliveries:
+            delivery = deliveries.popleft()
+            seq = self._ledger.add(delivery.delivery_tag, delivery)
+            if self._avail_now_left:
+                self._avail_now_left -= 1
+                self._avail_now_end = seq + 1
+
+    def _drain(self, start: int, want: float, first_wait: float) -> None:
+        """Read deliveries until ``want`` are held from ``start`` or the socket goes quiet."""
+        conn = self._connection()
+        conn.pump(0)
+        self._collect()
+        wait = first_wait if self._ledger.available_from(start) == 0 else LINGER_S
+        while self._ledger.available_from(start) < want:
+            if not conn.pump(wait):
+                break
+            self._collect()
+            wait = LINGER_S
+
+    def _ack_below(self, seq: int) -> None:
+        tag = self._ledger.release_below(seq)
+        if tag is not None and self._conn is not None:
+            self._conn.ack(tag, multiple=True)
+
+    # --- Spark's interface ---------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        return {"seq": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_per_trigger:
+            return ReadMaxRows(self.opts.max_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Count before consuming: once the consumer starts, messages stop being "ready".
+        conn = Connection(self.opts.url).open()
+        try:
+            ready = check_queue(conn, self.opts.queue)
+        finally:
+            conn.close()
+        self._avail_now_left = ready
+        self._avail_now_end = None
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = int(start["seq"])
+        self._ledger.catch_up(begin)
+        self._ack_below(begin)  # the batch ending at `begin` is in Spark's commit log
+        want: float = limit.max_rows if isinstance(limit, ReadMaxRows) else math.inf
+        wait = self.opts.poll_s
+        if self._avail_now_left is not None:
+            if self._avail_now_left > 0:
+                wait = max(wait, self.opts.refill_timeout_s)  # they exist: wait for them
+            else:
+                want = min(want, (self._avail_now_end or begin) - begin)
+        if want > 0:
+            self._drain(begin, want, wait)
+        end = self._ledger.next_seq or begin
+        if self._avail_now_left is not None:
+            end = min(end, self._avail_now_end or begin)
+        end = max(begin, min(end, begin + want) if want != math.inf else end)
+        return {"seq": int(end)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = int(start["seq"]), int(end["seq"])
+        self._ledger.catch_up(begin)
+        next_seq = self._ledger.next_seq or begin
+        if next_seq < stop:
+            # Spark is replaying a batch from its offset log (the driver restarted): the
+            # requeued messages come back first and fill it.
+            conn = self._connection()
+            deadline = time.monotonic() + self.opts.refill_timeout_s
+            while (self._ledger.next_seq or begin) < stop and time.monotonic() < deadline:
+                self._drain(begin, stop - begin, min(1.0, deadline - time.monotonic()))
+            self._ledger.skip_to(stop)
+            del conn
+        return split(self._ledger.between(begin, stop), self.opts.partitions)
+
+    def read(self, partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        self._ack_below(int(end["seq"]))
+
+    def stop(self) -> None:
+        # No ack here: whatever Spark did not commit goes back to the queue.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
+    """``spark.read.format("leveret")``: the messages ready in the queue now.
+
+    The driver drains up to ``maxMessages`` (default: the ready count), ships
+    them in the partitions, then either requeues them (default: a look that
+    leaves the queue as it was, the messages marked redelivered) or, with
+    ``consume=true``, acks them once planned (at-most-once for the job).
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = SourceOptions.from_options(options)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        conn = Connection(self.opts.url).open()
+        try:
+            ready = check_queue(conn, self.opts.queue)
+            want = ready if self.opts.max_messages is None else min(ready, self.opts.max_messages)
+            if want == 0:
+                return [MessagesPartition(PackedMessages())]
+            # Without acks, the prefetch window must hold the whole read (0 = unlimited).
+            window = min(want, self.opts.prefetch) if self.opts.consume else want
+            conn.qos(window if window <= MAX_PREFETCH else 0)
+            conn.consume(self.opts.queue)
+            got: list[tuple[int, Delivery]] = []
+            last_tag = 0
+            while len(got) < want:
+                if not conn.pump(self.opts.refill_timeout_s):
+                    break
+                while conn.deliveries and len(got) < want:
+                    delivery = conn.deliveries.popleft()
+                    got.append((len(got), delivery))
+                    last_tag = delivery.delivery_tag
+                if self.opts.consume and last_tag:
+                    conn.ack(last_tag)
+                    last_tag = 0
+            return split(got, self.opts.partitions) or [MessagesPartition(PackedMessages())]
+        finally:
+            conn.close()  # unacked deliveries (all of them unless consume=true) are requeued
+
+    def read(self, partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
