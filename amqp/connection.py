@@ -72,6 +72,7 @@ SERVER_CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "direct_reply_to": True,  # amqp/reply_to.py
 }
 
 _CHANNEL_CLOSE = commands.Channel.Close.index

@@ -67,12 +67,12 @@ class ControlHandler:
     def handle_line(self, line: bytes) -> bytes:
         try:
             request = json.loads(line)
-            if not isinstance(request, dict):
-                raise ValueError("a request is a JSON object")
         except ValueError as exc:
-            response: dict[str, Any] = {"ok": False, "error": f"malformed request: {exc}"}
-        else:
+            request = f"not JSON: {exc}"
+        if isinstance(request, dict):
             response = self.handle(request)
+        else:
+            response = {"ok": False, "error": f"malformed request (not a JSON object): {request}"}
         return json.dumps(response, separators=(",", ":")).encode() + b"\n"
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:

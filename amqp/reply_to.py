@@ -45,7 +45,7 @@ PREFIX = PSEUDO_QUEUE + "."
 
 
 class ReplyConsumer:
-    __slots__ = ("tag", "channel", "name")
+    __slots__ = ("channel", "name", "tag")
 
     def __init__(self, tag: str, channel: Channel, name: str) -> None:
         self.tag = tag

@@ -249,6 +249,9 @@ async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) ->
     log.info("memory high watermark: %d MiB (%.2f of %d MiB)", monitor.limit >> 20,
              config.memory_high_watermark, monitor.total >> 20)
     while True:
+        # Store pages read while draining a backlog are page cache, not heap; unmapping
+        # them each second keeps RSS a measure of what the broker really holds.
+        broker.log.release_memory()
         broker.set_alarm(MEMORY, monitor.check())
         await asyncio.sleep(interval)
 

@@ -212,6 +212,12 @@ class GroupCommit:
                 self._start()
             await asyncio.wait_for(asyncio.shield(self._idle), timeout=30)
 
+    def release_memory(self) -> None:
+        """Let the store give back cached memory (LMDB: mapped pages of its file)."""
+        release = getattr(self.store, "release_memory", None)
+        if release is not None:
+            release()
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)

@@ -44,6 +44,8 @@ from struct import error as StructError
 from typing import Any
 
 import lmdb
+
+from leveret.persistence.mapped_memory import mapped_ranges, release
 from leveret.persistence.batch import (
     Batch,
     DeleteDef,
@@ -288,8 +290,9 @@ class LmdbStore:
 
     # -- queue entries -------------------------------------------------------------------------
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False) -> None:
-        self._recorder.enqueue(qid, seq, message, transient)
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
+                expires_at: int = 0) -> None:
+        self._recorder.enqueue(qid, seq, message, transient, expires_at)
 
     def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
         self._recorder.mark_delivered(qid, seq, delivery_count)
@@ -365,6 +368,12 @@ class LmdbStore:
                 writer.finish(batch.next_msg_id, batch.next_qid)
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
+
+    def release_memory(self) -> None:
+        """Unmap the data file's resident pages so they stop counting in RSS (see
+        ``mapped_memory``); they stay in the page cache."""
+        if self._env is not None:
+            release(mapped_ranges(str(self.path / "data.mdb")))
 
     def close(self) -> None:
         env, self._env = self._env, None

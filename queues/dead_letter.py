@@ -172,7 +172,14 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         return
     from leveret.exchanges.router import route
 
-    targets = route(exchange, keys[0], headers, exchanges.get, keys[1:])
+    if dlx_name:
+        targets = route(exchange, keys[0], headers, exchanges.get, keys[1:])
+    else:  # the default exchange: every routing key names a queue (no bindings to walk)
+        targets = []
+        for key in keys:
+            target = vhost.queues.get(key)
+            if target is not None and target not in targets:
+                targets.append(target)
     deaths = headers.get("x-death")
     for target in targets:
         if reason != REJECTED and is_cycle(target.name, deaths):

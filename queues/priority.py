@@ -26,7 +26,7 @@ from typing import Any
 
 def effective_priority(priority: int, max_priority: int) -> int:
     """The sub-queue a message goes to: its priority clamped to ``max_priority``."""
-    return priority if priority < max_priority else max_priority
+    return min(max_priority, priority)
 
 
 def higher_first(self: Any, other: Any) -> bool:

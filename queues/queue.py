@@ -222,11 +222,12 @@ class Queue:
 
     # -- messages -----------------------------------------------------------
 
-    def publish(self, message: Message) -> bool:
+    def publish(self, message: Message) -> bool | int:
         """Append ``message`` and hand it to a consumer if one has room.
 
         Returns True when a durable write was recorded for a persistent message:
-        its publisher confirm must wait for the commit.
+        its publisher confirm must wait for the commit; ``REFUSED`` when the queue
+        refused it (``reject-publish`` overflow: the publisher gets a nack).
         """
         props = message.raw_properties
         if self._featured or (props and props[0] & _EXPIRATION_BIT):
@@ -558,6 +559,12 @@ class Queue:
             entry.expires_at = ttl.expiry_of(settings, expiration, ttl.now_ms(self.time))
         persistent = False
         log = self.log
+        if self._tail:
+            # Became featured while part of its paged tail was not committed yet: append
+            # behind it to keep the order (read back once committed; bytes not counted).
+            self._tail += 1
+            log.enqueue(self.qid, seq, message, not message.persistent, entry.expires_at or 0)
+            return message.persistent
         if log is not None and message.persistent:
             persistent = entry.stored = True
             log.enqueue(self.qid, seq, message, False, entry.expires_at or 0)

@@ -55,7 +55,7 @@ class Scheduler(Protocol):
 class Timekeeping:
     """Clocks and timers a queue uses, taken from its vhost (defaults: real time, no timers)."""
 
-    __slots__ = ("clock", "wall_clock", "scheduler")
+    __slots__ = ("clock", "scheduler", "wall_clock")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
@@ -98,7 +98,7 @@ def is_expired(expires_at: int | None, now: int) -> bool:
 class ExpiryTimer:
     """One timer per queue, armed for the earliest expiry it was asked about."""
 
-    __slots__ = ("_tk", "_callback", "_handle", "_due")
+    __slots__ = ("_callback", "_due", "_handle", "_tk")
 
     def __init__(self, tk: Timekeeping, callback: Callable[[], None]) -> None:
         self._tk = tk
@@ -140,7 +140,7 @@ class ExpiryTimer:
 class Lease:
     """``x-expires``: call ``expire`` once unused for ``settings.expires`` ms."""
 
-    __slots__ = ("_tk", "_expire", "_in_use", "_last_used", "_handle", "ms")
+    __slots__ = ("_expire", "_handle", "_in_use", "_last_used", "_tk", "ms")
 
     def __init__(self, tk: Timekeeping, ms: int, expire: Callable[[], None],
                  in_use: Callable[[], bool]) -> None:

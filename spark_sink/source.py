@@ -18,14 +18,21 @@ there would stall once the prefetch window is full of committed messages).
 A driver that dies before acking leaves the messages unacked; the broker
 requeues them and they come back, marked redelivered, in a later batch.
 
+While Spark runs a batch, a thread in the driver process keeps reading the
+socket into the ledger (up to the prefetch window), so the next
+``latestOffset`` finds its messages already there instead of starting a
+drain; the thread and Spark's calls share one lock around the connection.
+
 The reader object is constructed and pickled several times before it is used,
 so its constructor only parses options; it connects on first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
+import select
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +56,7 @@ from .schema import PackedMessages
 
 DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data
+DRAIN_TICK_S = 0.2  # the drain thread re-checks for stop this often when idle
 DEFAULT_POLL_S = 0.5  # how long latestOffset waits when nothing at all is buffered
 REFILL_TIMEOUT_S = 10.0  # replaying a batch after a restart waits this long for its messages
 DEFAULT_PARTITIONS = 2
@@ -136,13 +144,19 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = SourceOptions.from_options(options)
         self._conn: Connection | None = None
+        self._cond: threading.Condition | None = None  # guards conn and ledger once connected
+        self._thread: threading.Thread | None = None
+        self._error: AmqpError | None = None
         self._ledger: Ledger[Delivery] = Ledger()
         self._avail_now_left: int | None = None  # messages still inside the availableNow target
         self._avail_now_end: int | None = None  # seq just past the last of them
 
-    # --- connection -------------------------------------------------------------
+    # --- connection and the drain thread -----------------------------------------
 
     def _connection(self) -> Connection:
+        """Connect, start consuming, and start the thread that drains the socket."""
+        if self._error is not None:
+            raise self._error
         if self._conn is None:
             conn = Connection(self.opts.url).open()
             try:
@@ -153,37 +167,75 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 conn.close()
                 raise
             self._conn = conn
+            self._cond = threading.Condition()
+            self._thread = threading.Thread(
+                target=self._drain_forever, name="leveret-source-drain", daemon=True
+            )
+            self._thread.start()
         return self._conn
 
-    def _collect(self) -> None:
-        """Number every buffered delivery."""
+    def _drain_forever(self) -> None:
+        """Keep reading deliveries while Spark runs the current batch (runs in a thread)."""
+        conn, cond = self._conn, self._cond
+        assert conn is not None and conn.sock is not None and cond is not None
+        sock = conn.sock
+        try:
+            while self._conn is conn:
+                readable, _, _ = select.select([sock], [], [], DRAIN_TICK_S)
+                if not readable:
+                    continue
+                with cond:
+                    if self._conn is not conn:
+                        return
+                    conn.pump(0)
+                    if self._collect():
+                        cond.notify_all()
+        except (OSError, ValueError, AmqpError) as exc:
+            if self._conn is conn:
+                self._error = exc if isinstance(exc, AmqpError) else AmqpError(
+                    320, f"connection lost: {exc}", "connection")
+                with cond:
+                    cond.notify_all()
+
+    def _collect(self) -> int:
+        """Number every buffered delivery (caller holds the condition)."""
         conn = self._conn
         if conn is None:
-            return
+            return 0
         deliveries = conn.deliveries
+        count = len(deliveries)
         while deliveries:
             delivery = deliveries.popleft()
             seq = self._ledger.add(delivery.delivery_tag, delivery)
             if self._avail_now_left:
                 self._avail_now_left -= 1
                 self._avail_now_end = seq + 1
+        return count
 
     def _drain(self, start: int, want: float, first_wait: float) -> None:
-        """Read deliveries until ``want`` are held from ``start`` or the socket goes quiet."""
-        conn = self._connection()
-        conn.pump(0)
-        self._collect()
-        wait = first_wait if self._ledger.available_from(start) == 0 else LINGER_S
-        while self._ledger.available_from(start) < want:
-            if not conn.pump(wait):
-                break
+        """Wait until ``want`` messages are held from ``start`` or deliveries stop coming."""
+        self._connection()
+        cond = self._cond
+        assert cond is not None
+        with cond:
             self._collect()
-            wait = LINGER_S
+            wait = first_wait if self._ledger.available_from(start) == 0 else LINGER_S
+            while self._ledger.available_from(start) < want and self._error is None:
+                if not cond.wait(wait):
+                    break  # quiet for `wait`: that is all there is for now
+                wait = LINGER_S
+        if self._error is not None:
+            raise self._error
+
+    def _locked(self) -> Any:
+        return self._cond if self._cond is not None else contextlib.nullcontext()
 
     def _ack_below(self, seq: int) -> None:
-        tag = self._ledger.release_below(seq)
-        if tag is not None and self._conn is not None:
-            self._conn.ack(tag, multiple=True)
+        with self._locked():
+            tag = self._ledger.release_below(seq)
+            if tag is not None and self._conn is not None:
+                self._conn.ack(tag, multiple=True)
+                self._collect()
 
     # --- Spark's interface ---------------------------------------------------------
 
@@ -207,7 +259,8 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["seq"])
-        self._ledger.catch_up(begin)
+        with self._locked():
+            self._ledger.catch_up(begin)
         self._ack_below(begin)  # the batch ending at `begin` is in Spark's commit log
         want: float = limit.max_rows if isinstance(limit, ReadMaxRows) else math.inf
         wait = self.opts.poll_s
@@ -226,18 +279,17 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = int(start["seq"]), int(end["seq"])
-        self._ledger.catch_up(begin)
-        next_seq = self._ledger.next_seq or begin
+        with self._locked():
+            self._ledger.catch_up(begin)
+            next_seq = self._ledger.next_seq or begin
         if next_seq < stop:
             # Spark is replaying a batch from its offset log (the driver restarted): the
             # requeued messages come back first and fill it.
-            conn = self._connection()
-            deadline = time.monotonic() + self.opts.refill_timeout_s
-            while (self._ledger.next_seq or begin) < stop and time.monotonic() < deadline:
-                self._drain(begin, stop - begin, min(1.0, deadline - time.monotonic()))
+            self._drain(begin, stop - begin, self.opts.refill_timeout_s)
+        with self._locked():
             self._ledger.skip_to(stop)
-            del conn
-        return split(self._ledger.between(begin, stop), self.opts.partitions)
+            held = self._ledger.between(begin, stop)
+        return split(held, self.opts.partitions)
 
     def read(self, partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -248,8 +300,11 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def stop(self) -> None:
         # No ack here: whatever Spark did not commit goes back to the queue.
         conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        if conn is not None and self._cond is not None:
+            with self._cond:
+                conn.close()
+        if self._thread is not None:
+            self._thread.join(5)
 
 
 class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]

@@ -15,8 +15,8 @@ from leveret.amqp.errors import (
     RESOURCE_LOCKED,
     ChannelError,
 )
-from leveret.amqp.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
 from leveret.amqp.reply_to import PSEUDO_QUEUE
+from leveret.amqp.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
 from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.queue import Queue
@@ -85,15 +85,16 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(m.arguments or {})
         validate_queue_arguments(arguments, vhost.describe_queue(name))
-        queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
-                                  durable=m.durable, exclusive=m.exclusive,
-                                  auto_delete=m.auto_delete, arguments=arguments,
-                                  what=vhost.describe_queue(name))
         queue = vhost.queues.get(name)
         if queue is not None:
             check_exclusive(ch, queue)
             _check_equivalent(ch, queue, m, arguments)
         else:
+            # Only for new queues: RabbitMQ checks an existing one's equivalence first.
+            queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
+                                      durable=m.durable, exclusive=m.exclusive,
+                                      auto_delete=m.auto_delete, arguments=arguments,
+                                      what=vhost.describe_queue(name))
             # Exclusive + durable: RabbitMQ makes an exclusive transient queue.
             durable = m.durable and not m.exclusive
             queue = Queue(vhost, name, durable=durable,

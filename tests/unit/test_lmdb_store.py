@@ -195,6 +195,29 @@ def test_newer_format_version_is_refused(path: Path) -> None:
         LmdbStore(path)
 
 
+def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
+    """Version 2 only adds an optional expires_at to index values: v1 stores are read as is."""
+    store = LmdbStore(path)
+    qid = store.put_queue(QueueDef("/", "q"))
+    m = Message("", "q", b"\x10\x00\x02", b"old")
+    store.enqueue(qid, 0, m)
+    store.write_batch(store.take_batch())
+    store.close()
+    env = lmdb.open(str(path), max_dbs=8)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        txn.put(b"version", U32.pack(1), db=meta)
+    env.close()
+    store = LmdbStore(path)
+    [entry] = store.read_queue(qid, 0, 10)
+    assert entry.message.body == b"old" and entry.expires_at == 0
+    store.close()
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin() as txn:
+        assert U32.unpack(txn.get(b"version", db=env.open_db(b"meta", txn=txn)))[0] == 2
+    env.close()
+
+
 def test_directory_with_other_files_is_refused(path: Path) -> None:
     path.mkdir()
     (path / "notes.txt").write_text("mine")

@@ -142,9 +142,9 @@ class Checker:
         conn = self.client.conn
         conn.receive_data(data)  # must never raise
         out = b"".join(conn.data_to_send())
+        self.fed += data  # even when silent: a later batch may relay these bytes
         if not out:
             return
-        self.fed += data
         for channel, obj in self.parse(out):  # AssertionError if pamqp cannot read it
             if self.closed_with is not None:
                 assert isinstance(obj, commands.Connection.CloseOk), obj

@@ -23,6 +23,7 @@ from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import (
     BindingDef,
     ExchangeDef,
+    PolicyDef,
     QueueDef,
     QueueStats,
     StoreError,
@@ -117,6 +118,30 @@ def test_definitions_round_trip(stores: Stores) -> None:
                                     qid=qid)]
     assert defs.bindings == [binding]
     assert qid > 0
+
+
+def test_policies_round_trip_replace_and_delete(stores: Stores) -> None:
+    store = stores.open()
+    first = PolicyDef("/", "limits", "^q\\.", "queues", {"max-length": 5, "overflow": "drop-head"}, 3)
+    other_vhost = PolicyDef("vh", "limits", ".*", "all", {"message-ttl": 1000})
+    ae = PolicyDef("/", "ae", "^x", "exchanges", {"alternate-exchange": "alt"}, -1)
+    for policy in (first, other_vhost, ae):
+        store.put_policy(policy)
+    assert store.load_definitions().policies == []  # committed data only
+    commit(store)
+    store = stores.reopen(store)
+    key = lambda p: (p.vhost, p.name)  # noqa: E731
+    assert sorted(store.load_definitions().policies, key=key) == sorted(
+        [first, other_vhost, ae], key=key)
+    replaced = PolicyDef("/", "limits", "^r", "all", {"expires": 60000}, 0)
+    store.put_policy(replaced)  # same (vhost, name): replaces
+    store.delete_policy("/", "ae")
+    store.delete_policy("/", "never-set")  # harmless
+    commit(store)
+    store = stores.reopen(store)
+    defs = store.load_definitions()
+    assert sorted(defs.policies, key=key) == [replaced, other_vhost]
+    assert defs.exchanges == [] and defs.queues == [] and defs.bindings == []
 
 
 def test_queue_ids_are_stable_and_fresh_after_delete(stores: Stores) -> None:
@@ -226,6 +251,31 @@ def test_message_in_three_queues_is_stored_once(stores: Stores) -> None:
     commit(store)
     assert message_count(store) == 0
     assert all(read_all(store, qid) == [] for qid in qids)
+
+
+def test_expiry_time_persists_and_survives_mark_delivered(stores: Stores) -> None:
+    """Entries keep their TTL expiry (absolute wall-clock ms; 0 = none) across restarts."""
+    store = stores.open()
+    qid = store.put_queue(QueueDef("/", "q"))
+    a, b, c = msg(b"a"), msg(b"b"), msg(b"c")
+    expiry = 1_700_000_000_123
+    store.enqueue(qid, 0, a, expires_at=expiry)
+    store.enqueue(qid, 1, b)
+    store.enqueue(qid, 2, c, False, 2**63)  # the largest value fits
+    commit(store)
+    store.mark_delivered(qid, 0, a, 3)
+    commit(store)
+    store = stores.reopen(store)
+    entries = store.read_queue(qid, 0, 10)
+    assert [(e.seq, e.delivery_count, e.expires_at) for e in entries] == [
+        (0, 3, expiry), (1, 0, 0), (2, 0, 2**63)]
+    store.mark_delivered(qid, 0, a, 4)  # a later batch: the stored expiry is kept
+    commit(store)
+    store = stores.reopen(store)
+    assert store.read_queue(qid, 0, 1)[0].expires_at == expiry
+    store.remove(qid, 0, a)
+    commit(store)
+    assert [e.seq for e in store.read_queue(qid, 0, 10)] == [1, 2]
 
 
 def test_delivery_count_persists(stores: Stores) -> None:

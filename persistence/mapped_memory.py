@@ -1,0 +1,49 @@
+"""Give back the resident pages of a memory-mapped store file.
+
+LMDB reads through a read-only shared mapping of its data file. Every page
+touched stays mapped into the process, and Linux counts those file-backed
+pages in the broker's RSS even though they are only page cache: draining a
+1 GB backlog would show as 1 GB of RSS. ``release`` drops this process's
+mappings of the pages (``madvise(MADV_DONTNEED)``); the data stays in the page
+cache and a later read just maps it again (a minor fault). It is safe while
+other threads read or write the file: a clean shared file page that is
+unmapped is simply faulted back in when needed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+MADV_DONTNEED = 4
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_madvise = _libc.madvise
+_madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_madvise.restype = ctypes.c_int
+
+
+def mapped_ranges(path: str) -> list[tuple[int, int]]:
+    """(start, length) of every mapping of ``path`` in this process (Linux /proc)."""
+    real = os.path.realpath(path)
+    ranges = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].strip() == real:
+                    start, end = (int(x, 16) for x in parts[0].split("-"))
+                    ranges.append((start, end - start))
+    except OSError:  # not Linux: nothing to release
+        return []
+    return ranges
+
+
+def release(ranges: list[tuple[int, int]]) -> None:
+    for start, length in ranges:
+        if _madvise(start, length, MADV_DONTNEED) != 0:
+            log.debug("madvise failed: %s", os.strerror(ctypes.get_errno()))
