@@ -764,6 +764,14 @@ class Config:
     messages: int = 1_000_000  # backlog: messages to publish then drain
     data_dir: str | None = None  # backlog: broker data dir to measure (optional)
     stall_timeout: float = 60.0  # abort when no confirm/delivery arrives for this long
+    queues: int = 10  # fanout/topic: queues (one consumer each)
+    consumer_conns: int = 0  # fanout/topic: connections the consumers share (0 = one each)
+    bindings: int = 1000  # topic: wildcard bindings spread over the queues
+    seed: int = 6  # topic: RNG seed for patterns and routing keys
+    key_pool: int = 20000  # topic: pre-encoded messages (random keys) cycled by the publisher
+    rate: float = 1000.0  # latency: paced publishes per second
+    connections: int = 1000  # conns: idle connections to open
+    connect_concurrency: int = 100  # conns: handshakes in flight at once
     extra: dict = field(default_factory=dict)
 
 

@@ -333,7 +333,7 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
             got: list[tuple[int, Delivery]] = []
             last_tag = 0
             while len(got) < want:
-                if not conn.pump(self.opts.refill_timeout_s):
+                if not conn.deliveries and not conn.pump(self.opts.refill_timeout_s):
                     break
                 while conn.deliveries and len(got) < want:
                     delivery = conn.deliveries.popleft()

@@ -1,0 +1,108 @@
+"""The sink's writers and the confirming publisher, driven directly (no JVM) against a real broker."""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+
+import pytest
+
+pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+
+from leveret.spark_sink import wire  # noqa: E402
+from leveret.spark_sink.amqp_client import Connection  # noqa: E402
+from leveret.spark_sink.publisher import PublishError, PublishOptions, publish_batches  # noqa: E402
+from leveret.spark_sink.sink import LeveretBatchWriter, LeveretStreamWriter  # noqa: E402
+
+
+def drain(url: str, queue: str, expect: int) -> list[tuple]:
+    """(routing_key, properties, body) of up to ``expect`` messages, acked."""
+    out = []
+    with Connection(url) as conn:
+        conn.qos(1000)
+        conn.consume(queue)
+        while len(out) < expect and (conn.deliveries or conn.pump(3)):
+            while conn.deliveries:
+                d = conn.deliveries.popleft()
+                out.append((d.routing_key, wire.decode_properties(d.raw_properties), d.body))
+                conn.ack(d.delivery_tag)
+    return out
+
+
+def setup_exchange(url: str, name: str) -> None:
+    with Connection(url) as conn:
+        conn.exchange_declare(name)
+        for key in ("a", "b"):
+            conn.queue_declare(f"{name}-{key}")
+            conn.queue_bind(f"{name}-{key}", name, key)
+
+
+def test_rows_become_persistent_messages_with_properties_and_stable_ids(broker, qname):
+    setup_exchange(broker.url, qname)
+    ts = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    batch = pa.RecordBatch.from_pydict({
+        "body": pa.array([b"one", b"two", b"three"]),
+        "routing_key": ["a", "b", "a"],
+        "message_id": [None, "keep-me", None],
+        "content_type": ["text/plain", None, None],
+        "headers": pa.array([[("h", "1")], None, []], pa.map_(pa.string(), pa.string())),
+        "timestamp": pa.array([ts, None, None], pa.timestamp("us", tz="UTC")),
+        "unrelated": [1, 2, 3],
+    })
+    writer = LeveretBatchWriter({"url": broker.url, "exchange": qname,
+                                 "messageIdPrefix": "job7-"}, batch.schema.names)
+    writer = pickle.loads(pickle.dumps(writer))  # built on the driver, used on executors
+    result = writer.write(iter([batch]))
+    assert result.count == 3
+    a = drain(broker.url, f"{qname}-a", 2)
+    b = drain(broker.url, f"{qname}-b", 1)
+    assert [m[2] for m in a] == [b"one", b"three"] and b[0][2] == b"two"
+    first = a[0][1]
+    assert first["delivery_mode"] == 2 and first["message_id"] == "job7-0-0"
+    assert first["content_type"] == "text/plain" and first["headers"] == {"h": "1"}
+    assert first["timestamp"] == int(ts.timestamp())
+    assert a[1][1]["message_id"] == "job7-0-2" and b[0][1]["message_id"] == "keep-me"
+
+
+def test_stream_writer_ids_name_query_batch_partition_and_index(broker, qname, monkeypatch):
+    setup_exchange(broker.url, qname)
+    props = {"streaming.sql.batchId": "42", "sql.streaming.queryId": "q-1"}
+    monkeypatch.setattr("leveret.spark_sink.sink.task_local_property", props.get)
+    monkeypatch.setattr("leveret.spark_sink.sink.task_partition_id", lambda: 3)
+    batch = pa.RecordBatch.from_pydict({"body": ["x", "y"]})  # string bodies are UTF-8
+    writer = LeveretStreamWriter({"url": broker.url, "exchange": qname, "routingKey": "b",
+                                  "routingKeyColumn": ""}, ["body"])
+    assert writer.write(iter([batch])).count == 2
+    got = drain(broker.url, f"{qname}-b", 2)
+    assert [(m[1]["message_id"], m[2]) for m in got] == [("q-1-42-3-0", b"x"), ("q-1-42-3-1", b"y")]
+
+
+def test_many_rows_pipelined_through_a_small_window(broker, qname):
+    setup_exchange(broker.url, qname)
+    n = 5000
+    batch = pa.RecordBatch.from_pydict({"body": [b"z" * 1024] * n, "routing_key": ["a"] * n})
+    opts = PublishOptions.from_options({"url": broker.url, "exchange": qname,
+                                        "confirmWindow": "64"}).checked(batch.schema.names)
+    assert publish_batches([batch, batch], opts, "p-") == 2 * n
+    with Connection(broker.url) as conn:
+        assert conn.queue_declare(f"{qname}-a", passive=True).message_count == 2 * n
+        conn.queue_delete(f"{qname}-a")
+
+
+def test_errors_are_named(broker, qname):
+    with pytest.raises(ValueError, match="needs a 'body' column"):
+        LeveretBatchWriter({"url": broker.url}, ["payload"])
+    with pytest.raises(ValueError, match="routingKeyColumn is 'rk'"):
+        LeveretBatchWriter({"url": broker.url, "routingKeyColumn": "rk"}, ["body"])
+    with pytest.raises(ValueError, match="needs option 'url'"):
+        LeveretBatchWriter({}, ["body"])
+    setup_exchange(broker.url, qname)
+    batch = pa.RecordBatch.from_pydict({"body": [b"lost"], "routing_key": ["nowhere"]})
+    opts = PublishOptions(url=broker.url, exchange=qname, mandatory=True).checked(["body",
+                                                                                  "routing_key"])
+    with pytest.raises(PublishError, match="1 message.*unroutable.*'nowhere'.*312 NO_ROUTE"):
+        publish_batches([batch], opts, "m-")
+    missing = PublishOptions(url=broker.url, exchange=f"{qname}-missing").checked(["body"])
+    with pytest.raises(Exception, match="404"):
+        publish_batches([batch], missing, "m-")
