@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
-from pamqp.header import ProtocolHeader
 
 import leveret
 from leveret.amqp import auth, fastpath
@@ -35,7 +34,6 @@ from leveret.amqp.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
-    FRAME_ERROR,
     INTERNAL_ERROR,
     NOT_ALLOWED,
     UNEXPECTED_FRAME,

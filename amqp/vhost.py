@@ -18,7 +18,7 @@ from leveret.amqp.errors import (
     ChannelError,
 )
 from leveret.amqp.reply_to import ReplyTo
-from leveret.exchanges import EXCHANGE_TYPES, Exchange
+from leveret.exchanges import Exchange
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
@@ -162,7 +162,7 @@ class VirtualHost:
     def check_not_default(self, exchange: Exchange) -> None:
         if exchange is self.default_exchange:
             raise ChannelError(ACCESS_REFUSED,
-                               f"operation not permitted on the default exchange")
+                               "operation not permitted on the default exchange")
 
     def _binding_def(self, source: Exchange, dest: Exchange | Queue, rk: str,
                      arguments: dict[str, Any]) -> BindingDef:

@@ -379,7 +379,7 @@ RABBITMQ_DURABILITY_NOTE = """Note on RabbitMQ's disk behaviour (not the same wo
 def summarize_metrics(rounds: list[dict], targets: list[str], scenario: str) -> dict:
     """Median/min/max per metric and target, plus per-round Leveret/RabbitMQ ratios."""
     out: dict = {"metrics": {}}
-    for label, get, _fmt_, as_ratio in METRICS[scenario]:
+    for label, get, _, as_ratio in METRICS[scenario]:
         m: dict = {}
         for t in targets:
             vals = [get(r[t]) for r in rounds if t in r and r[t].get("ok")]

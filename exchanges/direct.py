@@ -9,7 +9,6 @@ and it is routed to once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from .binding import BindingSetOwner, BindingSet, DestinationCounts

@@ -7,7 +7,6 @@ still deliver one copy.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from .binding import BindingSetOwner, BindingSet, DestinationCounts

@@ -31,7 +31,7 @@ normalised once per route, so a binding costs a few dict lookups.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 

@@ -24,7 +24,6 @@ kept in a bounded per-exchange cache, cleared whenever the bindings change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from .binding import BindingSetOwner, BindingSet, DestinationCounts

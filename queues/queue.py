@@ -449,7 +449,7 @@ class Queue:
                         break
                 if not (fresh or returned):
                     break
-                for i, consumer in enumerate(consumers):
+                for i, consumer in enumerate(consumers):  # noqa: B007 - i is used below
                     if consumer.can_take():
                         break
                 else:
@@ -584,7 +584,7 @@ class Queue:
         now = ttl.now_ms(self.time)
         try:
             while True:
-                for i, consumer in enumerate(consumers):
+                for i, consumer in enumerate(consumers):  # noqa: B007 - i is used below
                     if consumer.can_take():
                         break
                 else:

@@ -191,7 +191,7 @@ def test_confirmed_messages_survive_sigkill_at_random_moments(make_broker, qname
         proc = subprocess.Popen([sys.executable, str(script), b.url, qname, str(next_id)],
                                 stdout=subprocess.PIPE, text=True)
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader = threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True)
         reader.start()
         time.sleep(rng.uniform(0.3, 1.5))
         b.stop(kill=True)

@@ -142,7 +142,7 @@ def test_confirm_multiple_ack_for_a_batch(amqp, qname):
                 done()
 
         def on_selected(_frame):
-            for i in range(20):
+            for _ in range(20):
                 ch.basic_publish("", qname, b"x")
 
         ch.queue_declare(qname, exclusive=True, callback=lambda _f: ch.confirm_delivery(
