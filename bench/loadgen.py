@@ -1189,12 +1189,620 @@ async def scenario_backlog(cfg: Config) -> dict:
         await cconn.close()
 
 
-# name -> coroutine function(cfg) -> result dict.  Planned: fanout, topic,
-# latency, conns.
+# ---------------------------------------------------------------------------
+# Multi-queue scenarios: fanout, topic
+# ---------------------------------------------------------------------------
+
+
+class CountSum:
+    """Looks like a Consumer to :func:`measure`: ``count`` sums several consumers."""
+
+    def __init__(self, consumers: list[Consumer]) -> None:
+        self.consumers = consumers
+
+    @property
+    def count(self) -> int:
+        return sum(c.count for c in self.consumers)
+
+
+class PoolPublisher(Publisher):
+    """Like :class:`Publisher`, but cycles through a list of pre-encoded batches
+    (each batch = ``batch`` publishes with different routing keys)."""
+
+    def __init__(self, conn: Conn, payloads: list[bytes], batch: int) -> None:
+        super().__init__(conn, payloads[0], 1)
+        self.payloads = payloads
+        self.batch = batch
+
+    async def run(self) -> None:
+        conn, payloads, batch = self.conn, self.payloads, self.batch
+        write = conn.transport.write
+        sleep = asyncio.sleep
+        i, n = 0, len(payloads)
+        try:
+            while not self.stopped:
+                if conn.paused:
+                    await conn.wait_writable()
+                    continue
+                if self.gate is not None:
+                    await self.gate()
+                if conn.lost.done():
+                    raise BrokerClosed("publisher connection lost")
+                write(payloads[i])
+                i = i + 1 if i + 1 < n else 0
+                self.published += batch
+                await sleep(0)
+        except Exception as exc:  # noqa: BLE001
+            self.error = repr(exc)
+
+
+async def declare_exchange(conn: Conn, name: str, kind: str, ch: int = 1) -> None:
+    conn.send(cmd.Exchange.Declare(exchange=name, exchange_type=kind, durable=False,
+                                   auto_delete=False), ch)
+    await conn.expect(cmd.Exchange.DeclareOk)
+
+
+async def declare_bound_queues(conn: Conn, exchange: str, qnames: list[str],
+                               bindings: list[tuple[int, str]], ch: int = 1) -> float:
+    """Declare non-durable ``qnames`` and bind them; ``bindings`` = (queue index,
+    routing key).  Declares and binds are pipelined; returns the seconds it took."""
+    t0 = time.perf_counter()
+    for q in qnames:
+        conn.send(cmd.Queue.Declare(queue=q, durable=False, exclusive=False,
+                                    auto_delete=False), ch)
+    for _ in qnames:
+        await conn.expect(cmd.Queue.DeclareOk)
+    for qi, key in bindings:
+        conn.send(cmd.Queue.Bind(queue=qnames[qi], exchange=exchange, routing_key=key), ch)
+    for _ in bindings:
+        await conn.expect(cmd.Queue.BindOk, timeout=60)
+    return time.perf_counter() - t0
+
+
+async def multi_consumers(cfg: Config, qnames: list[str]) -> tuple[list[Conn], list[Consumer]]:
+    """One consumer per queue.  ``cfg.consumer_conns`` connections (0 = one per
+    consumer); consumer i uses connection i % n, channel i // n + 1.  With shared
+    connections only no-ack works (one fast parser per connection counts every
+    channel's deliveries; acks would go to the wrong channel)."""
+    n = cfg.consumer_conns or len(qnames)
+    n = min(n, len(qnames))
+    if n < len(qnames) and not cfg.no_ack:
+        raise ValueError("--consumer-conns < --queues needs --no-ack")
+    conns = [await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost,
+                           f"bench-consumer-{i}") for i in range(n)]
+    consumers = []
+    for i, q in enumerate(qnames):
+        conn, ch = conns[i % n], i // n + 1
+        await open_channel(conn, ch)
+        if cfg.prefetch:
+            conn.send(cmd.Basic.Qos(prefetch_count=cfg.prefetch), ch)
+            await conn.expect(cmd.Basic.QosOk)
+        c = Consumer(conn, ch, cfg.no_ack, cfg.multi_ack_every)
+        if ch == 1:
+            c.install()  # this connection's parser (counts all its channels)
+            consumers.append(c)
+        conn.send(cmd.Basic.Consume(queue=q, consumer_tag="bench", no_ack=cfg.no_ack), ch)
+        await conn.expect(cmd.Basic.ConsumeOk)
+    return conns, consumers
+
+
+async def _cleanup_multi(conn: Conn, exchange: str, qnames: list[str], res: dict) -> None:
+    try:
+        await open_channel(conn, 2)
+        for q in qnames:
+            conn.send(cmd.Queue.Delete(queue=q), 2)
+        for _ in qnames:
+            await conn.expect(cmd.Queue.DeleteOk, timeout=30)
+        conn.send(cmd.Exchange.Delete(exchange=exchange), 2)
+        await conn.expect(cmd.Exchange.DeleteOk, timeout=30)
+    except Exception as exc:  # noqa: BLE001
+        res["cleanup_error"] = repr(exc)
+
+
+def _backlog_gate(cfg: Config, pub: Publisher, consumers: list[Consumer], fanout: int):
+    """--max-backlog for multi-queue scenarios: published*fanout - delivered."""
+    total = CountSum(consumers)
+
+    async def gate():
+        while pub.published * fanout - total.count > cfg.max_backlog:
+            await asyncio.sleep(0.001)
+    return gate
+
+
+async def _run_multi(cfg: Config, kind: str, bindings: list[tuple[int, str]],
+                     payloads: list[bytes] | None, one_msg: bytes | None,
+                     exchange: str, qnames: list[str], res: dict) -> dict:
+    setup = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, "bench-setup")
+    conns: list[Conn] = []
+    pconn = None
+    try:
+        await open_channel(setup, 1)
+        await declare_exchange(setup, exchange, kind)
+        res["setup_s"] = round(await declare_bound_queues(setup, exchange, qnames, bindings), 3)
+        conns, consumers = await multi_consumers(cfg, qnames)
+        pconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost,
+                              "bench-producer")
+        await open_channel(pconn, 1)
+        pub = (PoolPublisher(pconn, payloads, cfg.batch) if payloads is not None
+               else Publisher(pconn, one_msg, cfg.batch))
+        if cfg.max_backlog:
+            pub.gate = _backlog_gate(cfg, pub, consumers, len(qnames) if kind == "fanout" else 1)
+        task = asyncio.create_task(pub.run())
+        try:
+            m = await measure(cfg, CountSum(consumers), [pub])
+        finally:
+            pub.stopped = True
+            await asyncio.wait([task], timeout=2)
+        res.update(m)
+        if m.get("broker_cpu_s") is not None and m["published"]:
+            res["broker_cpu_us_per_published"] = round(1e6 * m["broker_cpu_s"] / m["published"], 3)
+        res["deliveries_per_published"] = (round(m["consumed"] / m["published"], 3)
+                                           if m["published"] else None)
+        res["per_consumer_count"] = [c.count for c in consumers]
+        res["consumer_connections"] = len(conns)
+        res.update({"server_product": _s(setup.server_properties.get("product")),
+                    "server_version": _s(setup.server_properties.get("version"))})
+        await pconn.close()
+        pconn = None
+        for c in conns:
+            await c.close()
+        conns = []
+        await _cleanup_multi(setup, exchange, qnames, res)
+        return res
+    finally:
+        if pconn is not None:
+            await pconn.close()
+        for c in conns:
+            await c.close()
+        await setup.close()
+
+
+async def scenario_fanout(cfg: Config) -> dict:
+    """1 producer -> fanout exchange -> ``cfg.queues`` (10) non-durable queues ->
+    one consumer each (own connection by default, ``--consumer-conns`` to share),
+    ``cfg.size``-byte transient messages, no-ack by default.  Headline:
+    deliveries/s summed over the consumers; also published msg/s and broker CPU
+    per delivery and per published message."""
+    uid = uuid.uuid4().hex[:8]
+    exchange = f"leveret-bench-fanout-{uid}"
+    qnames = [f"leveret-bench-fanout-{uid}-{i}" for i in range(cfg.queues)]
+    body = (b"leveret-bench" * (cfg.size // 13 + 1))[: cfg.size]
+    res: dict = {"exchange": exchange, "queues": cfg.queues, "message_size": cfg.size}
+    return await _run_multi(cfg, "fanout", [(i, "") for i in range(cfg.queues)], None,
+                            encode_publish(exchange, "", body), exchange, qnames, res)
+
+
+# topic: routing keys have TOPIC_LEVELS words, word j of level l is "<letter l><j>"
+TOPIC_LEVELS = 5
+TOPIC_VOCAB = 10
+
+
+def topic_workload(n_bindings: int, n_queues: int, n_keys: int, seed: int):
+    """Deterministic (seeded) wildcard patterns and routing keys.
+
+    Keys: 5 words, 10 choices per level (10^5 keys), drawn uniformly.  Patterns
+    (each a random key with some words replaced) and the share of keys each
+    matches: 40 % one ``*`` (1e-4), 30 % two ``*`` (1e-3), 15 % ``w.w.w.#``
+    (1e-3), 10 % ``w.*.w.#`` (1e-2), 5 % ``w.#.w`` (1e-2), i.e. about two
+    matching bindings per key on average.  Binding i goes to queue i % n_queues.
+    Returns (bindings [(queue, pattern)], keys, stats)."""
+    import random
+    import re
+
+    rng = random.Random(seed)
+    words = [[f"{chr(97 + lv)}{j}" for j in range(TOPIC_VOCAB)] for lv in range(TOPIC_LEVELS)]
+
+    def rand_key():
+        return [rng.choice(words[lv]) for lv in range(TOPIC_LEVELS)]
+
+    patterns: list[str] = []
+    seen = set()
+    while len(patterns) < n_bindings:
+        k, r = rand_key(), rng.random()
+        if r < 0.40:
+            k[rng.randrange(TOPIC_LEVELS)] = "*"
+        elif r < 0.70:
+            for i in rng.sample(range(TOPIC_LEVELS), 2):
+                k[i] = "*"
+        elif r < 0.85:
+            k = k[:3] + ["#"]
+        elif r < 0.95:
+            k = [k[0], "*", k[2], "#"]
+        else:
+            k = [k[0], "#", k[-1]]
+        p = ".".join(k)
+        if p not in seen:
+            seen.add(p)
+            patterns.append(p)
+    bindings = [(i % n_queues, p) for i, p in enumerate(patterns)]
+    keys = [".".join(rand_key()) for _ in range(n_keys)]
+
+    def rx(p):
+        parts = []
+        for w in p.split("."):
+            parts.append(r"(?:[^.]+\.)*" if w == "#" else
+                         r"[^.]+\." if w == "*" else re.escape(w) + r"\.")
+        return "".join(parts)
+
+    per_queue = [re.compile("|".join(f"(?:{rx(p)})" for qi, p in bindings if qi == q))
+                 for q in range(n_queues)]
+    queues_hit = [sum(1 for r in per_queue if r.fullmatch(k + ".")) for k in keys]
+    single = [re.compile(rx(p)) for _q, p in bindings]
+    sample = keys[:500]
+    bind_hits = [sum(1 for r in single if r.fullmatch(k + ".")) for k in sample]
+    stats = {"topic_keys_in_pool": n_keys, "topic_distinct_keys": len(set(keys)),
+             "topic_key_space": TOPIC_VOCAB ** TOPIC_LEVELS,
+             "topic_expected_deliveries_per_msg": round(sum(queues_hit) / n_keys, 4),
+             "topic_share_routed": round(sum(1 for x in queues_hit if x) / n_keys, 4),
+             "topic_bindings_matched_per_msg": round(sum(bind_hits) / len(sample), 3),
+             "topic_example_patterns": patterns[:6], "topic_example_keys": keys[:3]}
+    return bindings, keys, stats
+
+
+async def scenario_topic(cfg: Config) -> dict:
+    """1 producer -> topic exchange with ``cfg.bindings`` (1,000) wildcard bindings
+    over ``cfg.queues`` (10) queues -> one consumer per queue (no-ack).  The
+    publisher cycles through ``cfg.key_pool`` pre-encoded messages whose routing
+    keys come from a seeded RNG (``--seed``), so every broker sees the same key
+    sequence.  Headline: published msg/s; also deliveries/s, broker CPU per
+    published message, and deliveries per published message next to the value
+    expected from the patterns (a routing-correctness check)."""
+    uid = uuid.uuid4().hex[:8]
+    exchange = f"leveret-bench-topic-{uid}"
+    qnames = [f"leveret-bench-topic-{uid}-{i}" for i in range(cfg.queues)]
+    bindings, keys, stats = topic_workload(cfg.bindings, cfg.queues, cfg.key_pool, cfg.seed)
+    body = (b"leveret-bench" * (cfg.size // 13 + 1))[: cfg.size]
+    msgs = [encode_publish(exchange, k, body) for k in keys]
+    b = max(1, cfg.batch)
+    payloads = [b"".join(msgs[i:i + b]) for i in range(0, len(msgs) - b + 1, b)]
+    res: dict = {"exchange": exchange, "queues": cfg.queues, "bindings": len(bindings),
+                 "message_size": cfg.size, "seed": cfg.seed, **stats}
+    return await _run_multi(cfg, "topic", bindings, payloads, None, exchange, qnames, res)
+
+
+# ---------------------------------------------------------------------------
+# latency
+# ---------------------------------------------------------------------------
+
+
+def _pcts_us(xs_ns: list[int], prefix: str) -> dict:
+    if not xs_ns:
+        return {}
+    xs = sorted(xs_ns)
+    n = len(xs)
+
+    def q(p):
+        return round(xs[min(n - 1, int(n * p))] / 1e3, 1)
+    return {f"{prefix}_samples": n, f"{prefix}_p50_us": q(0.5), f"{prefix}_p99_us": q(0.99),
+            f"{prefix}_p999_us": q(0.999), f"{prefix}_max_us": round(xs[-1] / 1e3, 1)}
+
+
+class PacedPublisher:
+    """Publishes at ``rate`` msg/s, one write per message, the body starting with
+    the send time (``time.monotonic_ns()``, big-endian u64) taken right before
+    the write.  ``late_ns``: how late each send was against its schedule."""
+
+    def __init__(self, conn: Conn, exchange: str, routing_key: str, size: int,
+                 rate: float) -> None:
+        body = (b"leveret-bench" * (size // 13 + 1))[: max(size, 8)]
+        whole = encode_publish(exchange, routing_key, body)
+        # everything up to the body frame's payload, then payload[8:] + frame end
+        head_len = len(whole) - len(body) - 1
+        self.head, self.tail = whole[:head_len], whole[head_len + 8:]
+        self.conn = conn
+        self.rate = rate
+        self.published = 0
+        self.late_ns: list[int] = []
+        self.stopped = False
+        self.error: str | None = None
+        self.resyncs = 0
+        conn.fast = Publisher._on_data.__get__(self)  # Channel.Close etc. -> slow path
+
+    async def run(self) -> None:
+        conn = self.conn
+        write = conn.transport.write
+        head, tail = self.head, self.tail
+        pack = _U64.pack
+        mono = time.monotonic_ns
+        interval = int(1e9 / self.rate)
+        t0 = mono()
+        i = 0
+        try:
+            while not self.stopped:
+                now = mono()
+                due = t0 + i * interval
+                if now < due:
+                    await asyncio.sleep((due - now) / 1e9)
+                    continue
+                if now - due > 1_000_000_000:  # more than 1 s behind: don't burst
+                    self.resyncs += 1
+                    t0, i, due = now, 0, now
+                if conn.paused:
+                    await conn.wait_writable()
+                    continue
+                if conn.lost.done():
+                    raise BrokerClosed("publisher connection lost")
+                ts = mono()
+                write(head + pack(ts) + tail)
+                self.late_ns.append(ts - due)
+                self.published += 1
+                i += 1
+        except Exception as exc:  # noqa: BLE001
+            self.error = repr(exc)
+
+
+class LatencyConsumer(Consumer):
+    """Consumer that also reads the send timestamp from each body frame; the
+    receive time is taken once per ``data_received`` (on entry)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.sent_ns: list[int] = []
+        self.lat_ns: list[int] = []
+
+    def _on_data(self, data: bytes) -> bytes:
+        now = time.monotonic_ns()
+        pos, n = 0, len(data)
+        unpack_hdr = _HDR.unpack_from
+        unpack_cm = _CLASS_METHOD.unpack_from
+        unpack_u64 = _U64.unpack_from
+        tags = []
+        count = 0
+        last_tag = self.last_tag
+        want_ts = False
+        while n - pos >= 7:
+            ftype, _ch, size = unpack_hdr(data, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            if ftype == 1:
+                if unpack_cm(data, pos + 7)[0] == BASIC_DELIVER:
+                    off = pos + 12 + data[pos + 11]
+                    last_tag = unpack_u64(data, off)[0]
+                    count += 1
+                    tags.append(last_tag)
+                    want_ts = True
+                else:
+                    self.conn.slow_frame(data[pos:end])
+            elif ftype == 3:
+                if want_ts and size >= 8:
+                    ts = unpack_u64(data, pos + 7)[0]
+                    self.sent_ns.append(ts)
+                    self.lat_ns.append(now - ts)
+                want_ts = False
+                self.body_bytes += size
+            pos = end
+        if count:
+            self.count += count
+            self.last_tag = last_tag
+            if not self.no_ack:
+                self._ack(tags, count)
+        return data[pos:]
+
+
+async def loop_lag_monitor(out: list[int], interval: float = 0.005) -> None:
+    """Every ``interval`` s: how long a ``call_soon`` callback waits to run, i.e.
+    how long a ready socket event would wait for this loop (ns)."""
+    loop = asyncio.get_running_loop()
+    perf = time.perf_counter_ns
+    while True:
+        await asyncio.sleep(interval)
+        t = perf()
+        loop.call_soon(lambda t=t: out.append(perf() - t))
+
+
+async def scenario_latency(cfg: Config) -> dict:
+    """Paced publisher at ``cfg.rate`` (1,000) msg/s, ``cfg.size``-byte transient
+    messages via the default exchange to a non-durable queue; one consumer on its
+    own connection, manual ack (one ack per message).  Each body carries its send
+    time; latency = receive time (start of the consumer's ``data_received``) minus
+    send time, over the messages sent in the measured window.  Also reports the
+    loadgen's loop lag (``call_soon`` delay, sampled every 5 ms) and how late the
+    pacer's sends were, so the loadgen's own scheduling can be judged."""
+    qname = f"leveret-bench-latency-{uuid.uuid4().hex[:8]}"
+    cconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, "bench-consumer")
+    pconn = None
+    lag: list[int] = []
+    lag_task = None
+    try:
+        await open_channel(cconn, 1)
+        cconn.send(cmd.Queue.Declare(queue=qname, durable=False, exclusive=False,
+                                     auto_delete=False), 1)
+        await cconn.expect(cmd.Queue.DeclareOk)
+        if cfg.prefetch:
+            cconn.send(cmd.Basic.Qos(prefetch_count=cfg.prefetch), 1)
+            await cconn.expect(cmd.Basic.QosOk)
+        consumer = LatencyConsumer(cconn, 1, cfg.no_ack, cfg.multi_ack_every)
+        consumer.install()
+        cconn.send(cmd.Basic.Consume(queue=qname, consumer_tag="bench", no_ack=cfg.no_ack), 1)
+        await cconn.expect(cmd.Basic.ConsumeOk)
+        pconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost,
+                              "bench-producer")
+        await open_channel(pconn, 1)
+        pub = PacedPublisher(pconn, "", qname, cfg.size, cfg.rate)
+        lag_task = asyncio.create_task(loop_lag_monitor(lag))
+        task = asyncio.create_task(pub.run())
+        t_meas = time.monotonic_ns() + int(cfg.warmup * 1e9)
+        lag_mark = None
+
+        async def mark_lag():
+            nonlocal lag_mark
+            await asyncio.sleep(cfg.warmup)
+            lag_mark = (len(lag), len(pub.late_ns))
+        mark = asyncio.create_task(mark_lag())
+        try:
+            res = await measure(cfg, consumer, [pub])
+        finally:
+            pub.stopped = True
+            await asyncio.wait([task], timeout=2)
+        t_end = time.monotonic_ns()
+        await mark
+        await asyncio.sleep(0.1)  # let the last deliveries arrive
+        lats = [lt for s, lt in zip(consumer.sent_ns, consumer.lat_ns) if t_meas <= s <= t_end]
+        res.update(_pcts_us(lats, "latency"))
+        lm, pm = lag_mark or (0, 0)
+        res.update(_pcts_us(lag[lm:], "loop_lag"))
+        res.update(_pcts_us(pub.late_ns[pm:], "send_late"))
+        res.update({"queue": qname, "message_size": cfg.size, "rate": cfg.rate,
+                    "pacer_resyncs": pub.resyncs,
+                    "server_product": _s(cconn.server_properties.get("product")),
+                    "server_version": _s(cconn.server_properties.get("version"))})
+        await pconn.close()
+        pconn = None
+        try:
+            cconn.send(cmd.Basic.Cancel(consumer_tag="bench"), 1)
+            await cconn.expect(cmd.Basic.CancelOk, timeout=5)
+            cconn.send(cmd.Queue.Delete(queue=qname), 1)
+            await cconn.expect(cmd.Queue.DeleteOk, timeout=10)
+        except Exception as exc:  # noqa: BLE001
+            res["cleanup_error"] = repr(exc)
+        return res
+    finally:
+        if lag_task is not None:
+            lag_task.cancel()
+        if pconn is not None:
+            await pconn.close()
+        await cconn.close()
+
+
+# ---------------------------------------------------------------------------
+# conns
+# ---------------------------------------------------------------------------
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; returns (soft, hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def proc_nofile(pid: int) -> list[str] | None:
+    """[soft, hard] 'Max open files' of a process from /proc/<pid>/limits."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    return line.split()[3:5]
+    except OSError:
+        return None
+    return None
+
+
+def proc_fd_count(pids: list[int]) -> int | None:
+    try:
+        return sum(len(os.listdir(f"/proc/{p}/fd")) for p in pids)
+    except OSError:
+        return None
+
+
+async def scenario_conns(cfg: Config) -> dict:
+    """Open ``cfg.connections`` (1,000) connections with one channel each
+    (heartbeat 0, at most ``cfg.connect_concurrency`` handshakes in flight), time
+    it, let them sit idle, take the broker's RSS increase per connection
+    (VmRSS of its process tree after - before, / connections opened), then close
+    them all.  Reports the fd limits of the loadgen and the broker."""
+    n = cfg.connections
+    pids = process_tree(cfg.broker_pid) if cfg.broker_pid else []
+    res: dict = {"connections_wanted": n, "loadgen_fd_limit": list(raise_nofile()),
+                 "broker_fd_limit": proc_nofile(cfg.broker_pid) if cfg.broker_pid else None}
+
+    def rss():
+        tot = {"VmRSS": 0, "RssAnon": 0}
+        for p in pids:
+            for k, v in vm_status(p, ("VmRSS", "RssAnon")).items():
+                tot[k] += v
+        return tot
+
+    def cpu():
+        return tree_cpu_seconds(pids) if pids else None
+
+    await asyncio.sleep(1.0)
+    before = rss()
+    fds_before = proc_fd_count(pids) if pids else None
+    sem = asyncio.Semaphore(cfg.connect_concurrency)
+    per_timeout = max(5.0, min(30.0, cfg.stall_timeout))
+
+    async def one(i):
+        async with sem:
+            c = await asyncio.wait_for(
+                connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, f"bench-idle-{i}"),
+                per_timeout)
+            try:
+                await asyncio.wait_for(open_channel(c, 1), per_timeout)
+            except BaseException:
+                c.transport.close()
+                raise
+            return c
+
+    c0, h0, l0 = cpu(), host_cpu_ticks(), self_cpu_seconds()
+    t0 = time.perf_counter()
+    outs = await asyncio.gather(*[one(i) for i in range(n)], return_exceptions=True)
+    t1 = time.perf_counter()
+    c1, l1 = cpu(), self_cpu_seconds()
+    conns = [c for c in outs if isinstance(c, Conn)]
+    errs = [f"{type(e).__name__}: {e}" for e in outs if not isinstance(e, Conn)]
+    res.update({"connections_ok": len(conns), "connections_failed": len(errs),
+                "connect_errors": sorted(set(errs))[:5], "connect_s": round(t1 - t0, 3),
+                "connects_per_s": round(len(conns) / (t1 - t0), 1)})
+    if pids:
+        res["broker_cpu_ms_per_connect"] = (round(1e3 * (c1 - c0) / len(conns), 3)
+                                            if conns else None)
+    # idle: let the broker settle, sample RSS; the last sample is the figure
+    idle = max(2.0, min(cfg.duration, 5.0))
+    c2 = cpu()
+    series = []
+    t2 = time.perf_counter()
+    while time.perf_counter() - t2 < idle:
+        await asyncio.sleep(0.5)
+        series.append(round(rss()["VmRSS"] / 1024, 1))
+    c3 = cpu()
+    after = rss()
+    alive = sum(1 for c in conns if not c.lost.done())
+    res.update({"connections_alive_after_idle": alive,
+                "broker_fds_before": fds_before,
+                "broker_fds_open": proc_fd_count(pids) if pids else None,
+                "broker_vmrss_before_kib": before["VmRSS"], "broker_vmrss_after_kib": after["VmRSS"],
+                "broker_rssanon_before_kib": before["RssAnon"],
+                "broker_rssanon_after_kib": after["RssAnon"],
+                "per_half_second_rss_mib_idle": series})
+    if pids and conns:
+        res["rss_per_conn_kib"] = round((after["VmRSS"] - before["VmRSS"]) / len(conns), 2)
+        res["rssanon_per_conn_kib"] = round((after["RssAnon"] - before["RssAnon"]) / len(conns), 2)
+        res["broker_idle_cores"] = round((c3 - c2) / (time.perf_counter() - t2), 4)
+    t3 = time.perf_counter()
+    await asyncio.gather(*[c.close(timeout=10) for c in conns], return_exceptions=True)
+    t4 = time.perf_counter()
+    await asyncio.sleep(1.0)
+    wall = t4 - t0
+    res.update({"close_s": round(t4 - t3, 3),
+                "broker_vmrss_after_close_kib": rss()["VmRSS"] if pids else None,
+                "loadgen_cpu_s": round(self_cpu_seconds() - l0, 3),
+                "loadgen_cpu_share": round((l1 - l0) / (t1 - t0), 3),  # during the connect
+                **host_cpu_breakdown(h0, host_cpu_ticks(), wall),
+                "broker_pid": cfg.broker_pid, "broker_pids": pids,
+                "loadgen_loop": type(asyncio.get_running_loop()).__module__.split(".")[0]})
+    if pids:
+        res["broker_cpu_share"] = round((c1 - c0) / (t1 - t0), 3)  # during the connect
+        res["broker_vmhwm_kib"] = sum(vm_kib(p, "VmHWM") or 0 for p in pids)
+    if not conns:
+        raise RuntimeError(f"no connection opened: {res['connect_errors']}")
+    return res
+
+
+# name -> coroutine function(cfg) -> result dict.
 SCENARIOS = {
     "transient": scenario_transient,
     "confirmed": scenario_confirmed,
     "backlog": scenario_backlog,
+    "fanout": scenario_fanout,
+    "topic": scenario_topic,
+    "latency": scenario_latency,
+    "conns": scenario_conns,
 }
 
 # Per-scenario defaults for options left unset on the command line (None).
@@ -1202,6 +1810,10 @@ SCENARIO_DEFAULTS = {
     "transient": {"size": 256, "prefetch": 0, "multi_ack_every": 0},
     "confirmed": {"size": 256, "prefetch": 200, "multi_ack_every": 0},
     "backlog": {"size": 1024, "prefetch": 1000, "multi_ack_every": 100},
+    "fanout": {"size": 256, "prefetch": 0, "multi_ack_every": 0, "no_ack": True},
+    "topic": {"size": 256, "prefetch": 0, "multi_ack_every": 0, "no_ack": True},
+    "latency": {"size": 256, "prefetch": 0, "multi_ack_every": 0},
+    "conns": {"size": 256, "prefetch": 0, "multi_ack_every": 0},
 }
 
 
