@@ -1339,6 +1339,9 @@ async def _run_multi(cfg: Config, kind: str, bindings: list[tuple[int, str]],
         res["deliveries_per_published"] = (round(m["consumed"] / m["published"], 3)
                                            if m["published"] else None)
         res["per_consumer_count"] = [c.count for c in consumers]
+        # deliveries still owed at the end: published x deliveries-per-message - delivered
+        per = len(qnames) if kind == "fanout" else res.get("topic_expected_deliveries_per_msg", 1)
+        res["backlog_at_end"] = round(pub.published * per - sum(c.count for c in consumers))
         res["consumer_connections"] = len(conns)
         res.update({"server_product": _s(setup.server_properties.get("product")),
                     "server_version": _s(setup.server_properties.get("version"))})
@@ -1512,7 +1515,9 @@ class PacedPublisher:
                 now = mono()
                 due = t0 + i * interval
                 if now < due:
-                    await asyncio.sleep((due - now) / 1e9)
+                    # uvloop timers have 1 ms resolution: a shorter sleep would spin
+                    # the loop; sends that fall due meanwhile go out back to back
+                    await asyncio.sleep(max((due - now) / 1e9, 0.001))
                     continue
                 if now - due > 1_000_000_000:  # more than 1 s behind: don't burst
                     self.resyncs += 1
@@ -1822,6 +1827,8 @@ def apply_scenario_defaults(args) -> None:
     for k, v in SCENARIO_DEFAULTS.get(args.scenario, {}).items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
+    if getattr(args, "no_ack", None) is None:
+        args.no_ack = False
 
 
 # ---------------------------------------------------------------------------
@@ -1858,7 +1865,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail when no confirm/delivery arrives for this many seconds")
     p.add_argument("--delete-queue", default=None, metavar="NAME",
                    help="only delete queue NAME and exit (cleanup after an aborted run)")
-    p.add_argument("--no-ack", action="store_true", help="consume with no-ack (auto ack)")
+    p.add_argument("--no-ack", action="store_true", default=None,
+                   help="consume with no-ack (auto ack); default for fanout and topic")
+    p.add_argument("--ack", dest="no_ack", action="store_false",
+                   help="manual ack (the default except for fanout and topic)")
+    p.add_argument("--queues", type=int, default=d.queues,
+                   help="fanout/topic: queues, one consumer each")
+    p.add_argument("--consumer-conns", type=int, default=d.consumer_conns,
+                   help="fanout/topic: connections shared by the consumers (0 = one each)")
+    p.add_argument("--bindings", type=int, default=d.bindings,
+                   help="topic: wildcard bindings over the queues")
+    p.add_argument("--seed", type=int, default=d.seed, help="topic: RNG seed")
+    p.add_argument("--key-pool", type=int, default=d.key_pool,
+                   help="topic: pre-encoded messages (random routing keys) cycled")
+    p.add_argument("--rate", type=float, default=d.rate, help="latency: publishes per second")
+    p.add_argument("--connections", type=int, default=d.connections,
+                   help="conns: idle connections to open")
+    p.add_argument("--connect-concurrency", type=int, default=d.connect_concurrency,
+                   help="conns: handshakes in flight at once")
     p.add_argument("--max-backlog", type=int, default=d.max_backlog,
                    help="pause publishing while published-consumed exceeds N; 0 = off")
     p.add_argument("--broker-pid", type=int, default=None,
@@ -1885,6 +1909,7 @@ def main(argv=None) -> int:
         print(json.dumps(out))
         return 0 if out["ok"] else 1
     cfg = Config(**{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__})
+    raise_nofile()  # conns needs > 1,024 fds; harmless elsewhere
     if args.loop == "uvloop":
         try:
             import uvloop

@@ -14,6 +14,11 @@ set -euo pipefail
 HOST=127.0.0.1
 PORT=${RABBITMQ_BENCH_PORT:-5672}
 START_TIMEOUT=${RABBITMQ_START_TIMEOUT:-120}
+# Open-files limit for the node.  Debian's systemd unit uses LimitNOFILE=65536; started
+# by hand, the node inherits this shell's soft limit (often 1,024, which RabbitMQ turns
+# into ~830 sockets: too few for the 1,000-connection `conns` scenario).  Capped at the
+# hard limit.
+NOFILE=${RABBITMQ_BENCH_NOFILE:-65536}
 
 amqp_ready() {
     # A real AMQP answer (Connection.Start method frame), not just an open port.
@@ -57,6 +62,10 @@ start() {
     t0=$(date +%s.%N)
     if [ -z "$(beam_pids)" ]; then
         # Debian wrapper: as root it runs the real script as the rabbitmq user.
+        local hard
+        hard=$(ulimit -Hn)
+        if [ "$hard" != unlimited ] && [ "$hard" -lt "$NOFILE" ]; then NOFILE=$hard; fi
+        ulimit -n "$NOFILE" 2>/dev/null || true
         (cd /tmp && rabbitmq-server -detached)
     else
         echo "a RabbitMQ node is already booting (pid $(beam_pids | tr '\n' ' ')); waiting" >&2
@@ -71,8 +80,9 @@ start() {
         sleep 0.2
     done
     t1=$(date +%s.%N)
-    printf 'RabbitMQ answering AMQP on %s:%s after %.1fs (beam pid %s)\n' \
-        "$HOST" "$PORT" "$(echo "$t1 - $t0" | bc)" "$(beam_pids | head -1)"
+    printf 'RabbitMQ answering AMQP on %s:%s after %.1fs (beam pid %s, max open files %s)\n' \
+        "$HOST" "$PORT" "$(echo "$t1 - $t0" | bc)" "$(beam_pids | head -1)" \
+        "$(awk '/^Max open files/ {print $4}' "/proc/$(beam_pids | head -1)/limits" 2>/dev/null)"
 }
 
 stop() {

@@ -96,6 +96,7 @@ def main() -> None:
         spark = (
             SparkSession.builder.master("local[2]").appName("leveret-example")
             .config("spark.driver.memory", "512m").config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2").getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")

@@ -40,6 +40,7 @@ def spark() -> Iterator[Any]:
         SparkSession.builder.master("local[2]").appName("leveret-tests")
         .config("spark.driver.memory", "512m")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
