@@ -69,6 +69,8 @@ class FrameBuffer:
         buf = self._buf
         buf += data
         pos = 0
+        # Payloads are copied once, straight out of the buffer, through this view.
+        view = memoryview(buf)
         try:
             while len(buf) - pos >= FRAME_HEADER_SIZE:
                 ftype, channel, size = _frame_head.unpack_from(buf, pos)
@@ -89,7 +91,7 @@ class FrameBuffer:
                         f"{erlang_binary(buf[pos + FRAME_HEADER_SIZE:min(stop, pos + FRAME_HEADER_SIZE + 16)])}"
                         f": {{invalid_frame_end_marker,{buf[stop]}}}",
                     )
-                frame = (ftype, channel, bytes(buf[pos + FRAME_HEADER_SIZE : stop]))
+                frame = (ftype, channel, view[pos + FRAME_HEADER_SIZE : stop].tobytes())
                 if ftype not in FRAME_TYPES:
                     # Checked on the whole frame, as RabbitMQ: the text does not depend
                     # on how much of the stream had arrived.
@@ -100,5 +102,6 @@ class FrameBuffer:
                 pos = stop + 1
                 yield frame
         finally:
+            view.release()
             if pos:
                 del buf[:pos]

@@ -66,7 +66,14 @@ start() {
         hard=$(ulimit -Hn)
         if [ "$hard" != unlimited ] && [ "$hard" -lt "$NOFILE" ]; then NOFILE=$hard; fi
         ulimit -n "$NOFILE" 2>/dev/null || true
-        (cd /tmp && rabbitmq-server -detached)
+        if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+            # The Debian wrapper switches user with `su`, whose pam_limits resets the
+            # open-files limit to init's (1,024 here); setpriv keeps ours.
+            (cd /var/lib/rabbitmq && setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups \
+                env HOME=/var/lib/rabbitmq rabbitmq-server -detached)
+        else
+            (cd /tmp && rabbitmq-server -detached)
+        fi
     else
         echo "a RabbitMQ node is already booting (pid $(beam_pids | tr '\n' ' ')); waiting" >&2
     fi
