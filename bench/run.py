@@ -204,6 +204,10 @@ def loadgen_timeout(args) -> float:
         return 300 + 2 * args.messages / 1000
     if args.scenario in DURABLE_SCENARIOS:
         return args.warmup + args.duration + 360  # deleting a durable queue can be slow
+    if args.scenario == "conns":
+        # connect (per-connection timeout <= 30 s, in waves of --connect-concurrency),
+        # idle <= 5 s, close (<= 10 s)
+        return 120 + 30 * args.connections / max(1, args.connect_concurrency)
     return args.warmup + args.duration + 60
 
 
@@ -216,9 +220,13 @@ def run_loadgen(host: str, port: int, broker_pid: int | None, args,
            "--max-backlog", str(args.max_backlog), "--loop", args.loop,
            "--window", str(args.window), "--messages", str(args.messages),
            "--stall-timeout", str(args.stall_timeout),
+           "--queues", str(args.queues), "--consumer-conns", str(args.consumer_conns),
+           "--bindings", str(args.bindings), "--seed", str(args.seed),
+           "--key-pool", str(args.key_pool), "--rate", str(args.rate),
+           "--connections", str(args.connections),
+           "--connect-concurrency", str(args.connect_concurrency),
            "--user", args.user, "--password", args.password]
-    if args.no_ack:
-        cmd.append("--no-ack")
+    cmd.append("--no-ack" if args.no_ack else "--ack")
     if broker_pid:
         cmd += ["--broker-pid", str(broker_pid)]
     if data_dir:
@@ -360,6 +368,99 @@ METRICS = {
     ],
 }
 
+METRICS.update({
+    "fanout": [
+        ("deliveries/s (sum over consumers)", _get("consumed_per_s"), ",.0f", True),
+        ("published msg/s", _get("published_per_s"), ",.0f", True),
+        ("deliveries per published msg", _get("deliveries_per_published"), ".2f", False),
+        ("broker CPU us/delivery", _get("broker_cpu_us_per_msg"), ".1f", True),
+        ("broker CPU us/published msg", _get("broker_cpu_us_per_published"), ".1f", True),
+        ("broker cores", _get("broker_cpu_share"), ".2f", True),
+        ("peak broker RSS MiB (VmHWM)", _mib("broker_vmhwm_kib"), ".0f", True),
+        ("deliveries owed at end", _get("backlog_at_end"), ",.0f", False),
+        ("loadgen cores", _get("loadgen_cpu_share"), ".2f", False),
+        ("other processes, cores", _get("other_cores"), ".2f", False),
+    ],
+    "topic": [
+        ("published msg/s", _get("published_per_s"), ",.0f", True),
+        ("deliveries/s (sum over consumers)", _get("consumed_per_s"), ",.0f", True),
+        ("deliveries per published msg", _get("deliveries_per_published"), ".3f", False),
+        ("  expected from the patterns", _get("topic_expected_deliveries_per_msg"), ".3f", False),
+        ("broker CPU us/published msg", _get("broker_cpu_us_per_published"), ".1f", True),
+        ("broker CPU us/delivery", _get("broker_cpu_us_per_msg"), ".1f", True),
+        ("broker cores", _get("broker_cpu_share"), ".2f", True),
+        ("declare+bind 1,000 bindings s", _get("setup_s"), ".2f", True),
+        ("peak broker RSS MiB (VmHWM)", _mib("broker_vmhwm_kib"), ".0f", True),
+        ("deliveries owed at end (approx.)", _get("backlog_at_end"), ",.0f", False),
+        ("loadgen cores", _get("loadgen_cpu_share"), ".2f", False),
+        ("other processes, cores", _get("other_cores"), ".2f", False),
+    ],
+    "latency": [
+        ("publish->deliver p50 us", _get("latency_p50_us"), ",.0f", True),
+        ("publish->deliver p99 us", _get("latency_p99_us"), ",.0f", True),
+        ("publish->deliver p99.9 us", _get("latency_p999_us"), ",.0f", True),
+        ("publish->deliver max us", _get("latency_max_us"), ",.0f", True),
+        ("samples", _get("latency_samples"), ",.0f", False),
+        ("delivered msg/s", _get("consumed_per_s"), ",.0f", False),
+        ("broker CPU us/msg", _get("broker_cpu_us_per_msg"), ".1f", True),
+        ("loadgen loop lag p50 us", _get("loop_lag_p50_us"), ",.0f", False),
+        ("loadgen loop lag p99 us", _get("loop_lag_p99_us"), ",.0f", False),
+        ("loadgen loop lag max us", _get("loop_lag_max_us"), ",.0f", False),
+        ("pacer send lateness p99 us", _get("send_late_p99_us"), ",.0f", False),
+        ("loadgen cores", _get("loadgen_cpu_share"), ".2f", False),
+        ("other processes, cores", _get("other_cores"), ".2f", False),
+    ],
+    "conns": [
+        ("broker RSS per connection KiB", _get("rss_per_conn_kib"), ".1f", True),
+        ("  of which anon (RssAnon) KiB", _get("rssanon_per_conn_kib"), ".1f", True),
+        ("connect all s", _get("connect_s"), ".2f", True),
+        ("connections opened", _get("connections_ok"), ",.0f", False),
+        ("broker CPU ms per connect", _get("broker_cpu_ms_per_connect"), ".2f", True),
+        ("broker cores while idle", _get("broker_idle_cores"), ".3f", True),
+        ("close all s", _get("close_s"), ".2f", True),
+        ("broker RSS before MiB", _mib("broker_vmrss_before_kib"), ".0f", True),
+        ("broker RSS with conns MiB", _mib("broker_vmrss_after_kib"), ".0f", True),
+        ("loadgen cores (connect)", _get("loadgen_cpu_share"), ".2f", False),
+        ("other processes, cores", _get("other_cores"), ".2f", False),
+    ],
+})
+
+# The combined table of --scenario all: (scenario, label, getter, format, higher is better)
+COMBINED = [
+    ("transient", "consumed msg/s", _get("consumed_per_s"), ",.0f", True),
+    ("transient", "broker CPU us/msg", _get("broker_cpu_us_per_msg"), ".1f", False),
+    ("confirmed", "consumed msg/s", _get("consumed_per_s"), ",.0f", True),
+    ("confirmed", "broker CPU us/msg", _get("broker_cpu_us_per_msg"), ".1f", False),
+    ("fanout", "deliveries/s", _get("consumed_per_s"), ",.0f", True),
+    ("fanout", "published msg/s", _get("published_per_s"), ",.0f", True),
+    ("topic", "published msg/s", _get("published_per_s"), ",.0f", True),
+    ("topic", "deliveries/s", _get("consumed_per_s"), ",.0f", True),
+    ("topic", "broker CPU us/published", _get("broker_cpu_us_per_published"), ".1f", False),
+    ("latency", "p50 us", _get("latency_p50_us"), ",.0f", False),
+    ("latency", "p99 us", _get("latency_p99_us"), ",.0f", False),
+    ("latency", "p99.9 us", _get("latency_p999_us"), ",.0f", False),
+    ("backlog", "publish msg/s", _get("publish_per_s"), ",.0f", True),
+    ("backlog", "drain msg/s", _get("drain_per_s"), ",.0f", True),
+    ("backlog", "RSS peak publish MiB", _mib("rss_peak_publish_kib"), ".0f", False),
+    ("conns", "RSS KiB/connection", _get("rss_per_conn_kib"), ".1f", False),
+    ("conns", "connect all s", _get("connect_s"), ".2f", False),
+]
+
+ALL_SCENARIOS = ("transient", "confirmed", "fanout", "topic", "latency", "backlog", "conns")
+ALL_BACKLOG_MESSAGES = 200_000  # --scenario all without --messages
+
+SCENARIO_DESCRIPTIONS = {
+    "confirmed": "persistent (delivery_mode=2), durable queue",
+    "backlog": "persistent (delivery_mode=2), durable queue",
+    "fanout": "transient, 1 producer -> fanout exchange -> {queues} queues -> 1 consumer each "
+              "({conns})",
+    "topic": "transient, topic exchange, {bindings} wildcard bindings over {queues} queues, "
+             "seed {seed}, {key_pool} keys cycled ({conns})",
+    "latency": "transient, paced at {rate:,.0f} msg/s, 1 consumer on its own connection",
+    "conns": "{connections:,} idle connections x 1 channel, heartbeat 0, "
+             "{connect_concurrency} handshakes in flight",
+}
+
 RABBITMQ_DURABILITY_NOTE = """Note on RabbitMQ's disk behaviour (not the same work as Leveret's):
   RabbitMQ 3.10 classic queue, default (v1) index.  Bodies under 4 KB
   (queue_index_embed_msgs_below) are embedded in the queue-index journal, not the
@@ -376,10 +477,11 @@ RABBITMQ_DURABILITY_NOTE = """Note on RabbitMQ's disk behaviour (not the same wo
   through mmap); RssAnon excludes them."""
 
 
-def summarize_metrics(rounds: list[dict], targets: list[str], scenario: str) -> dict:
+def summarize_metrics(rounds: list[dict], targets: list[str], scenario: str,
+                      metrics: list | None = None) -> dict:
     """Median/min/max per metric and target, plus per-round Leveret/RabbitMQ ratios."""
     out: dict = {"metrics": {}}
-    for label, get, _, as_ratio in METRICS[scenario]:
+    for label, get, _, as_ratio in (metrics if metrics is not None else METRICS[scenario]):
         m: dict = {}
         for t in targets:
             vals = [get(r[t]) for r in rounds if t in r and r[t].get("ok")]
@@ -409,10 +511,16 @@ def summarize_metrics(rounds: list[dict], targets: list[str], scenario: str) -> 
 def print_metrics(summary: dict, targets: list[str], args) -> None:
     print()
     extra = (f" messages={args.messages:,}" if args.scenario == "backlog"
+             else "" if args.scenario == "conns"
              else f" duration={args.duration}s warmup={args.warmup}s")
-    print(f"scenario={args.scenario} size={args.size}B{extra} rounds={args.rounds} "
-          f"window={args.window} batch={args.batch} prefetch={args.prefetch or 'unlimited'} "
-          f"ack={_ack_mode(args)} persistent (delivery_mode=2), durable queue")
+    desc = SCENARIO_DESCRIPTIONS.get(args.scenario, "").format(
+        conns=(f"{args.consumer_conns} consumer connections" if args.consumer_conns
+               else "one connection per consumer"), **vars(args))
+    window = f" window={args.window}" if args.scenario in DURABLE_SCENARIOS else ""
+    gate = f" max-backlog={args.max_backlog:,}" if args.max_backlog else ""
+    print(f"scenario={args.scenario} size={args.size}B{extra} rounds={args.rounds}{window} "
+          f"batch={args.batch} prefetch={args.prefetch or 'unlimited'}{gate} "
+          f"ack={_ack_mode(args)} {desc}")
     fmts = {label: f for label, _g, f, _r in METRICS[args.scenario]}
 
     def cell(d, spec):
@@ -441,8 +549,14 @@ def print_metrics(summary: dict, targets: list[str], args) -> None:
           "for times, latencies, CPU and memory lower is better.")
     print("cores = CPU seconds per wall second (1.0 = one core); "
           f"this machine has {os.cpu_count()} CPUs.")
-    if "rabbitmq" in targets:
+    if "rabbitmq" in targets and args.scenario in DURABLE_SCENARIOS:
         print(RABBITMQ_DURABILITY_NOTE)
+    if args.scenario == "latency":
+        print("latency = consumer's data_received entry - send time in the body "
+              "(monotonic ns); loop lag = call_soon delay in the loadgen, sampled every 5 ms.")
+    if args.scenario == "conns":
+        print("RSS per connection = (broker VmRSS with the connections open, after an idle "
+              "settle - VmRSS before) / connections opened.")
 
 
 def round_line(i: int, t: str, res: dict, args) -> str:
@@ -461,6 +575,36 @@ def round_line(i: int, t: str, res: dict, args) -> str:
                 f"{_fmt(_mib('rss_peak_publish_kib')(res), '.0f')} MiB, VmHWM "
                 f"{_fmt(_mib('broker_vmhwm_kib')(res), '.0f')} MiB, data dir "
                 f"{_fmt(dd['disk_bytes'] / 2**20 if dd else None, ',.0f')} MiB; " + tail)
+    if args.scenario == "fanout":
+        return (f"{head} {res['consumed_per_s']:>10,.0f} deliveries/s, published "
+                f"{res['published_per_s']:,.0f} msg/s ({_fmt(res.get('deliveries_per_published'), '.2f')}"
+                f" deliveries/msg), broker {_fmt(res.get('broker_cpu_us_per_published'), '.1f')} "
+                f"us/published msg; " + tail)
+    if args.scenario == "topic":
+        return (f"{head} published {res['published_per_s']:>9,.0f} msg/s, "
+                f"{res['consumed_per_s']:,.0f} deliveries/s "
+                f"({_fmt(res.get('deliveries_per_published'), '.3f')}/msg, expected "
+                f"{_fmt(res.get('topic_expected_deliveries_per_msg'), '.3f')}), broker "
+                f"{_fmt(res.get('broker_cpu_us_per_published'), '.1f')} us/published msg, "
+                f"setup {_fmt(res.get('setup_s'), '.2f')}s; " + tail)
+    if args.scenario == "latency":
+        return (f"{head} p50/p99/p99.9/max {_fmt(res.get('latency_p50_us'))}/"
+                f"{_fmt(res.get('latency_p99_us'))}/{_fmt(res.get('latency_p999_us'))}/"
+                f"{_fmt(res.get('latency_max_us'))} us over {_fmt(res.get('latency_samples'))} "
+                f"msgs at {res['consumed_per_s']:,.0f}/s; loadgen loop lag p50/p99/max "
+                f"{_fmt(res.get('loop_lag_p50_us'))}/{_fmt(res.get('loop_lag_p99_us'))}/"
+                f"{_fmt(res.get('loop_lag_max_us'))} us, send lateness p99 "
+                f"{_fmt(res.get('send_late_p99_us'))} us; " + tail)
+    if args.scenario == "conns":
+        return (f"{head} {res['connections_ok']:,}/{res['connections_wanted']:,} connections in "
+                f"{res['connect_s']:.2f}s, RSS {_fmt(_mib('broker_vmrss_before_kib')(res), '.0f')}"
+                f" -> {_fmt(_mib('broker_vmrss_after_kib')(res), '.0f')} MiB = "
+                f"{_fmt(res.get('rss_per_conn_kib'), '.1f')} KiB/conn (anon "
+                f"{_fmt(res.get('rssanon_per_conn_kib'), '.1f')}), close {res['close_s']:.2f}s; "
+                f"fd limit broker {res.get('broker_fd_limit')} loadgen "
+                f"{res.get('loadgen_fd_limit')}; broker {_fmt(res.get('broker_cpu_ms_per_connect'), '.2f')}"
+                f" ms/connect, loadgen {res['loadgen_cpu_share']:.2f} cores, host idle "
+                f"{_fmt(res.get('host_idle_cores'), '.2f')} cores")
     if args.scenario == "confirmed":
         return (f"{head} {res['consumed_per_s']:>10,.0f} msg/s consumed, "
                 f"{res['confirms_per_s']:,.0f} confirms/s, p50/p99 "
@@ -541,50 +685,8 @@ def print_summary(summary: dict, targets: list[str], args) -> None:
           f"this machine has {os.cpu_count()} CPUs.")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", choices=["both", "leveret", "rabbitmq"], default="both")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--scenario", choices=sorted(loadgen.SCENARIOS), default="transient")
-    p.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
-    p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before")
-    p.add_argument("--size", type=int, default=None,
-                   help="message body bytes (default 256; backlog: 1024)")
-    p.add_argument("--batch", type=int, default=50, help="publishes per socket write")
-    p.add_argument("--prefetch", type=int, default=None,
-                   help="basic.qos (0 = unlimited, PerfTest default; confirmed: 200; backlog: 1000)")
-    p.add_argument("--multi-ack-every", type=int, default=None,
-                   help="ack multiple=true every N (0 = ack each message, PerfTest default; "
-                        "backlog: 100)")
-    p.add_argument("--window", type=int, default=1000,
-                   help="confirmed/backlog: max unconfirmed publishes in flight")
-    p.add_argument("--messages", type=int, default=1_000_000,
-                   help="backlog: messages to publish (no consumer), then drain")
-    p.add_argument("--stall-timeout", type=float, default=60.0,
-                   help="loadgen fails when no confirm/delivery arrives for this many seconds")
-    p.add_argument("--rabbitmq-data-dir", default="/var/lib/rabbitmq/mnesia",
-                   help="backlog: RabbitMQ data dir whose size is reported (skipped if unreadable)")
-    p.add_argument("--no-ack", action="store_true")
-    p.add_argument("--max-backlog", type=int, default=0,
-                   help="loadgen-side cap on published-consumed (0 = off, PerfTest default)")
-    p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
-                   help="loadgen event loop")
-    p.add_argument("--user", default="guest")
-    p.add_argument("--password", default="guest")
-    p.add_argument("--rabbitmq-host", default="127.0.0.1")
-    p.add_argument("--rabbitmq-port", type=int, default=5672)
-    p.add_argument("--rabbitmq-pid", type=int, default=None,
-                   help="default: owner of the listening socket")
-    p.add_argument("--leveret-cmd", default=DEFAULT_LEVERET_CMD,
-                   help="format fields: {python} {port} {data_dir} (default: %(default)s)")
-    p.add_argument("--leveret-addr", default=None,
-                   help="host:port of an already running Leveret (then nothing is spawned)")
-    p.add_argument("--leveret-pid", type=int, default=None)
-    p.add_argument("--start-timeout", type=float, default=30.0)
-    p.add_argument("--results-dir", default=str(HERE / "results"))
-    args = p.parse_args(argv)
-    loadgen.apply_scenario_defaults(args)
-
+def run_scenario(args) -> dict:
+    """All rounds of one scenario (A B A B ...), per-round lines and its table."""
     targets = list(TARGET_ORDER) if args.target == "both" else [args.target]
     rounds: list[dict] = []
     dead: dict[str, str] = {}  # target -> reason it is skipped for the remaining rounds
@@ -612,6 +714,9 @@ def main(argv=None) -> int:
                 if other is not None and other > 0.25 and res.get("broker_cpu_share") is not None:
                     print(f"  WARNING: {other:.2f} cores used by other processes during the "
                           f"measurement - figures are not clean", flush=True)
+                if res.get("connections_failed"):
+                    print(f"  WARNING: {res['connections_failed']} connection(s) failed: "
+                          f"{res.get('connect_errors')}", flush=True)
             else:
                 print(f"round {i + 1}/{args.rounds} {t:<9} FAILED: {res.get('error')}", flush=True)
                 if res.get("partial"):
@@ -635,17 +740,165 @@ def main(argv=None) -> int:
     else:
         summary = summarize(rounds, targets)
         print_summary(summary, targets, args)
+    return {"args": vars(args), "rounds": rounds, "summary": summary, "skipped": dead,
+            "targets": targets}
+
+
+def scenario_args(args, scenario: str) -> argparse.Namespace:
+    """A copy of the command-line options with ``scenario``'s defaults filled in."""
+    a = argparse.Namespace(**vars(args))
+    a.scenario = scenario
+    if a.messages is None:
+        a.messages = ALL_BACKLOG_MESSAGES if args.scenario == "all" else 1_000_000
+    loadgen.apply_scenario_defaults(a)
+    return a
+
+
+def combined_table(results: dict) -> list[dict]:
+    """One row per (scenario, metric) of COMBINED, from each scenario's rounds."""
+    rows = []
+    for scen, label, get, spec, higher in COMBINED:
+        r = results.get(scen)
+        if r is None:
+            continue
+        summ = summarize_metrics(r["rounds"], r["targets"], scen, [(label, get, spec, True)])
+        m = summ["metrics"][label]
+        rows.append({"scenario": scen, "metric": label, "format": spec,
+                     "higher_is_better": higher, **m})
+    return rows
+
+
+def print_combined(rows: list[dict], wall_s: float) -> None:
+    print()
+    print(f"=== all scenarios (wall {wall_s / 60:.1f} min) ===")
+
+    def val(d, spec):
+        if not d:
+            return "-"
+        if d["n"] == 1:
+            return _fmt(d["median"], spec)
+        return f"{_fmt(d['median'], spec)} ({_fmt(d['min'], spec)}..{_fmt(d['max'], spec)})"
+
+    table = [("scenario", "metric", "better", "leveret", "rabbitmq", "ratio L/R", "ratio spread")]
+    for r in rows:
+        ratio = r.get("ratio")
+        table.append((r["scenario"], r["metric"], "higher" if r["higher_is_better"] else "lower",
+                      val(r.get("leveret"), r["format"]), val(r.get("rabbitmq"), r["format"]),
+                      _fmt(ratio["median"], ".3f") if ratio else "-",
+                      (f"{ratio['min']:.3f}..{ratio['max']:.3f} (n={ratio['n']})"
+                       if ratio else "-")))
+    ws = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for k, row in enumerate(table):
+        print("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in
+                        enumerate(zip(row, ws))))
+        if k == 0:
+            print("-" * (sum(ws) + 2 * (len(ws) - 1)))
+    print("leveret/rabbitmq = median over the rounds of the per-round (A B pair) ratio; "
+          "spread = its min..max.  Single-round medians are one measurement.")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", choices=["both", "leveret", "rabbitmq"], default="both")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--scenario", choices=sorted(loadgen.SCENARIOS) + ["all"], default="transient",
+                   help="all = " + ", ".join(ALL_SCENARIOS) + " in that order")
+    p.add_argument("--duration", type=float, default=10.0,
+                   help="measured seconds per run (conns: idle time, capped at 5 s)")
+    p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before")
+    p.add_argument("--size", type=int, default=None,
+                   help="message body bytes (default 256; backlog: 1024)")
+    p.add_argument("--batch", type=int, default=50, help="publishes per socket write")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="basic.qos (0 = unlimited, PerfTest default; confirmed: 200; backlog: 1000)")
+    p.add_argument("--multi-ack-every", type=int, default=None,
+                   help="ack multiple=true every N (0 = ack each message, PerfTest default; "
+                        "backlog: 100)")
+    p.add_argument("--window", type=int, default=1000,
+                   help="confirmed/backlog: max unconfirmed publishes in flight")
+    p.add_argument("--messages", type=int, default=None,
+                   help="backlog: messages to publish (no consumer), then drain "
+                        f"(default 1,000,000; with --scenario all {ALL_BACKLOG_MESSAGES:,})")
+    p.add_argument("--stall-timeout", type=float, default=60.0,
+                   help="loadgen fails when no confirm/delivery arrives for this many seconds")
+    p.add_argument("--rabbitmq-data-dir", default="/var/lib/rabbitmq/mnesia",
+                   help="backlog: RabbitMQ data dir whose size is reported (skipped if unreadable)")
+    p.add_argument("--no-ack", action="store_true", default=None,
+                   help="consume with no-ack (default for fanout and topic)")
+    p.add_argument("--ack", dest="no_ack", action="store_false",
+                   help="manual ack (default except for fanout and topic)")
+    p.add_argument("--max-backlog", type=int, default=None,
+                   help="loadgen-side cap on published-consumed (0 = off, PerfTest default; "
+                        "fanout: 20,000, topic: 10,000 deliveries owed)")
+    p.add_argument("--queues", type=int, default=10, help="fanout/topic: queues, 1 consumer each")
+    p.add_argument("--consumer-conns", type=int, default=0,
+                   help="fanout/topic: connections shared by the consumers (0 = one each; "
+                        "sharing needs no-ack)")
+    p.add_argument("--bindings", type=int, default=1000, help="topic: wildcard bindings")
+    p.add_argument("--seed", type=int, default=6, help="topic: RNG seed for patterns and keys")
+    p.add_argument("--key-pool", type=int, default=20000,
+                   help="topic: pre-encoded messages (random routing keys) the publisher cycles")
+    p.add_argument("--rate", type=float, default=1000.0, help="latency: msg/s, paced")
+    p.add_argument("--connections", type=int, default=1000, help="conns: idle connections")
+    p.add_argument("--connect-concurrency", type=int, default=100,
+                   help="conns: handshakes in flight at once")
+    p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                   help="loadgen event loop")
+    p.add_argument("--user", default="guest")
+    p.add_argument("--password", default="guest")
+    p.add_argument("--rabbitmq-host", default="127.0.0.1")
+    p.add_argument("--rabbitmq-port", type=int, default=5672)
+    p.add_argument("--rabbitmq-pid", type=int, default=None,
+                   help="default: owner of the listening socket")
+    p.add_argument("--leveret-cmd", default=DEFAULT_LEVERET_CMD,
+                   help="format fields: {python} {port} {data_dir} (default: %(default)s)")
+    p.add_argument("--leveret-addr", default=None,
+                   help="host:port of an already running Leveret (then nothing is spawned)")
+    p.add_argument("--leveret-pid", type=int, default=None)
+    p.add_argument("--start-timeout", type=float, default=30.0)
+    p.add_argument("--results-dir", default=str(HERE / "results"))
+    args = p.parse_args(argv)
+
+    # The Leveret child inherits this process's limits: raise the soft open-files
+    # limit to the hard limit so that `conns` (1,000 sockets) fits.
+    nofile = loadgen.raise_nofile()
+    print(f"open-files limit (run.py, inherited by the Leveret it starts): soft {nofile[0]}, "
+          f"hard {nofile[1]}", flush=True)
+
+    t0 = time.time()
+    scenarios = list(ALL_SCENARIOS) if args.scenario == "all" else [args.scenario]
+    results: dict = {}
+    for scen in scenarios:
+        sargs = scenario_args(args, scen)
+        if len(scenarios) > 1:
+            print(f"\n##### scenario {scen} #####", flush=True)
+        results[scen] = run_scenario(sargs)
+    wall = time.time() - t0
 
     out_dir = Path(args.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = out_dir / f"{stamp}.json"
+    base = {"argv": sys.argv, "host_cpus": os.cpu_count(), "uname": " ".join(os.uname()),
+            "nofile_run_py": list(nofile), "wall_s": round(wall, 1)}
+    if args.scenario == "all":
+        rows = combined_table(results)
+        print_combined(rows, wall)
+        doc = {**base, "args": vars(args), "scenarios": {
+                   k: {kk: vv for kk, vv in v.items() if kk != "targets"}
+                   for k, v in results.items()},
+               "combined": rows}
+        ok = any(r["summary"] for r in results.values())
+        out = out_dir / f"{stamp}-all.json"
+    else:
+        r = results[args.scenario]
+        doc = {**base, "args": r["args"], "rounds": r["rounds"], "summary": r["summary"],
+               "skipped": r["skipped"]}
+        ok = bool(r["summary"])
+        out = out_dir / f"{stamp}.json"
     with open(out, "w") as f:
-        json.dump({"argv": sys.argv, "args": vars(args), "host_cpus": os.cpu_count(),
-                   "uname": " ".join(os.uname()), "rounds": rounds, "summary": summary,
-                   "skipped": dead}, f, indent=1)
+        json.dump(doc, f, indent=1)
     print(f"raw results: {out}")
-    return 0 if summary else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

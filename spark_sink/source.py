@@ -56,6 +56,7 @@ from .schema import PackedMessages
 
 DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data
+FILL_QUIET_S = 0.5  # while the queue says more is coming, a gap this long ends a batch
 DRAIN_TICK_S = 0.2  # the drain thread re-checks for stop this often when idle
 DEFAULT_POLL_S = 0.5  # how long latestOffset waits when nothing at all is buffered
 REFILL_TIMEOUT_S = 10.0  # replaying a batch after a restart waits this long for its messages
@@ -87,7 +88,7 @@ class SourceOptions:
                 raise ValueError(f"the leveret source needs option {required!r}")
         max_per_trigger = int(opts["maxmessagespertrigger"]) if opts.get(
             "maxmessagespertrigger") else None
-        default_prefetch = max(DEFAULT_PREFETCH, 2 * (max_per_trigger or 0))
+        default_prefetch = max(DEFAULT_PREFETCH, 3 * (max_per_trigger or 0))
         return cls(
             url=opts["url"],
             queue=opts["queue"],
@@ -212,18 +213,45 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 self._avail_now_end = seq + 1
         return count
 
-    def _drain(self, start: int, want: float, first_wait: float) -> None:
+    def _fill(self, start: int, want: float, first_wait: float) -> None:
+        """Gather a batch: what is held, plus what the queue still has room to send.
+
+        Right after an ack opens the prefetch window the broker needs a moment to
+        start sending again, so a short quiet gap is not the end of the data; the
+        queue's ready count says how much more to expect.
+        """
+        conn = self._connection()
+        cond = self._cond
+        assert cond is not None
+        with cond:
+            self._collect()
+            have = self._ledger.available_from(start)
+            if have >= want:
+                return
+            ready = int(conn.queue_declare(self.opts.queue, passive=True).message_count)
+            self._collect()
+            have = self._ledger.available_from(start)
+            room = max(0, self.opts.prefetch - self._ledger.held)
+            expect = min(want, have + min(ready, room))
+        if expect > have:
+            self._drain(start, expect, max(first_wait, FILL_QUIET_S), FILL_QUIET_S)
+        elif have == 0:
+            self._drain(start, want, first_wait)  # an empty queue: wait for new arrivals
+
+    def _drain(
+        self, start: int, want: float, first_wait: float, quiet: float = LINGER_S
+    ) -> None:
         """Wait until ``want`` messages are held from ``start`` or deliveries stop coming."""
         self._connection()
         cond = self._cond
         assert cond is not None
         with cond:
             self._collect()
-            wait = first_wait if self._ledger.available_from(start) == 0 else LINGER_S
+            wait = first_wait if self._ledger.available_from(start) == 0 else quiet
             while self._ledger.available_from(start) < want and self._error is None:
                 if not cond.wait(wait):
                     break  # quiet for `wait`: that is all there is for now
-                wait = LINGER_S
+                wait = quiet
         if self._error is not None:
             raise self._error
 
@@ -270,7 +298,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             else:
                 want = min(want, (self._avail_now_end or begin) - begin)
         if want > 0:
-            self._drain(begin, want, wait)
+            self._fill(begin, want, wait)
         end = self._ledger.next_seq or begin
         if self._avail_now_left is not None:
             end = min(end, self._avail_now_end or begin)
