@@ -38,7 +38,7 @@ RECV_SIZE = 1 << 20  # one recv takes up to ~1,000 1 KB deliveries
 FLUSH_BYTES = 1 << 16  # publishes are written in chunks of about this size
 DEFAULT_FRAME_MAX = 131072
 CHANNEL = 1
-CLIENT_PROPERTIES = {
+CLIENT_PROPERTIES: dict[str, Any] = {
     "product": "leveret-spark",
     "capabilities": {
         "publisher_confirms": True,
@@ -382,15 +382,15 @@ class Connection:
             return
         _, _, method = pframe.unmarshal(bytes(whole))
         if isinstance(method, commands.Basic.Return):
-            info = Returned(method.reply_code, method.reply_text, method.exchange,
-                            method.routing_key)
+            info = Returned(method.reply_code or 0, method.reply_text or "",
+                            method.exchange or "", method.routing_key or "")
             self._content = ["return", info, b"", 0, []]
         elif isinstance(method, commands.Channel.Close):
             self._write(pframe.marshal(commands.Channel.CloseOk(), channel))
-            raise AmqpError(method.reply_code, method.reply_text, "channel")
+            raise AmqpError(method.reply_code or 0, method.reply_text or "", "channel")
         elif isinstance(method, commands.Connection.Close):
             self._write(pframe.marshal(commands.Connection.CloseOk(), 0))
-            raise AmqpError(method.reply_code, method.reply_text, "connection")
+            raise AmqpError(method.reply_code or 0, method.reply_text or "", "connection")
         elif isinstance(method, commands.Basic.Cancel):
             raise AmqpError(313, f"consumer {method.consumer_tag} cancelled by the broker")
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):

@@ -106,9 +106,11 @@ def _encode_props(
         elif kind == "o":
             parts.append(_U8.pack(value))
         elif kind == "T":
-            parts.append(_U64.pack(int(value.timestamp())))
+            stamp: Any = value  # a datetime from an Arrow timestamp column
+            parts.append(_U64.pack(int(stamp.timestamp())))
         else:  # headers: a list of (key, value) pairs from an Arrow map
-            parts.append(pencode.field_table(dict(value)))
+            pairs: Any = value
+            parts.append(pencode.field_table(dict(pairs)))
     return _U16.pack(flags) + b"".join(parts)
 
 
@@ -227,6 +229,7 @@ def publisher(
         from . import register
 
         register(df.sparkSession)
+        query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
         writer = (
             df.write.format("leveret")
             .mode("append")
@@ -237,7 +240,7 @@ def publisher(
             .option("mandatory", str(mandatory).lower())
             .option("persistent", str(persistent).lower())
             .option("confirmWindow", str(confirm_window))
-            .option("messageIdPrefix", f"fb-{batch_id}-")
+            .option("messageIdPrefix", f"{query_id or 'batch'}-{batch_id}-")
         )
         writer.save()
 

@@ -299,11 +299,13 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 want = min(want, (self._avail_now_end or begin) - begin)
         if want > 0:
             self._fill(begin, want, wait)
-        end = self._ledger.next_seq or begin
+        with self._locked():
+            end = self._ledger.next_seq or begin
         if self._avail_now_left is not None:
             end = min(end, self._avail_now_end or begin)
-        end = max(begin, min(end, begin + want) if want != math.inf else end)
-        return {"seq": int(end)}
+        if want != math.inf:
+            end = min(end, begin + int(want))
+        return {"seq": max(begin, end)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = int(start["seq"]), int(end["seq"])
@@ -319,7 +321,8 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             held = self._ledger.between(begin, stop)
         return split(held, self.opts.partitions)
 
-    def read(self, partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MessagesPartition)
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
@@ -374,5 +377,6 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
         finally:
             conn.close()  # unacked deliveries (all of them unless consume=true) are requeued
 
-    def read(self, partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MessagesPartition)
         return read_partition(partition)

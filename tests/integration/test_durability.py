@@ -7,6 +7,7 @@ transient messages and non-durable queues do not survive, as in RabbitMQ.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -174,13 +175,17 @@ while True:
 """
 
 
-@pytest.mark.parametrize("cycles", [5])
-def test_confirmed_messages_survive_sigkill_at_random_moments(make_broker, qname, tmp_path, cycles):
+# More cycles for a longer soak: LEVERET_CRASH_CYCLES=50 pytest -k sigkill -s
+CRASH_CYCLES = int(os.environ.get("LEVERET_CRASH_CYCLES", "5"))
+
+
+def test_confirmed_messages_survive_sigkill_at_random_moments(make_broker, qname, tmp_path):
     """Publish with confirms in a loop, SIGKILL the broker at a random moment, restart, check.
 
     Every confirmed message must be in the queue exactly once; an unconfirmed one may or
     may not be there (at-least-once: duplicates only of unconfirmed messages).
     """
+    cycles = CRASH_CYCLES
     rng = random.Random()
     b = make_broker()
     confirmed: set[int] = set()
