@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,10 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": True,  # amqp/reply_to.py
 }
+
+# channel.open-ok with an empty (deprecated) channel-id, byte for byte what RabbitMQ sends;
+# pamqp insists on "0" there, and aio-pika's robust channels behave differently with it.
+_CHANNEL_OPEN_OK = struct.Struct(">BHIHHIB")
 
 _CHANNEL_CLOSE = commands.Channel.Close.index
 _CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
@@ -127,6 +132,7 @@ class Connection:
         self.last_received = clock()
         self.last_sent = clock()
         self.want_close = False  # adapter: close the transport once ``out`` is flushed
+        self.peer_closes = False  # ... but first give the peer CLOSE_GRACE_SECONDS to do it
         self.blocked = False  # by a resource alarm: we stopped reading this socket
         self.has_published = False
         # Queues this connection waits on (flow control); the adapter stops reading meanwhile.
@@ -298,7 +304,7 @@ class Connection:
                     NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
                     f"the negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
-            self.write(encode_method(number, commands.Channel.OpenOk()))
+            self.write(_CHANNEL_OPEN_OK.pack(1, number, 8, 20, 11, 0, 0xCE))
             return
         if channel is None:
             raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'",
@@ -368,6 +374,9 @@ class Connection:
         if index == _CONNECTION_CLOSE:
             self.write(encode_method(0, commands.Connection.CloseOk()))
             self._closed()
+            # As RabbitMQ: the client, which started the close, closes the socket after
+            # reading close-ok; the server only closes it if the client does not.
+            self.peer_closes = True
             return
         if index == _CONNECTION_CLOSE_OK:
             self._closed()

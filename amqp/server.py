@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # How long shutdown waits for clients to answer connection.close before dropping them.
 SHUTDOWN_GRACE_SECONDS = 3.0
+# After close-ok to a client's connection.close, how long the client has to close the socket.
+CLOSE_GRACE_SECONDS = 1.0
 
 
 class StartupError(Exception):
@@ -45,6 +47,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.conn: Connection | None = None
         self._flush_pending = False
+        self._closing_later = False
         self._timer: asyncio.TimerHandle | None = None
         self._beating = False  # heartbeat timer running (replaces the handshake timer)
         self.closed = loop.create_future()
@@ -112,7 +115,12 @@ class AMQPProtocol(asyncio.Protocol):
         if out and not transport.is_closing():
             transport.writelines(out)
         if conn.want_close:
-            transport.close()
+            if conn.peer_closes:
+                if not self._closing_later:
+                    self._closing_later = True
+                    self.loop.call_later(CLOSE_GRACE_SECONDS, transport.close)
+            else:
+                transport.close()
         elif conn.state == RUNNING and conn.heartbeat and not self._beating:
             # The handshake just finished: its timer gives way to heartbeats at once.
             if self._timer is not None:
