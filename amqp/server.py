@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.amqp import control
-from leveret.amqp.alarms import DISK, MEMORY, MemoryMonitor
+from leveret.amqp.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
 from leveret.amqp.broker import Broker
 from leveret.amqp.connection import CLOSED, RUNNING, Connection
 
@@ -62,6 +62,7 @@ class AMQPProtocol(asyncio.Protocol):
                                on_output=self._schedule_flush, clock=self.loop.time)
         self.conn.on_flow_release = self._flow_release
         self._flow_paused = False
+        self._store_paused = False
         self.broker.protocols.add(self)
         self._timer = self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
 
@@ -74,14 +75,32 @@ class AMQPProtocol(asyncio.Protocol):
             self.transport.pause_reading()
         if self.broker.alarms and conn.has_published and not conn.blocked:
             self.maybe_block()
+        if not self._store_paused and self.broker.log.backlogged and self.transport is not None:
+            # The store writer is behind: stop taking work until its batch is written.
+            self._store_paused = True
+            self.transport.pause_reading()
+            self.broker.log.when_caught_up(self._store_release)
         self._flush()
+
+    def _may_read(self) -> bool:
+        """Reading resumes only when no reason to pause is left (flow, alarm, store)."""
+        return not (self._flow_paused or self._store_paused
+                    or (self.conn is not None and self.conn.blocked))
+
+    def _resume_if_free(self) -> None:
+        if (self._may_read() and self.transport is not None
+                and not self.transport.is_closing()):
+            self.transport.resume_reading()
 
     def _flow_release(self) -> None:
         if self._flow_paused:
             self._flow_paused = False
-            if self.transport is not None and not self.transport.is_closing() and not (
-                    self.conn is not None and self.conn.blocked):
-                self.transport.resume_reading()
+            self._resume_if_free()
+
+    def _store_release(self) -> None:
+        if self._store_paused:
+            self._store_paused = False
+            self._resume_if_free()
 
     def maybe_block(self) -> None:
         """Under an alarm, stop reading a connection that publishes."""
@@ -97,8 +116,7 @@ class AMQPProtocol(asyncio.Protocol):
         if conn is None or transport is None or not conn.blocked:
             return
         conn.unblock()
-        if not transport.is_closing() and not self._flow_paused:
-            transport.resume_reading()
+        self._resume_if_free()
         self._schedule_flush()
 
     def _schedule_flush(self) -> None:
@@ -260,6 +278,7 @@ async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) ->
         # Store pages read while draining a backlog are page cache, not heap; unmapping
         # them each second keeps RSS a measure of what the broker really holds.
         broker.log.release_memory()
+        trim_heap()
         broker.set_alarm(MEMORY, monitor.check())
         await asyncio.sleep(interval)
 
@@ -286,7 +305,7 @@ async def main(config: Config) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
             pass
     log.info("Leveret started (%d listener(s)); press Ctrl-C to stop", len(servers))
     await stop.wait()

@@ -15,6 +15,12 @@ message when idle, thousands under pressure, one fsync each.
 Only after ``write_batch`` returns are the waiters released, with ``ok`` true
 (confirm = ``basic.ack``) or false (the write failed: ``basic.nack``).
 
+Backpressure: while a write is in flight, at most ``MAX_PENDING`` operations
+may pile up for the next batch; beyond that ``backlogged`` is true and the
+server stops reading its clients until the write returns (``when_caught_up``).
+That keeps each write transaction, and the memory it takes, bounded when the
+disk is slower than the clients.
+
 Without an event loop (unit tests of the sans-IO core, in-memory store) the
 batch is written synchronously as it is recorded, and nothing is ever held.
 """
@@ -44,6 +50,9 @@ log = logging.getLogger(__name__)
 
 Waiter = Callable[[bool], None]
 
+# Operations recorded for the next batch while one is being written, before clients wait.
+MAX_PENDING = 50_000
+
 
 class GroupCommit:
     def __init__(self, store: Store, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -59,10 +68,13 @@ class GroupCommit:
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
         self.failures = 0
+        self._recorded = 0  # operations recorded since the last batch was taken
+        self._caught_up: list[Callable[[], None]] = []
 
     # -- recording (forwarded to the store's pending batch) ---------------------
 
     def _dirty(self) -> None:
+        self._recorded += 1
         if not self.deferred:
             self._write_now()
         elif not self._scheduled and not self._writing:
@@ -147,6 +159,18 @@ class GroupCommit:
         self._dirty()
 
     @property
+    def backlogged(self) -> bool:
+        """Too much is waiting for the writer: clients should pause."""
+        return self._writing and self._recorded > MAX_PENDING
+
+    def when_caught_up(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the write in flight returns (the backlog becomes its batch)."""
+        if not self._writing:
+            callback()
+        else:
+            self._caught_up.append(callback)
+
+    @property
     def busy(self) -> bool:
         return self._writing or self._scheduled or self.store.has_pending()
 
@@ -170,6 +194,7 @@ class GroupCommit:
             self._set_idle()
             return
         batch = self.store.take_batch()
+        self._recorded = 0
         held, self._held = self._held, []
         callbacks, self._callbacks = self._callbacks, []
         self._writing = True
@@ -189,6 +214,10 @@ class GroupCommit:
             log.error("store write failed; %d confirm(s) become nacks: %s", len(held), exc)
         self._release(held, callbacks, ok)
         self._start()
+        if self._caught_up:
+            waiting, self._caught_up = self._caught_up, []
+            for callback in waiting:
+                callback()
 
     @staticmethod
     def _release(held: list[tuple[Any, int]], callbacks: list[Waiter], ok: bool) -> None:
