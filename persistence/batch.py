@@ -177,3 +177,29 @@ class Recorder:
         keys = [k for k in (*self._enqueued, *self._delivered) if k[0] == qid and k[1] >= from_seq]
         for key in keys:
             self._cancel(key)
+
+
+class RecordingStore:
+    """The part both stores share: queue-entry operations go to the pending batch
+    (``self._recorder``), which ``take_batch`` detaches for ``write_batch``."""
+
+    _recorder: Recorder
+
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
+                expires_at: int = 0) -> None:
+        self._recorder.enqueue(qid, seq, message, transient, expires_at)
+
+    def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
+        self._recorder.mark_delivered(qid, seq, delivery_count)
+
+    def remove(self, qid: int, seq: int, message: Message) -> None:
+        self._recorder.remove(qid, seq)
+
+    def purge(self, qid: int, from_seq: int = 0) -> None:
+        self._recorder.purge(qid, from_seq)
+
+    def has_pending(self) -> bool:
+        return self._recorder.has_pending()
+
+    def take_batch(self) -> Batch:
+        return self._recorder.take()

@@ -56,6 +56,7 @@ from leveret.persistence.batch import (
     Purge,
     PutDef,
     Recorder,
+    RecordingStore,
     Remove,
 )
 from leveret.persistence.records import (
@@ -83,7 +84,6 @@ from leveret.persistence.store import (
     StoredEntry,
     StoreError,
 )
-from leveret.queues.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ TRANSIENT_DROP_CHUNK = 50_000
 _DATA_ERRORS = (lmdb.Error, StructError, ValueError, KeyError)
 
 
-class LmdbStore:
+class LmdbStore(RecordingStore):
     def __init__(self, path: Path, map_size: int = 1 << 40, *,
                  logger: logging.Logger | None = None) -> None:
         self.path = Path(path)
@@ -290,19 +290,6 @@ class LmdbStore:
 
     # -- queue entries -------------------------------------------------------------------------
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        self._recorder.enqueue(qid, seq, message, transient, expires_at)
-
-    def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
-        self._recorder.mark_delivered(qid, seq, delivery_count)
-
-    def remove(self, qid: int, seq: int, message: Message) -> None:
-        self._recorder.remove(qid, seq)
-
-    def purge(self, qid: int, from_seq: int = 0) -> None:
-        self._recorder.purge(qid, from_seq)
-
     # -- reads (committed data only) --------------------------------------------------------------
 
     def queue_stats(self, qid: int) -> QueueStats:
@@ -349,12 +336,6 @@ class LmdbStore:
         return out
 
     # -- group commit ------------------------------------------------------------------------------
-
-    def has_pending(self) -> bool:
-        return self._recorder.has_pending()
-
-    def take_batch(self) -> Batch:
-        return self._recorder.take()
 
     def write_batch(self, batch: Batch) -> None:
         if batch.live == 0:

@@ -24,6 +24,7 @@ from leveret.persistence.batch import (
     Purge,
     PutDef,
     Recorder,
+    RecordingStore,
     Remove,
 )
 from leveret.persistence.records import binding_identity, encode_definition
@@ -90,7 +91,7 @@ class _Entries:
                 yield order[i]
 
 
-class MemoryStore:
+class MemoryStore(RecordingStore):
     def __init__(self) -> None:
         self._recorder = Recorder()
         self._qids: dict[tuple[str, str], int] = {}  # loop thread's view, pending included
@@ -151,19 +152,6 @@ class MemoryStore:
 
     # -- queue entries ------------------------------------------------------------------
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        self._recorder.enqueue(qid, seq, message, transient, expires_at)
-
-    def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
-        self._recorder.mark_delivered(qid, seq, delivery_count)
-
-    def remove(self, qid: int, seq: int, message: Message) -> None:
-        self._recorder.remove(qid, seq)
-
-    def purge(self, qid: int, from_seq: int = 0) -> None:
-        self._recorder.purge(qid, from_seq)
-
     # -- reads ------------------------------------------------------------------------------
 
     def queue_stats(self, qid: int) -> QueueStats:
@@ -187,12 +175,6 @@ class MemoryStore:
         return out
 
     # -- group commit ---------------------------------------------------------------------
-
-    def has_pending(self) -> bool:
-        return self._recorder.has_pending()
-
-    def take_batch(self) -> Batch:
-        return self._recorder.take()
 
     def write_batch(self, batch: Batch) -> None:
         if self._closed:

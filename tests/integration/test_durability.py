@@ -198,7 +198,12 @@ def test_confirmed_messages_survive_sigkill_at_random_moments(make_broker, qname
         lines: list[str] = []
         reader = threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True)
         reader.start()
-        time.sleep(rng.uniform(0.3, 1.5))
+        # Kill at a random moment once confirms are flowing (a loaded machine may take
+        # seconds just to start the publisher; killing before that tests nothing).
+        deadline = time.monotonic() + 30
+        while not lines and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.05, 1.0))
         b.stop(kill=True)
         proc.wait(10)
         reader.join(5)
