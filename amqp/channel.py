@@ -28,9 +28,11 @@ from leveret.amqp.codec import Method, decode_method, encode_method
 from leveret.amqp.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
-    NOT_IMPLEMENTED,
+    FRAME_ERROR,
     NOT_FOUND,
+    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
+    SYNTAX_ERROR,
     UNEXPECTED_FRAME,
     ChannelError,
     ConnectionError_,
@@ -56,6 +58,14 @@ _REJECT = fastpath.BASIC_REJECT
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
+
+
+def decoded_properties(message: Message) -> Any:
+    """The message's properties, decoded on first use: malformed ones are 501 FRAME_ERROR."""
+    try:
+        return message.properties
+    except ValueError as exc:
+        raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}", (60, 40)) from exc
 
 
 class Channel:
@@ -103,8 +113,6 @@ class Channel:
             try:
                 exchange, routing_key, mandatory, immediate = fastpath.decode_publish(payload)
             except ValueError as exc:
-                from leveret.amqp.errors import SYNTAX_ERROR
-
                 raise ConnectionError_(SYNTAX_ERROR, f"cannot decode basic.publish: {exc}",
                                        (60, 40)) from exc
             if immediate:
@@ -147,8 +155,6 @@ class Channel:
         try:
             return fn(payload)
         except ValueError as exc:
-            from leveret.amqp.errors import SYNTAX_ERROR
-
             raise ConnectionError_(SYNTAX_ERROR, str(exc), (index >> 16, index & 0xFFFF)) from exc
 
     def handle_header(self, payload: bytes) -> None:
@@ -159,8 +165,6 @@ class Channel:
         try:
             class_id, body_size, props = fastpath.decode_content_header(payload)
         except ValueError as exc:
-            from leveret.amqp.errors import FRAME_ERROR
-
             raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}") from exc
         if class_id != 60:
             raise ConnectionError_(UNEXPECTED_FRAME,
@@ -188,8 +192,6 @@ class Channel:
             )
         size = self._body_len + len(payload)
         if size > self._body_size:
-            from leveret.amqp.errors import FRAME_ERROR
-
             raise ConnectionError_(
                 FRAME_ERROR, f"content body exceeds the announced size {self._body_size}"
             )
@@ -228,13 +230,7 @@ class Channel:
 
     def _check_expiration(self, message: Message) -> None:
         """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
-        try:
-            expiration = message.properties.expiration
-        except ValueError as exc:  # properties are decoded lazily, here
-            from leveret.amqp.errors import FRAME_ERROR
-
-            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
-                                   (60, 40)) from exc
+        expiration = decoded_properties(message).expiration
         error = parse_expiration(expiration or "")
         if isinstance(error, str):
             raise ChannelError(PRECONDITION_FAILED,
@@ -246,13 +242,7 @@ class Channel:
         RabbitMQ (rabbit_channel ``check_user_id_header``) exempts users tagged
         ``impersonator``; Leveret has no user tags, so nobody is exempt.
         """
-        try:
-            user_id = message.properties.user_id
-        except ValueError as exc:  # properties are decoded lazily, here
-            from leveret.amqp.errors import FRAME_ERROR
-
-            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
-                                   (60, 40)) from exc
+        user_id = decoded_properties(message).user_id
         user = self.connection.user
         if user_id is not None and user_id != user:
             raise ChannelError(
@@ -300,8 +290,6 @@ class Channel:
                 try:
                     headers = message.headers
                 except ValueError as exc:  # properties are decoded lazily, here
-                    from leveret.amqp.errors import FRAME_ERROR
-
                     raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
                                            (60, 40)) from exc
             queues = route(exchange, message.routing_key, headers, vhost.exchanges.get,
