@@ -98,3 +98,34 @@ async def test_records_during_a_write_form_the_next_batch(n):
     assert sorted(ch.settled) == [(r, True) for r in range(n)]
     assert 1 <= store.writes <= n
     log.close()
+
+
+class SlowStore(FailingStore):
+    """A store whose writes take a while, so operations pile up behind the writer."""
+
+    def write_batch(self, batch):
+        import time
+
+        time.sleep(0.05)
+        super().write_batch(batch)
+
+
+async def test_backlogged_while_too_much_waits_for_the_writer(monkeypatch):
+    from leveret.persistence import group_commit
+
+    monkeypatch.setattr(group_commit, "MAX_PENDING", 10)
+    store = SlowStore()
+    log = GroupCommit(store, asyncio.get_running_loop())
+    log.enqueue(1, 0, message(0))
+    await asyncio.sleep(0.01)  # the first batch is now being written
+    assert not log.backlogged
+    for seq in range(1, 12):
+        log.enqueue(1, seq, message(seq))
+    assert log.backlogged  # 11 recorded while a write is in flight
+    resumed = asyncio.Event()
+    log.when_caught_up(resumed.set)
+    await asyncio.wait_for(resumed.wait(), 5)
+    assert not log.backlogged  # the backlog became the next batch
+    await log.drain()
+    assert len(store.read_queue(1, 0, 100)) == 12
+    log.close()
