@@ -449,29 +449,38 @@ class Queue:
                         break
                 if not (fresh or returned):
                     break
-                for i, consumer in enumerate(consumers):  # noqa: B007 - i is used below
-                    if consumer.can_take():
-                        break
-                else:
+                i = self._ready_consumer()
+                if i < 0:
                     return
                 entry = heapq.heappop(returned) if returned else fresh.popleft()
                 self.unacked += 1
-                # Round-robin within one priority: move behind equal-priority peers.
-                j = i + 1
-                n = len(consumers)
-                prio = consumer.priority
-                while j < n and consumers[j].priority == prio:
-                    j += 1
-                if j - 1 != i:
-                    del consumers[i]
-                    consumers.insert(j - 1, consumer)
-                consumer.deliver(entry)
+                self._rotate(i).deliver(entry)
         finally:
             self._dispatching = False
             if self.flow_waiters:
                 self.release_flow()
             if self._featured:
                 self._dispatch_featured(None)
+
+    def _ready_consumer(self) -> int:
+        """Index of the first consumer, in priority order, with room for a delivery; -1 if none."""
+        for i, consumer in enumerate(self.consumers):
+            if consumer.can_take():
+                return i
+        return -1
+
+    def _rotate(self, i: int) -> Consumer:
+        """Round-robin within one priority: move consumer ``i`` behind its equal-priority peers."""
+        consumers = self.consumers
+        consumer = consumers[i]
+        j = i + 1
+        n = len(consumers)
+        while j < n and consumers[j].priority == consumer.priority:
+            j += 1
+        if j - 1 != i:
+            del consumers[i]
+            consumers.insert(j - 1, consumer)
+        return consumer
 
     def is_unused(self) -> bool:
         return not self.consumers
@@ -584,23 +593,14 @@ class Queue:
         now = ttl.now_ms(self.time)
         try:
             while True:
-                for i, consumer in enumerate(consumers):  # noqa: B007 - i is used below
-                    if consumer.can_take():
-                        break
-                else:
+                i = self._ready_consumer()
+                if i < 0:
                     break
                 entry = self._pop_ready(now, exempt)
                 if entry is None:
                     break
                 self.unacked += 1
-                j = i + 1
-                n = len(consumers)
-                while j < n and consumers[j].priority == consumer.priority:
-                    j += 1
-                if j - 1 != i:
-                    del consumers[i]
-                    consumers.insert(j - 1, consumer)
-                consumer.deliver(entry)
+                self._rotate(i).deliver(entry)
         finally:
             self._dispatching = False
             if self.flow_waiters:
