@@ -24,9 +24,11 @@ them one at a time, so they are).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from leveret.persistence.records import binding_identity
+from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues.message import Message
 
 
@@ -180,10 +182,57 @@ class Recorder:
 
 
 class RecordingStore:
-    """The part both stores share: queue-entry operations go to the pending batch
-    (``self._recorder``), which ``take_batch`` detaches for ``write_batch``."""
+    """The part both stores share: every change goes to the pending batch
+    (``self._recorder``), which ``take_batch`` detaches for ``write_batch``.
+
+    A store says only what a definition becomes in its batch (``_definition``:
+    encoded bytes for LMDB, the object itself in memory) and keeps ``_qids``,
+    the queue ids it has handed out.
+    """
 
     _recorder: Recorder
+    _qids: dict[tuple[str, str], int]
+
+    def _definition(self, definition: Any) -> Any:
+        raise NotImplementedError
+
+    # -- definitions --
+
+    def put_exchange(self, exchange: ExchangeDef) -> None:
+        self._recorder.add(PutDef("x", (exchange.vhost, exchange.name),
+                                  self._definition(exchange)))
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        self._recorder.add(DeleteExchange(vhost, name))
+
+    def put_queue(self, queue: QueueDef) -> int:
+        key = (queue.vhost, queue.name)
+        qid = self._qids.get(key, self._recorder.next_qid)
+        payload = self._definition(replace(queue, qid=qid))  # may raise: allocate after
+        if qid == self._recorder.next_qid:
+            self._qids[key] = qid
+            self._recorder.next_qid += 1
+        self._recorder.add(PutDef("q", key, payload))
+        return qid
+
+    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
+        if self._qids.get((vhost, name)) == qid:
+            del self._qids[vhost, name]
+        self._recorder.delete_queue(vhost, name, qid)
+
+    def put_binding(self, binding: BindingDef) -> None:
+        self._recorder.add(PutDef("b", binding_identity(binding), self._definition(binding)))
+
+    def delete_binding(self, binding: BindingDef) -> None:
+        self._recorder.add(DeleteDef("b", binding_identity(binding)))
+
+    def put_policy(self, policy: PolicyDef) -> None:
+        self._recorder.add(PutDef("p", (policy.vhost, policy.name), self._definition(policy)))
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._recorder.add(DeleteDef("p", (vhost, name)))
+
+    # -- queue entries --
 
     def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
                 expires_at: int = 0) -> None:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from struct import error as StructError
@@ -65,7 +64,6 @@ from leveret.persistence.records import (
     INDEX_KEY,
     U32,
     U64,
-    binding_identity,
     decode_definition,
     decode_index_value,
     decode_message,
@@ -75,7 +73,6 @@ from leveret.persistence.records import (
     encode_message,
 )
 from leveret.persistence.store import (
-    BindingDef,
     Definitions,
     ExchangeDef,
     PolicyDef,
@@ -254,39 +251,9 @@ class LmdbStore(RecordingStore):
             raise self._error("cannot read definitions", exc) from exc
         return result
 
-    def put_exchange(self, exchange: ExchangeDef) -> None:
-        self._recorder.add(PutDef("x", (exchange.vhost, exchange.name),
-                                  encode_definition(exchange)))
 
-    def delete_exchange(self, vhost: str, name: str) -> None:
-        self._recorder.add(DeleteExchange(vhost, name))
-
-    def put_queue(self, queue: QueueDef) -> int:
-        key = (queue.vhost, queue.name)
-        qid = self._qids.get(key, self._recorder.next_qid)
-        payload = encode_definition(replace(queue, qid=qid))  # may raise: allocate after
-        if qid == self._recorder.next_qid:
-            self._qids[key] = qid
-            self._recorder.next_qid += 1
-        self._recorder.add(PutDef("q", key, payload))
-        return qid
-
-    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        if self._qids.get((vhost, name)) == qid:
-            del self._qids[vhost, name]
-        self._recorder.delete_queue(vhost, name, qid)
-
-    def put_binding(self, binding: BindingDef) -> None:
-        self._recorder.add(PutDef("b", binding_identity(binding), encode_definition(binding)))
-
-    def delete_binding(self, binding: BindingDef) -> None:
-        self._recorder.add(DeleteDef("b", binding_identity(binding)))
-
-    def put_policy(self, policy: PolicyDef) -> None:
-        self._recorder.add(PutDef("p", (policy.vhost, policy.name), encode_definition(policy)))
-
-    def delete_policy(self, vhost: str, name: str) -> None:
-        self._recorder.add(DeleteDef("p", (vhost, name)))
+    def _definition(self, definition: Any) -> Any:
+        return encode_definition(definition)
 
     # -- queue entries -------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from leveret.persistence.batch import (
@@ -27,7 +26,7 @@ from leveret.persistence.batch import (
     RecordingStore,
     Remove,
 )
-from leveret.persistence.records import binding_identity, encode_definition
+from leveret.persistence.records import encode_definition
 from leveret.persistence.store import (
     BindingDef,
     Definitions,
@@ -114,41 +113,10 @@ class MemoryStore(RecordingStore):
                            [d for d in defs if isinstance(d, BindingDef)],
                            [d for d in defs if isinstance(d, PolicyDef)])
 
-    def put_exchange(self, exchange: ExchangeDef) -> None:
-        encode_definition(exchange)  # rejects what the LMDB store could not keep either
-        self._recorder.add(PutDef("x", (exchange.vhost, exchange.name), exchange))
 
-    def delete_exchange(self, vhost: str, name: str) -> None:
-        self._recorder.add(DeleteExchange(vhost, name))
-
-    def put_queue(self, queue: QueueDef) -> int:
-        key = (queue.vhost, queue.name)
-        qid = self._qids.get(key, self._recorder.next_qid)
-        queue = replace(queue, qid=qid)
-        encode_definition(queue)
-        if qid == self._recorder.next_qid:
-            self._qids[key] = qid
-            self._recorder.next_qid += 1
-        self._recorder.add(PutDef("q", key, queue))
-        return qid
-
-    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        if self._qids.get((vhost, name)) == qid:
-            del self._qids[vhost, name]
-        self._recorder.delete_queue(vhost, name, qid)
-
-    def put_binding(self, binding: BindingDef) -> None:
-        self._recorder.add(PutDef("b", binding_identity(binding), binding))
-
-    def delete_binding(self, binding: BindingDef) -> None:
-        self._recorder.add(DeleteDef("b", binding_identity(binding)))
-
-    def put_policy(self, policy: PolicyDef) -> None:
-        encode_definition(policy)
-        self._recorder.add(PutDef("p", (policy.vhost, policy.name), policy))
-
-    def delete_policy(self, vhost: str, name: str) -> None:
-        self._recorder.add(DeleteDef("p", (vhost, name)))
+    def _definition(self, definition: Any) -> Any:
+        encode_definition(definition)  # rejects what the LMDB store could not keep either
+        return definition
 
     # -- queue entries ------------------------------------------------------------------
 
