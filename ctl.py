@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from leveret.amqp import control
 from leveret.config import ConfigError, load_config
 
 EXIT_OK = 0
@@ -61,8 +62,6 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
-    from leveret.amqp import control
-
     try:
         config = load_config({"data_dir": args.data_dir}, env, args.config)
     except ConfigError as exc:

@@ -37,6 +37,7 @@ from leveret.amqp.errors import (
     ChannelError,
     ConnectionError_,
 )
+from leveret.amqp.handlers import HANDLERS
 from leveret.amqp.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.exchanges.router import route
@@ -133,8 +134,6 @@ class Channel:
             self.reject(tag, False, requeue, index)
             return
         method = decode_method(payload, index)
-        from leveret.amqp.handlers import HANDLERS
-
         handler = HANDLERS.get(index)
         if handler is None:
             raise ConnectionError_(

@@ -37,10 +37,12 @@ from leveret.amqp.errors import (
     CONNECTION_FORCED,
     INTERNAL_ERROR,
     NOT_ALLOWED,
+    NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     AMQPError,
     ChannelError,
     ConnectionError_,
+    ReplyCode,
 )
 from leveret.amqp.frames import (
     FRAME_BODY,
@@ -327,8 +329,6 @@ class Connection:
             self.write(encode_method(channel.number, commands.Channel.CloseOk()))
         elif index == _CHANNEL_FLOW:
             if not method.active:
-                from leveret.amqp.errors import NOT_IMPLEMENTED
-
                 raise ConnectionError_(NOT_IMPLEMENTED, "active=false", (20, 20))
             channel.send_method(commands.Channel.FlowOk(active=True))
         elif index == _CHANNEL_CLOSE_OK:
@@ -452,8 +452,6 @@ class Connection:
     def close(self, code: int = CONNECTION_FORCED,
               text: str = "broker forced connection closure with reason 'shutdown'") -> None:
         """Broker-initiated close (shutdown, management UI)."""
-        from leveret.amqp.errors import ReplyCode
-
         if self.state in (RUNNING, OPEN, TUNE, START):
             self._fail(ConnectionError_(ReplyCode(code), text))
         elif self.state != CLOSED:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.amqp.errors import FRAME_ERROR, PRECONDITION_FAILED, ChannelError, ConnectionError_
 from leveret.amqp.fastpath import decode_properties, encode_properties
+from leveret.amqp.field_types import amqp_type_name
 from leveret.amqp.reply_to import PSEUDO_QUEUE
 from leveret.queues.message import FLAG_HEADERS, FLAG_REPLY_TO, Message
 
@@ -90,8 +91,6 @@ def routing_keys(headers: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _type(value: Any) -> str:
-    from leveret.amqp.vhost import amqp_type_name
-
     if value is None:
         return "void"
     return amqp_type_name(value)

@@ -23,6 +23,13 @@ from leveret.amqp import control
 from leveret.amqp.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
 from leveret.amqp.broker import Broker
 from leveret.amqp.connection import CLOSED, RUNNING, Connection
+from leveret.persistence.lmdb_store import LmdbStore
+from leveret.persistence.store import StoreError
+
+try:  # uvloop is a dependency except on Windows, where asyncio's own loop is used.
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None
 
 if TYPE_CHECKING:
     from leveret.config import Config
@@ -197,10 +204,6 @@ class AMQPProtocol(asyncio.Protocol):
 
 def open_store(config: Config) -> tuple[Any, Any]:
     """Lock the data dir (one broker per dir) and open its LMDB store: (store, lock file)."""
-    from leveret.persistence.store import StoreError
-
-    from leveret.persistence.lmdb_store import LmdbStore
-
     data_dir = Path(config.data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -330,11 +333,6 @@ async def _start_control(broker: Broker, config: Config) -> asyncio.AbstractServ
 
 def run(config: Config) -> None:
     """Run the broker until SIGINT/SIGTERM; raises StartupError if it cannot start."""
-    try:
-        import uvloop
-
-        loop_factory: Any = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
-        loop_factory = None
+    loop_factory: Any = uvloop.new_event_loop if uvloop is not None else None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(main(config))

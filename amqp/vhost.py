@@ -17,6 +17,7 @@ from leveret.amqp.errors import (
     PRECONDITION_FAILED,
     ChannelError,
 )
+from leveret.amqp.field_types import amqp_type_name
 from leveret.amqp.reply_to import ReplyTo
 from leveret.exchanges import Exchange
 from leveret.persistence.group_commit import GroupCommit
@@ -243,29 +244,6 @@ QUEUE_EQUIVALENCE_ARGS = (
     "x-queue-type", "x-single-active-consumer", "x-delivery-limit", "x-queue-version",
     "x-queue-leader-locator", "x-max-age", "x-dead-letter-strategy",
 )
-
-
-def amqp_type_name(value: object) -> str:
-    """RabbitMQ's name for a field-table value's type, for inequivalent-arg texts."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        # Clients (pika, pamqp) encode an int in the smallest type that holds it; the
-        # decoded value no longer says which, so infer it the same way.
-        if -(2**7) <= value < 2**7:
-            return "byte"
-        if -(2**15) <= value < 2**15:
-            return "short"
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, (str, bytes)):
-        return "longstr"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
 
 
 def _shown(value: object) -> str:

@@ -43,6 +43,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from leveret.amqp.fastpath import decode_properties, encode_properties
+from leveret.exchanges.router import route
 from leveret.queues.message import Message
 
 if TYPE_CHECKING:
@@ -132,8 +134,6 @@ def make_message(message: Message, queue: str, reason: str, dlx: str, dlrk: str 
 
     Raises ValueError for properties that cannot be decoded or re-encoded.
     """
-    from leveret.amqp.fastpath import decode_properties, encode_properties
-
     props = decode_properties(message.raw_properties)  # a fresh object: never the cached one
     headers = props.headers or {}
     death_keys = [message.routing_key, *header_routes(headers)]
@@ -170,8 +170,6 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     except ValueError as exc:
         log.warning("cannot dead-letter a message from %r: %s", queue.name, exc)
         return
-    from leveret.exchanges.router import route
-
     if dlx_name:
         targets = route(exchange, keys[0], headers, exchanges.get, keys[1:])
     else:  # the default exchange: every routing key names a queue (no bindings to walk)

@@ -13,6 +13,8 @@ import re
 import struct
 from typing import Any
 
+from leveret.amqp.fastpath import decode_properties
+
 # Property flag bits, in wire order (AMQP 0-9-1 basic class).
 FLAG_CONTENT_TYPE = 1 << 15
 FLAG_CONTENT_ENCODING = 1 << 14
@@ -56,8 +58,6 @@ class Message:
         here, lazily, so the caller maps that to a protocol error.
         """
         if self._props is None:
-            from leveret.amqp.fastpath import decode_properties
-
             self._props = decode_properties(self.raw_properties)
         return self._props
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.amqp.field_types import amqp_type_name
 
 CLASSIC = "classic"
 QUORUM = "quorum"
@@ -40,8 +41,6 @@ def queue_type(arguments: dict[str, Any]) -> str:
 def check_type_argument(value: Any) -> str | None:
     """``arguments.py`` check: RabbitMQ's error term for a bad ``x-queue-type``."""
     if not isinstance(value, str):
-        from leveret.amqp.vhost import amqp_type_name
-
         return f"{{unacceptable_type,{amqp_type_name(value)}}}"
     if value == STREAM:
         return f"\"unsupported queue type '{value}'\" (stream queues are not implemented in Leveret)"

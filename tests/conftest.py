@@ -34,6 +34,8 @@ class BrokerProcess:
     proc: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"
     port: int = 0
+    # The command that runs the broker; the packaging test passes an installed `leveret`.
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "leveret"])
 
     @property
     def url(self) -> str:
@@ -44,7 +46,7 @@ class BrokerProcess:
         offset = self.log_path.stat().st_size
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+            [*self.command, "serve", "--host", "127.0.0.1", "--port", "0",
              "--data-dir", str(self.data_dir), "--log-level", "debug", *self.extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
