@@ -23,9 +23,10 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp import fastpath, publish_props
+from leveret.amqp import fastpath
+from leveret.broker import publish_props
 from leveret.amqp.codec import Method, decode_method, encode_method
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     FRAME_ERROR,
@@ -38,10 +39,10 @@ from leveret.amqp.errors import (
     ConnectionError_,
 )
 from leveret.amqp.handlers import HANDLERS
-from leveret.amqp.reply_to import PREFIX as REPLY_TO_PREFIX
+from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.exchanges.router import route
-from leveret.queues.message import Message, parse_expiration
+from leveret.model.message import Message, parse_expiration
 from leveret.queues.queue import REFUSED
 from pamqp import commands
 
@@ -390,6 +391,14 @@ class Channel:
         self._global_unacked += 1
         self._unacked[tag] = (entry, consumer.queue, consumer)
         self._tag_order.append(tag)
+
+    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
+        """A direct reply-to delivery: no ack expected, so the tag is not consumed
+        (``broker/reply_to.py`` explains why, as RabbitMQ does)."""
+        conn = self.connection
+        conn.write(fastpath.encode_deliver_with_content(
+            self.number, consumer_tag, self._next_tag, False, message.exchange,
+            message.routing_key, message.raw_properties, message.body, conn.frame_max))
 
     def deliver_get(self, queue: Queue, entry: QueueEntry, no_ack: bool) -> None:
         tag = self._next_tag

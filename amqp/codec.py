@@ -14,7 +14,7 @@ from typing import Any
 from pamqp import base, commands, frame
 from pamqp import exceptions as pamqp_exceptions
 
-from leveret.amqp.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
+from leveret.model.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
 from leveret.amqp.frames import erlang_binary
 
 _method_id = struct.Struct(">I")

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 import leveret
-from leveret.amqp import auth, fastpath
+from leveret.amqp import fastpath
+from leveret.broker import auth
 from leveret.amqp.channel import Channel
 from leveret.amqp.codec import decode_method, encode_method, method_index
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -53,7 +54,7 @@ from leveret.amqp.frames import (
 )
 
 if TYPE_CHECKING:
-    from leveret.amqp.broker import Broker
+    from leveret.broker.broker import Broker
     from leveret.config import Config
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from leveret.amqp.errors import FRAME_ERROR, ConnectionError_
+from leveret.model.errors import FRAME_ERROR, ConnectionError_
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

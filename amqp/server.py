@@ -19,9 +19,9 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp import control
-from leveret.amqp.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
-from leveret.amqp.broker import Broker
+from leveret.broker import control
+from leveret.broker.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
+from leveret.broker.broker import Broker
 from leveret.amqp.connection import CLOSED, RUNNING, Connection
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.store import StoreError

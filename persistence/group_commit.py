@@ -44,7 +44,7 @@ from leveret.persistence.store import (
     StoredEntry,
     StoreError,
 )
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
-from leveret.amqp.field_types import amqp_type_name
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
+from leveret.model.field_types import amqp_type_name
 from leveret.queues.queue_types import check_type_argument
 
 MAX_EXPIRY = 315_360_000_000  # ms (ten years): the largest TTL RabbitMQ 3.10 accepts, found by probing it

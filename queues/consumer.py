@@ -8,11 +8,25 @@ together (checked through ``channel.has_room()``). Both may apply at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from leveret.amqp.channel import Channel
     from leveret.queues.queue import Queue, QueueEntry
+
+
+class Writable(Protocol):
+    writable: bool
+
+
+class Channel(Protocol):
+    """What a consumer needs from the channel it delivers on (an AMQP channel in practice)."""
+
+    active: bool
+    connection: Writable
+
+    def has_room(self) -> bool: ...
+
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None: ...
 
 
 class Consumer:

@@ -43,9 +43,9 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp.fastpath import decode_properties, encode_properties
+from leveret.model.properties import decode_properties, encode_properties
 from leveret.exchanges.router import route
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 if TYPE_CHECKING:
     from leveret.queues.queue import Queue

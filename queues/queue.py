@@ -53,7 +53,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.queues import dead_letter, limits, priority, ttl
-from leveret.queues.message import FLAG_EXPIRATION, Message
+from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues.settings import QueueSettings, from_arguments
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
-from leveret.amqp.field_types import amqp_type_name
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
+from leveret.model.field_types import amqp_type_name
 
 CLASSIC = "classic"
 QUORUM = "quorum"

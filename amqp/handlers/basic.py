@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
@@ -17,7 +17,7 @@ from leveret.amqp.errors import (
     ConnectionError_,
 )
 from leveret.amqp.handlers.queue import lookup
-from leveret.amqp.reply_to import PSEUDO_QUEUE
+from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.queues.consumer import Consumer
 
 if TYPE_CHECKING:

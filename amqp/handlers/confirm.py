@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.confirms.tracker import ConfirmTracker
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
+from leveret.model.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
 from leveret.exchanges import EXCHANGE_TYPES
 
 if TYPE_CHECKING:

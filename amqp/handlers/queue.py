@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     ChannelError,
 )
-from leveret.amqp.reply_to import PSEUDO_QUEUE
-from leveret.amqp.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
+from leveret.broker.reply_to import PSEUDO_QUEUE
+from leveret.broker.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
 from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.queue import Queue

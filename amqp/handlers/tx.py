@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import INTERNAL_ERROR, PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import INTERNAL_ERROR, PRECONDITION_FAILED, ChannelError
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel

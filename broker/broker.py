@@ -13,7 +13,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp.vhost import VirtualHost
+from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore

@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
     PRECONDITION_FAILED,
     ChannelError,
 )
-from leveret.amqp.field_types import amqp_type_name
-from leveret.amqp.reply_to import ReplyTo
+from leveret.model.field_types import amqp_type_name
+from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef

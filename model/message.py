@@ -13,7 +13,7 @@ import re
 import struct
 from typing import Any
 
-from leveret.amqp.fastpath import decode_properties
+from leveret.model.properties import decode_properties
 
 # Property flag bits, in wire order (AMQP 0-9-1 basic class).
 FLAG_CONTENT_TYPE = 1 << 15
