@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.amqp import fastpath
 from leveret.broker import publish_props
-from leveret.amqp.codec import Method, decode_method, encode_method
+from leveret.amqp.assembler import ContentAssembler, Publish
+from leveret.amqp.codec import (
+    Method,
+    class_and_method,
+    class_of,
+    decode_method,
+    encode_method,
+)
 from leveret.model.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -34,7 +41,6 @@ from leveret.model.errors import (
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     SYNTAX_ERROR,
-    UNEXPECTED_FRAME,
     ChannelError,
     ConnectionError_,
 )
@@ -77,13 +83,7 @@ class Channel:
         self.vhost = connection.vhost
         self.closing = False
         self.active = True  # channel.flow
-        # content assembly
-        self._publish: tuple[str, str, bool] | None = None
-        self._props: bytes = b""
-        self._body_size = 0
-        self._body_parts: list[bytes] = []
-        self._body_len = 0
-        self._expect_header = False
+        self.content = ContentAssembler()
         # deliveries
         self._next_tag = 1
         self._unacked: dict[int, Delivery] = {}
@@ -104,13 +104,9 @@ class Channel:
     # -- frames in ----------------------------------------------------------
 
     def handle_method(self, payload: bytes, index: int) -> None:
-        if self._expect_header or self._publish is not None:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"expected content {'header' if self._expect_header else 'body'} for class 60, "
-                f"got non content {'header' if self._expect_header else 'body'} frame instead",
-                (60, 40),  # RabbitMQ names the publish whose content was interrupted
-            )
+        content = self.content
+        if content.state:
+            content.check_method()
         if index == _PUBLISH:
             try:
                 exchange, routing_key, mandatory, immediate = fastpath.decode_publish(payload)
@@ -119,8 +115,7 @@ class Channel:
                                        (60, 40)) from exc
             if immediate:
                 raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", (60, 40))
-            self._publish = (exchange, routing_key, mandatory)
-            self._expect_header = True
+            content.start((exchange, routing_key, mandatory))
             return
         if index == _ACK:
             tag, multiple = self._decode(fastpath.decode_ack, payload, index)
@@ -138,16 +133,16 @@ class Channel:
         handler = HANDLERS.get(index)
         if handler is None:
             raise ConnectionError_(
-                CHANNEL_ERROR if index >> 16 == 10 else NOT_IMPLEMENTED,
+                CHANNEL_ERROR if class_of(index) == 10 else NOT_IMPLEMENTED,
                 f"{method.name.lower()} is not allowed on channel {self.number}"
-                if index >> 16 == 10 else f"{method.name.lower()} is not implemented",
-                (index >> 16, index & 0xFFFF),
+                if class_of(index) == 10 else f"{method.name.lower()} is not implemented",
+                class_and_method(index),
             )
         try:
             handler(self, method)
         except ChannelError as exc:
             if exc.method == (0, 0):
-                exc.method = (index >> 16, index & 0xFFFF)
+                exc.method = class_and_method(index)
             raise
 
     @staticmethod
@@ -155,65 +150,23 @@ class Channel:
         try:
             return fn(payload)
         except ValueError as exc:
-            raise ConnectionError_(SYNTAX_ERROR, str(exc), (index >> 16, index & 0xFFFF)) from exc
+            raise ConnectionError_(SYNTAX_ERROR, str(exc), class_and_method(index)) from exc
 
     def handle_header(self, payload: bytes) -> None:
-        if not self._expect_header:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME, "expected method frame, got non method frame instead"
-            )
-        try:
-            class_id, body_size, props = fastpath.decode_content_header(payload)
-        except ValueError as exc:
-            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}") from exc
-        if class_id != 60:
-            raise ConnectionError_(UNEXPECTED_FRAME,
-                                   f"content header for class {class_id} after basic.publish")
-        self._expect_header = False
-        self._props = props
-        self._body_size = body_size
-        limit = self.connection.config.max_message_size
-        if body_size > limit:
-            self._publish = None
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {limit}",
-                (60, 40),
-            )
-        if body_size == 0:
-            self._complete(b"")
+        done = self.content.header(payload, self.connection.config.max_message_size)
+        if done is not None:
+            self._complete(*done)
 
     def handle_body(self, payload: bytes) -> None:
-        if self._publish is None or self._expect_header:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                "expected content header for class 60, got non content header frame instead"
-                if self._expect_header else "expected method frame, got non method frame instead",
-            )
-        size = self._body_len + len(payload)
-        if size > self._body_size:
-            raise ConnectionError_(
-                FRAME_ERROR, f"content body exceeds the announced size {self._body_size}"
-            )
-        if size == self._body_size and not self._body_parts:
-            self._complete(payload)
-            return
-        self._body_parts.append(payload)
-        self._body_len = size
-        if size == self._body_size:
-            body = b"".join(self._body_parts)
-            self._body_parts = []
-            self._body_len = 0
-            self._complete(body)
+        done = self.content.body(payload)
+        if done is not None:
+            self._complete(*done)
 
-    def _complete(self, body: bytes) -> None:
-        publish = self._publish
-        assert publish is not None
-        self._publish = None
+    def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
         exchange, routing_key, mandatory = publish
         # Set only at a message boundary: an alarm may stop reading here, never mid-message.
         self.connection.has_published = True
-        message = Message(exchange, routing_key, self._props, body)
+        message = Message(exchange, routing_key, props, body)
         if message.has_user_id:
             self._check_user_id(message)
         if message.has_expiration:
@@ -428,13 +381,13 @@ class Channel:
             delivery = unacked.pop(tag, None)
             if delivery is None:
                 raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                                   (index >> 16, index & 0xFFFF))
+                                   class_and_method(index))
             if len(self._tag_order) > 2 * len(unacked) + 64:
                 self._tag_order = deque(t for t in self._tag_order if t in unacked)
             return [delivery]
         if tag and tag not in unacked:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               (index >> 16, index & 0xFFFF))
+                               class_and_method(index))
         order = self._tag_order
         out = []
         while order and (tag == 0 or order[0] <= tag):
@@ -453,7 +406,7 @@ class Channel:
     def _take_check(self, tag: int, multiple: bool, index: int) -> None:
         if (not multiple or tag) and tag not in self._unacked:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               (index >> 16, index & 0xFFFF))
+                               class_and_method(index))
 
     def ack_now(self, tag: int, multiple: bool) -> None:
         for entry, queue, consumer in self._take(tag, multiple, _ACK):
@@ -545,5 +498,4 @@ class Channel:
             if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
                 self.vhost.delete_queue(queue)
         self.tx = None
-        self._publish = None
-        self._expect_header = False
+        self.content.reset()

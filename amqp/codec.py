@@ -22,6 +22,16 @@ _method_id = struct.Struct(">I")
 Method = base.Frame
 
 
+def class_and_method(index: int) -> tuple[int, int]:
+    """``(class_id, method_id)`` of a method index, as error replies name the method."""
+    return index >> 16, index & 0xFFFF
+
+
+def class_of(index: int) -> int:
+    """The AMQP class id of a method index (10 connection, 20 channel, 60 basic, ...)."""
+    return index >> 16
+
+
 def method_index(payload: bytes) -> int:
     """The ``(class_id << 16) | method_id`` of a method frame payload."""
     if len(payload) < 4:
@@ -37,7 +47,7 @@ def decode_method(payload: bytes, index: int) -> Method:
     method whose arguments do not decode is 501 FRAME_ERROR "cannot decode",
     with RabbitMQ's rendering of the argument bytes.
     """
-    ids = (index >> 16, index & 0xFFFF)
+    ids = class_and_method(index)
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)

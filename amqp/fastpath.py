@@ -33,26 +33,22 @@ Conventions
   the large positive number RabbitMQ would see, and as negative in pamqp.
 * Message properties stay in the publisher's wire form (``raw_properties``:
   the property-flag words followed by the property list) and are relayed to
-  consumers unchanged; ``decode_properties``/``encode_properties`` (via pamqp)
-  are for the slow paths that need TTL, priority, headers or dead-lettering.
+  consumers unchanged; ``leveret.model.properties`` decodes them (via pamqp)
+  for the slow paths that need TTL, priority, headers or dead-lettering.
 """
 
 from __future__ import annotations
 
 import struct
 
-
-# --- frame constants -------------------------------------------------------
-
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
-# Bytes a frame adds around its payload: type(1) channel(2) size(4) end(1).
-FRAME_OVERHEAD = 8
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_END_BYTE,
+    FRAME_HEADER,
+    FRAME_METHOD,
+    FRAME_OVERHEAD,
+)
 
 # --- method ids: (class_id << 16) | method_id, as pamqp's ``index`` ---------
 

@@ -20,7 +20,11 @@ FRAME_HEADER = 2
 FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
 FRAME_END = 0xCE
+FRAME_END_BYTE = b"\xce"
 FRAME_HEADER_SIZE = 7
+# Bytes a frame adds around its payload: type(1) channel(2) size(4) end(1).
+FRAME_OVERHEAD = 8
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 # Before connection.tune-ok the peer may not send frames larger than this (RabbitMQ's initial_frame_max).

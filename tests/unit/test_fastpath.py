@@ -16,6 +16,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from leveret.amqp import fastpath as fp
+from leveret.amqp import frames as fr
 from leveret.model import properties as props_codec
 from pamqp import base, commands, frame, header, heartbeat
 from pamqp import body as pbody
@@ -122,9 +123,9 @@ def test_method_ids_match_pamqp() -> None:
 
 
 def test_frame_constants() -> None:
-    assert fp.HEARTBEAT_FRAME == frame.marshal(heartbeat.Heartbeat(), 0)
-    assert fp.FRAME_END_BYTE == bytes([fp.FRAME_END])
-    assert (fp.FRAME_METHOD, fp.FRAME_HEADER, fp.FRAME_BODY, fp.FRAME_HEARTBEAT) == (1, 2, 3, 8)
+    assert fr.HEARTBEAT_FRAME == frame.marshal(heartbeat.Heartbeat(), 0)
+    assert fr.FRAME_END_BYTE == bytes([fr.FRAME_END])
+    assert (fr.FRAME_METHOD, fr.FRAME_HEADER, fr.FRAME_BODY, fr.FRAME_HEARTBEAT) == (1, 2, 3, 8)
 
 
 # --- encoders vs pamqp ------------------------------------------------------
@@ -256,7 +257,7 @@ def test_body_split_at_frame_max_boundaries(size: int) -> None:
     assert len(frames) == 1 + -(-size // chunk)
     assert all(len(f) == 4096 for f in frames[1:-1])
     assert b"".join(f[7:-1] for f in frames[1:]) == body
-    assert [f[0] for f in frames] == [fp.FRAME_HEADER] + [fp.FRAME_BODY] * (len(frames) - 1)
+    assert [f[0] for f in frames] == [fr.FRAME_HEADER] + [fr.FRAME_BODY] * (len(frames) - 1)
 
 
 def test_encoders_reject_out_of_range_values() -> None:
