@@ -11,7 +11,10 @@ States follow the handshake: ``HEADER`` (waiting for ``AMQP\\0\\0\\9\\1``) →
 ``START`` (sent connection.start, waiting for start-ok) → ``TUNE`` →
 ``OPEN`` (waiting for connection.open) → ``RUNNING`` → ``CLOSING`` (we sent
 connection.close and discard everything but close/close-ok) → ``CLOSED``.
-Any frame a state does not expect is a connection error; errors are raised
+The connection-class methods that move it are one table,
+``HANDSHAKE``: (state, method) → (handler, next state), readable against the
+spec's grammar; ``connection.close`` and ``close-ok`` are accepted in every
+state. Any frame a state does not expect is a connection error; errors are raised
 by name anywhere below and turned into close methods in one place, ``_fail``.
 """
 
@@ -389,48 +392,48 @@ class Connection:
         if index == _CONNECTION_CLOSE_OK:
             self._closed()
             return
-        if state == START and isinstance(method, commands.Connection.StartOk):
-            self.client_properties = dict(method.client_properties or {})
-            user = auth.authenticate(method.mechanism, method.response, self.broker.users,
-                                     self.peer, self.config)
-            if user is None:
-                if not self.client_capability("authentication_failure_close"):
-                    # Clients that cannot handle the close method just see the socket close.
-                    self._closed()
-                    return
-                raise ConnectionError_(
-                    ACCESS_REFUSED,
-                    f"Login was refused using authentication mechanism {method.mechanism}. "
-                    "For details see the broker logfile.")
-            self.user = user
-            self.state = TUNE
-            self.write(encode_method(0, commands.Connection.Tune(
-                channel_max=self.config.channel_max, frame_max=self.config.frame_max,
-                heartbeat=self.config.heartbeat)))
-            return
-        if state == TUNE and isinstance(method, commands.Connection.TuneOk):
-            self._tune(method)
-            self.state = OPEN
-            return
-        if state == OPEN and isinstance(method, commands.Connection.Open):
-            vhost = self.broker.vhosts.get(method.virtual_host)
-            if vhost is None:
-                raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
-                                       (10, 40))
-            self.vhost = vhost
-            self.state = RUNNING
-            self.broker.connections.add(self)
-            self.write(encode_method(0, commands.Connection.OpenOk()))
-            log.info("connection %s opened (user %r, vhost %r)", self.name, self.user, vhost.name)
-            return
-        if state == RUNNING and isinstance(method, commands.Connection.UpdateSecret):
-            self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
-            return
-        raise ConnectionError_(CHANNEL_ERROR,
-                               f"unexpected method in connection state {STATE_NAMES[state]}",
-                               class_and_method(index))
+        step = HANDSHAKE.get((state, index))
+        if step is None:
+            raise ConnectionError_(CHANNEL_ERROR,
+                                   f"unexpected method in connection state {STATE_NAMES[state]}",
+                                   class_and_method(index))
+        handler, next_state = step
+        handler(self, method)
+        if self.state == state:  # a handler that closed the connection has moved it already
+            self.state = next_state
 
-    def _tune(self, m: commands.Connection.TuneOk) -> None:
+    def _start_ok(self, method: commands.Connection.StartOk) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        user = auth.authenticate(method.mechanism, method.response, self.broker.users,
+                                 self.peer, self.config)
+        if user is None:
+            if not self.client_capability("authentication_failure_close"):
+                # Clients that cannot handle the close method just see the socket close.
+                self._closed()
+                return
+            raise ConnectionError_(
+                ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {method.mechanism}. "
+                "For details see the broker logfile.")
+        self.user = user
+        self.write(encode_method(0, commands.Connection.Tune(
+            channel_max=self.config.channel_max, frame_max=self.config.frame_max,
+            heartbeat=self.config.heartbeat)))
+
+    def _open(self, method: commands.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
+                                   (10, 40))
+        self.vhost = vhost
+        self.broker.connections.add(self)
+        self.write(encode_method(0, commands.Connection.OpenOk()))
+        log.info("connection %s opened (user %r, vhost %r)", self.name, self.user, vhost.name)
+
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+        self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
+
+    def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
         # As rabbit_reader's validate_negotiated_integer_value: 0 means "no limit",
         # which is above any limit we proposed, so it is refused like a larger value.
         _check_negotiated("frame_max", m.frame_max, 4096, self.config.frame_max)
@@ -517,3 +520,14 @@ class Connection:
         if now - self.last_sent >= self.heartbeat / 2 and not self.out:
             self.write(HEARTBEAT_FRAME)
         return True
+
+
+# The handshake as data: (state, connection-class method) -> (handler, next state).
+# Anything not here (except close/close-ok, accepted everywhere) is 504 "unexpected
+# method in connection state ...", as RabbitMQ's rabbit_reader answers.
+HANDSHAKE: dict[tuple[int, int], tuple[Callable[[Connection, Any], None], int]] = {
+    (START, commands.Connection.StartOk.index): (Connection._start_ok, TUNE),
+    (TUNE, commands.Connection.TuneOk.index): (Connection._tune_ok, OPEN),
+    (OPEN, commands.Connection.Open.index): (Connection._open, RUNNING),
+    (RUNNING, commands.Connection.UpdateSecret.index): (Connection._update_secret, RUNNING),
+}
