@@ -34,7 +34,6 @@ from leveret.amqp.codec import (
     encode_method,
 )
 from leveret.model.errors import (
-    ACCESS_REFUSED,
     CHANNEL_ERROR,
     FRAME_ERROR,
     NOT_FOUND,
@@ -45,9 +44,7 @@ from leveret.model.errors import (
     ConnectionError_,
 )
 from leveret.amqp.handlers import HANDLERS
-from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.confirms.tracker import ConfirmTracker
-from leveret.exchanges.router import route
 from leveret.model.message import Message, parse_expiration
 from leveret.queues.queue import REFUSED
 from pamqp import commands
@@ -216,37 +213,15 @@ class Channel:
     def publish(self, message: Message, mandatory: bool,
                 extra_routing_keys: tuple[str, ...] = ()) -> None:
         """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
-        vhost = self.vhost
+        try:
+            queues = self.vhost.route(message, extra_routing_keys)
+        except ValueError as exc:  # properties are decoded lazily, here
+            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
+                                   (60, 40)) from exc
+        except ChannelError as exc:
+            exc.method = (60, 40)
+            raise
         name = message.exchange
-        if not name:
-            queue = vhost.queues.get(message.routing_key)
-            queues: Any = (queue,) if queue is not None else ()
-            if extra_routing_keys or (
-                    queue is None and message.routing_key.startswith(REPLY_TO_PREFIX)):
-                queues = self._route_default(message, extra_routing_keys)
-        else:
-            exchange = vhost.exchanges.get(name)
-            if exchange is None:
-                raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{vhost.name}'",
-                                   (60, 40))
-            if exchange.internal:
-                raise ChannelError(
-                    ACCESS_REFUSED,
-                    f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'",
-                    (60, 40),
-                )
-            headers = None
-            # Decoded only when some exchange on the way (e2e, AE) may match on headers.
-            if (exchange.type == "headers" or exchange.matcher.exchange_bindings
-                    or "alternate-exchange" in exchange.arguments
-                    or exchange.policy_alternate_exchange is not None):
-                try:
-                    headers = message.headers
-                except ValueError as exc:  # properties are decoded lazily, here
-                    raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
-                                           (60, 40)) from exc
-            queues = route(exchange, message.routing_key, headers, vhost.exchanges.get,
-                           extra_routing_keys)
         confirms = self.confirms
         if not queues:
             if mandatory:
@@ -284,22 +259,6 @@ class Channel:
             else:
                 confirms.publish()
                 self.connection.want_flush(self)
-
-    def _route_default(self, message: Message, extra: tuple[str, ...]) -> list[Any]:
-        """The default exchange with CC/BCC keys or direct reply-to names.
-
-        Each queue once; reply names are delivered to here and, as in RabbitMQ
-        3.10, do not count as routes (``reply_to.py``).
-        """
-        vhost = self.vhost
-        queues: dict[str, Any] = {}
-        for key in dict.fromkeys((message.routing_key, *extra)):
-            queue = vhost.queues.get(key)
-            if queue is not None:
-                queues[key] = queue
-            elif key.startswith(REPLY_TO_PREFIX):
-                vhost.reply_to.deliver(key, message)
-        return list(queues.values())
 
     def confirm_settled(self, seq: int, ok: bool) -> None:
         """The store committed (or failed to commit) held message ``seq``."""
