@@ -46,6 +46,7 @@ from leveret.model.errors import (
 from leveret.amqp.handlers import HANDLERS
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.model.message import Message, parse_expiration
+from leveret.model.stats import MessageStats
 from leveret.queues.queue import REFUSED
 from pamqp import commands
 
@@ -81,6 +82,7 @@ class Channel:
         self.closing = False
         self.active = True  # channel.flow
         self.content = ContentAssembler()
+        self.stats = MessageStats()  # counted in place; read by the management plane
         # deliveries
         self._next_tag = 1
         self._unacked: dict[int, Delivery] = {}
@@ -222,9 +224,12 @@ class Channel:
             exc.method = (60, 40)
             raise
         name = message.exchange
+        stats = self.stats
+        stats.publish += 1
         confirms = self.confirms
         if not queues:
             if mandatory:
+                stats.return_unroutable += 1
                 self.connection.write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
                 )
@@ -232,6 +237,8 @@ class Channel:
                     fastpath.encode_content(self.number, message.raw_properties, message.body,
                                             self.connection.frame_max)
                 )
+            else:
+                stats.drop_unroutable += 1
             if confirms is not None:
                 confirms.publish()
                 self.connection.want_flush(self)
@@ -271,11 +278,13 @@ class Channel:
         if confirms is None or self.closing:
             return
         write = self.connection.write
+        confirmed = confirms.confirmed
         for tag, multiple, ok in confirms.drain():
             if ok:
                 write(fastpath.encode_ack(self.number, tag, multiple))
             else:
                 write(fastpath.encode_nack(self.number, tag, multiple, False))
+        self.stats.confirm += confirms.confirmed - confirmed
 
     # -- deliveries -------------------------------------------------------------
 
@@ -293,10 +302,15 @@ class Channel:
         conn.write(fastpath.encode_deliver_with_content(
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max))
+        stats = self.stats
+        if entry.delivery_count:
+            stats.redeliver += 1
         entry.delivery_count += 1
         if consumer.no_ack:
+            stats.deliver_no_ack += 1
             consumer.queue.settle(entry)
             return
+        stats.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
         consumer.unacked += 1
@@ -322,6 +336,13 @@ class Channel:
                                           queue.message_count))
         conn.writelines(fastpath.encode_content(self.number, message.raw_properties, message.body,
                                                 conn.frame_max))
+        stats = self.stats
+        if entry.delivery_count:
+            stats.redeliver += 1
+        if no_ack:
+            stats.get_no_ack += 1
+        else:
+            stats.get += 1
         entry.delivery_count += 1
         queue.unacked += 1
         if no_ack:
@@ -368,7 +389,9 @@ class Channel:
                                class_and_method(index))
 
     def ack_now(self, tag: int, multiple: bool) -> None:
-        for entry, queue, consumer in self._take(tag, multiple, _ACK):
+        taken = self._take(tag, multiple, _ACK)
+        self.stats.ack += len(taken)
+        for entry, queue, consumer in taken:
             queue.settle(entry)
             if consumer is not None:
                 consumer.unacked -= 1
@@ -445,6 +468,8 @@ class Channel:
     def release(self) -> None:
         """The channel is gone (closed or its connection dropped): requeue and cancel."""
         self.closing = True
+        self.vhost.closed_channel_stats.add(self.stats)
+        self.connection.broker.churn.channel_closed += 1
         self.vhost.reply_to.release(self)
         consumers = list(self.consumers.values())
         # Cancel first, so requeued messages are not handed straight back to this channel.

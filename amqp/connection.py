@@ -151,6 +151,11 @@ class Connection:
         self.flow_queues: set[Any] = set()
         self.on_flow_release: Callable[[], None] = lambda: None
         self.writable = True  # False while the socket's write buffer is full
+        # Traffic counters (RabbitMQ's recv_oct/recv_cnt/send_oct/send_cnt) and start time.
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
+        self.connected_at = time.time()
+        broker.churn.connection_created += 1
+        self._released = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
@@ -178,6 +183,8 @@ class Connection:
         if out:
             self.out = []
             self.last_sent = self.clock()
+            self.send_cnt += 1
+            self.send_oct += sum(map(len, out))
         return out
 
     def want_flush(self, channel: Channel) -> None:
@@ -224,6 +231,8 @@ class Connection:
     def receive_data(self, data: bytes) -> None:
         if self.state == CLOSED:
             return
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         self.last_received = self.clock()
         try:
             if self.state == HEADER:
@@ -316,6 +325,7 @@ class Connection:
                     NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
                     f"the negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
+            self.broker.churn.channel_created += 1
             self.write(_CHANNEL_OPEN_OK.pack(1, number, 8, 20, 11, 0, 0xCE))
             return
         if channel is None:
@@ -474,6 +484,9 @@ class Connection:
         self.want_close = True
 
     def _release_all(self) -> None:
+        if not self._released:
+            self._released = True
+            self.broker.churn.connection_closed += 1
         for queue in self.flow_queues:
             queue.flow_waiters.discard(self)
         self.flow_queues.clear()

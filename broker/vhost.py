@@ -29,6 +29,7 @@ from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange, route
 from leveret.model.message import Message
+from leveret.model.stats import Churn, MessageStats
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
@@ -59,6 +60,9 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.policies = PolicySet()
         self.reply_to = ReplyTo()  # direct reply-to consumers
+        # Counters: what closed channels left behind, and queue churn (model/stats.py).
+        self.closed_channel_stats = MessageStats()
+        self.churn = Churn()
         # Clocks and timers of its queues (TTL, x-expires); the server sets the scheduler.
         self.time = Timekeeping(scheduler=log.loop)
         self.default_exchange = Exchange("", "direct", durable=True, vhost=name)
@@ -250,6 +254,7 @@ class VirtualHost:
             raise ChannelError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         validate_queue_arguments(arguments, self.describe_queue(name))
+        self.churn.queue_declared += 1
         queue = self.queues.get(name)
         if queue is not None:
             self.check_exclusive(queue, owner)
@@ -262,6 +267,7 @@ class VirtualHost:
                       exclusive_owner=owner if exclusive else None,
                       auto_delete=auto_delete, arguments=arguments)
         self.add_queue(queue)
+        self.churn.queue_created += 1
         return queue, True
 
     def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
@@ -331,6 +337,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        self.churn.queue_deleted += 1
         queue.deleted = True
         count = queue.purge()
         queue.release_flow(force=True)

@@ -92,6 +92,7 @@ def get(ch: Channel, m: commands.Basic.Get) -> None:
     queue = lookup(ch, m.queue)
     entry = queue.take()
     if entry is None:
+        ch.stats.get_empty += 1
         ch.send_method(commands.Basic.GetEmpty())
         return
     ch.deliver_get(queue, entry, m.no_ack)

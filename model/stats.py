@@ -1,0 +1,76 @@
+"""Message counters, as RabbitMQ's management ``message_stats`` names them.
+
+Counters live where the work happens (a channel counts what it publishes,
+delivers and acks) as plain integers updated in place: no stats database, no
+event per message, nothing allocated on the hot path. Whoever wants totals
+(the HTTP API, Prometheus, ``leveret ctl``) sums the live objects' counters
+plus what closed ones left behind (``add``); rates come from whoever samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+# RabbitMQ's message_stats fields for channels (and vhost/overview totals).
+FIELDS = (
+    "publish",            # messages published on the channel
+    "confirm",            # publisher confirms sent (basic.ack to the publisher)
+    "return_unroutable",  # mandatory publishes returned as unroutable
+    "drop_unroutable",    # non-mandatory publishes that reached no queue
+    "deliver",            # basic.deliver with manual ack
+    "deliver_no_ack",     # basic.deliver with no-ack
+    "get",                # basic.get-ok with manual ack
+    "get_no_ack",         # basic.get-ok with no-ack
+    "get_empty",          # basic.get-empty
+    "redeliver",          # deliveries (and get-oks) flagged redelivered
+    "ack",                # deliveries acknowledged by the client
+)
+
+
+class MessageStats:
+    __slots__ = FIELDS
+
+    def __init__(self) -> None:
+        for name in FIELDS:
+            setattr(self, name, 0)
+
+    def add(self, other: MessageStats) -> None:
+        """Fold ``other`` in (a closed channel's counts into its vhost's)."""
+        for name in FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        for name in FIELDS:
+            yield name, getattr(self, name)
+
+    def as_dict(self) -> dict[str, int]:
+        """RabbitMQ's shape, with its derived ``deliver_get`` (every delivery, get or consume)."""
+        out = dict(self.items())
+        out["deliver_get"] = out["deliver"] + out["deliver_no_ack"] + out["get"] + out["get_no_ack"]
+        return out
+
+    def __repr__(self) -> str:
+        return f"MessageStats({', '.join(f'{k}={v}' for k, v in self.items() if v)})"
+
+
+CHURN_FIELDS = (
+    "connection_created", "connection_closed", "channel_created", "channel_closed",
+    "queue_declared", "queue_created", "queue_deleted",
+)
+
+
+class Churn:
+    """RabbitMQ's ``churn_rates`` counters: objects created and closed since start."""
+
+    __slots__ = CHURN_FIELDS
+
+    def __init__(self) -> None:
+        for name in CHURN_FIELDS:
+            setattr(self, name, 0)
+
+    def add(self, other: Churn) -> None:
+        for name in CHURN_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in CHURN_FIELDS}
