@@ -51,7 +51,7 @@ def decode_method(payload: bytes, index: int) -> Method:
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)
-    method = cls()
+    method: Method = cls()
     try:
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError, KeyError,

@@ -377,7 +377,7 @@ class Connection:
 
     def _send_start(self) -> None:
         self.state = START
-        props = {
+        props: dict[str, Any] = {
             "product": "Leveret",
             "version": leveret.__version__,
             "platform": f"Python {platform.python_version()}",

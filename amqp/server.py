@@ -29,7 +29,7 @@ from leveret.persistence.store import StoreError
 try:  # uvloop is a dependency except on Windows, where asyncio's own loop is used.
     import uvloop
 except ImportError:  # pragma: no cover
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from leveret.config import Config
@@ -231,7 +231,7 @@ async def serve(config: Config, broker: Broker | None = None) -> tuple[Broker, l
         broker.data_dir_lock = lock
         broker.recover()
     hosts: list[str | None] = list(config.host) or [None]
-    servers = []
+    servers: list[asyncio.AbstractServer] = []
     for host in hosts:
         try:
             server = await loop.create_server(

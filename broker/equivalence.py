@@ -14,7 +14,7 @@ from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.model.field_types import amqp_type_name
 
 # Arguments RabbitMQ compares when a queue or exchange is redeclared; others are ignored.
-QUEUE_EQUIVALENCE_ARGS = (
+QUEUE_EQUIVALENCE_ARGS: tuple[str, ...] = (
     "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-expires", "x-max-length",
     "x-max-length-bytes", "x-max-priority", "x-message-ttl", "x-overflow", "x-queue-mode",
     "x-queue-type", "x-single-active-consumer", "x-delivery-limit", "x-queue-version",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from leveret.model.errors import (
     ACCESS_REFUSED,
@@ -222,8 +222,10 @@ class VirtualHost:
                 or "alternate-exchange" in exchange.arguments
                 or exchange.policy_alternate_exchange is not None):
             headers = message.headers
-        return route(exchange, message.routing_key, headers, self.exchanges.get,
-                     extra_routing_keys)
+        # Matchers hold whatever was bound: in a vhost, queues and exchanges; the router
+        # resolves exchanges, so what comes back are queues.
+        return cast("list[Queue]", route(exchange, message.routing_key, headers,
+                                         self.exchanges.get, extra_routing_keys))
 
     def _route_default(self, message: Message, extra: tuple[str, ...]) -> list[Queue]:
         """The default exchange with CC/BCC keys or direct reply-to names: each queue once."""

@@ -31,8 +31,17 @@ class MessageStats:
     __slots__ = FIELDS
 
     def __init__(self) -> None:
-        for name in FIELDS:
-            setattr(self, name, 0)
+        self.publish = 0
+        self.confirm = 0
+        self.return_unroutable = 0
+        self.drop_unroutable = 0
+        self.deliver = 0
+        self.deliver_no_ack = 0
+        self.get = 0
+        self.get_no_ack = 0
+        self.get_empty = 0
+        self.redeliver = 0
+        self.ack = 0
 
     def add(self, other: MessageStats) -> None:
         """Fold ``other`` in (a closed channel's counts into its vhost's)."""
@@ -65,8 +74,13 @@ class Churn:
     __slots__ = CHURN_FIELDS
 
     def __init__(self) -> None:
-        for name in CHURN_FIELDS:
-            setattr(self, name, 0)
+        self.connection_created = 0
+        self.connection_closed = 0
+        self.channel_created = 0
+        self.channel_closed = 0
+        self.queue_declared = 0
+        self.queue_created = 0
+        self.queue_deleted = 0
 
     def add(self, other: Churn) -> None:
         for name in CHURN_FIELDS:

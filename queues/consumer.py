@@ -15,18 +15,25 @@ if TYPE_CHECKING:
 
 
 class Writable(Protocol):
-    writable: bool
+    @property
+    def writable(self) -> bool: ...
 
 
 class Channel(Protocol):
     """What a consumer needs from the channel it delivers on (an AMQP channel in practice)."""
 
-    active: bool
-    connection: Writable
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def connection(self) -> Writable: ...
 
     def has_room(self) -> bool: ...
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None: ...
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away under ``consumer`` (deleted): tell the client."""
 
 
 class Consumer:

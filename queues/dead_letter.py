@@ -41,7 +41,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from leveret.model.properties import decode_properties, encode_properties
 from leveret.exchanges.router import route
@@ -171,7 +171,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         log.warning("cannot dead-letter a message from %r: %s", queue.name, exc)
         return
     if dlx_name:
-        targets = route(exchange, keys[0], headers, exchanges.get, keys[1:])
+        targets = cast("list[Queue]", route(exchange, keys[0], headers, exchanges.get, keys[1:]))
     else:  # the default exchange: every routing key names a queue (no bindings to walk)
         targets = []
         for key in keys:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -81,7 +82,7 @@ def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
         if not m.nowait:
             ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
         return
-    consumer = ch.consumers.get(m.consumer_tag)
+    consumer = ch.consumers.get(m.consumer_tag or "")
     if not m.nowait:
         ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
     if consumer is not None:
@@ -111,7 +112,7 @@ def recover_async(ch: Channel, m: commands.Basic.RecoverAsync) -> None:
     ch.recover()
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Basic.Qos.index: qos,
     commands.Basic.Consume.index: consume,
     commands.Basic.Cancel.index: cancel,

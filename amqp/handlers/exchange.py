@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -72,7 +73,7 @@ def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
         ch.send_method(commands.Exchange.UnbindOk())
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Exchange.Declare.index: declare,
     commands.Exchange.Delete.index: delete,
     commands.Exchange.Bind.index: bind,

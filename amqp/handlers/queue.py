@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -101,7 +102,7 @@ def delete(ch: Channel, m: commands.Queue.Delete) -> None:
         ch.send_method(commands.Queue.DeleteOk(message_count=count))
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Queue.Declare.index: declare,
     commands.Queue.Bind.index: bind,
     commands.Queue.Unbind.index: unbind,

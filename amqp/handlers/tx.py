@@ -8,6 +8,7 @@ before commit-ok.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -62,7 +63,7 @@ def rollback(ch: Channel, m: commands.Tx.Rollback) -> None:
     ch.send_method(commands.Tx.RollbackOk())
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Tx.Select.index: select,
     commands.Tx.Commit.index: commit,
     commands.Tx.Rollback.index: rollback,
