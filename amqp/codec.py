@@ -9,7 +9,6 @@ go through ``fastpath``, which is checked byte for byte against pamqp.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from pamqp import base, commands, frame
 from pamqp import exceptions as pamqp_exceptions
@@ -65,31 +64,3 @@ def decode_method(payload: bytes, index: int) -> Method:
 def encode_method(channel: int, method: Method) -> bytes:
     """A complete method frame."""
     return frame.marshal(method, channel)
-
-
-def decode_properties(raw: bytes) -> commands.Basic.Properties:
-    """Raw property flags + list (as the publisher sent them) to pamqp properties."""
-    props = commands.Basic.Properties()
-    flags, offset = _property_flags(raw)
-    props.unmarshal(flags, raw[offset:])
-    return props
-
-
-def encode_properties(props: commands.Basic.Properties) -> bytes:
-    return props.marshal()
-
-
-def _property_flags(raw: bytes) -> tuple[int, int]:
-    flags, offset, word = 0, 0, 0
-    while True:
-        (part,) = struct.unpack_from(">H", raw, offset)
-        offset += 2
-        flags |= part << (word * 16)
-        word += 1
-        if not part & 1:
-            return flags, offset
-
-
-def describe(method: Any) -> str:
-    """``'basic.publish'`` style name for log lines and error texts."""
-    return str(getattr(method, "name", type(method).__name__)).lower()

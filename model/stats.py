@@ -27,7 +27,26 @@ FIELDS = (
 )
 
 
-class MessageStats:
+class Counters:
+    """Named integer counters in slots: summed with ``add``, read with ``items``."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def add(self, other: Counters) -> None:
+        """Fold ``other`` (of the same kind) in, e.g. a closed channel's counts into its vhost's."""
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        for name in self.__slots__:
+            yield name, getattr(self, name)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.items() if v)
+        return f"{type(self).__name__}({shown})"
+
+
+class MessageStats(Counters):
     __slots__ = FIELDS
 
     def __init__(self) -> None:
@@ -43,23 +62,11 @@ class MessageStats:
         self.redeliver = 0
         self.ack = 0
 
-    def add(self, other: MessageStats) -> None:
-        """Fold ``other`` in (a closed channel's counts into its vhost's)."""
-        for name in FIELDS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def items(self) -> Iterator[tuple[str, int]]:
-        for name in FIELDS:
-            yield name, getattr(self, name)
-
     def as_dict(self) -> dict[str, int]:
         """RabbitMQ's shape, with its derived ``deliver_get`` (every delivery, get or consume)."""
         out = dict(self.items())
         out["deliver_get"] = out["deliver"] + out["deliver_no_ack"] + out["get"] + out["get_no_ack"]
         return out
-
-    def __repr__(self) -> str:
-        return f"MessageStats({', '.join(f'{k}={v}' for k, v in self.items() if v)})"
 
 
 CHURN_FIELDS = (
@@ -68,7 +75,7 @@ CHURN_FIELDS = (
 )
 
 
-class Churn:
+class Churn(Counters):
     """RabbitMQ's ``churn_rates`` counters: objects created and closed since start."""
 
     __slots__ = CHURN_FIELDS
@@ -82,9 +89,5 @@ class Churn:
         self.queue_created = 0
         self.queue_deleted = 0
 
-    def add(self, other: Churn) -> None:
-        for name in CHURN_FIELDS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in CHURN_FIELDS}
+        return dict(self.items())
