@@ -34,7 +34,7 @@ from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues import queue_types
-from leveret.queues.arguments import validate_queue_arguments
+from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 
@@ -96,6 +96,7 @@ class VirtualHost:
         self, name: str, type_: str, durable: bool, auto_delete: bool, internal: bool,
         arguments: dict[str, Any],
     ) -> Exchange:
+        check_alternate_exchange(arguments, self.describe_exchange(name))
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)

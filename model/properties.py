@@ -12,6 +12,11 @@ import struct
 
 from pamqp import commands
 
+from leveret.model import field_table
+
+# Every table pamqp reads or writes (headers here, arguments in amqp.codec) keeps its types.
+field_table.install()
+
 # --- properties (slow path, via pamqp) -------------------------------------
 
 # What pamqp's property decoders raise on hostile input: struct/type errors

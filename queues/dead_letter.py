@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from leveret.model.properties import decode_properties, encode_properties
 from leveret.exchanges.router import route
+from leveret.model.field_table import Long
 from leveret.model.message import Message
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def update_x_death(headers: dict[str, Any] | None, queue: str, reason: str, exch
     """New headers with this death recorded (a pure function; ``headers`` is not changed)."""
     out = dict(headers or {})
     info: dict[str, Any] = {
-        "count": 1, "reason": reason, "queue": queue, "time": when, "exchange": exchange,
+        "count": Long(1), "reason": reason, "queue": queue, "time": when, "exchange": exchange,
         "routing-keys": list(routing_keys),
     }
     if original_expiration is not None:
@@ -106,7 +107,7 @@ def update_x_death(headers: dict[str, Any] | None, queue: str, reason: str, exch
             # RabbitMQ keeps the first death's details and only counts this one.
             entry = dict(match)
             count = entry.get("count")
-            entry["count"] = (count if isinstance(count, int) else 0) + 1
+            entry["count"] = Long((count if isinstance(count, int) else 0) + 1)
         out["x-death"] = [dict(sorted(entry.items())), *others]
     out["x-last-death-exchange"] = exchange
     out["x-last-death-queue"] = queue

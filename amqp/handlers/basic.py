@@ -13,12 +13,12 @@ from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     ChannelError,
     ConnectionError_,
 )
 from leveret.amqp.handlers.queue import lookup
 from leveret.broker.reply_to import PSEUDO_QUEUE
+from leveret.queues.arguments import check_integer_argument
 from leveret.queues.consumer import Consumer
 
 if TYPE_CHECKING:
@@ -51,12 +51,7 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
         )
     arguments = dict(m.arguments or {})
     priority = arguments.get("x-priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ChannelError(
-            PRECONDITION_FAILED,
-            f"invalid arg 'x-priority' for queue '{queue.name}' in vhost '{ch.vhost.name}': "
-            f"expected an integer, got {priority!r}",
-        )
+    check_integer_argument("x-priority", priority, ch.vhost.describe_queue(queue.name))
     consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,
                         arguments)
     ch.consumers[tag] = consumer

@@ -19,15 +19,16 @@ RESERVED_PREFIX = "amq."
 def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
     vhost = ch.vhost
     name = m.exchange
+    if name == "":  # even passive, as RabbitMQ
+        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
     if m.passive:
         vhost.get_exchange(name)
     else:
-        if name.startswith(RESERVED_PREFIX) or name == "":
-            if name not in vhost.exchanges or name == "":
-                raise ChannelError(
-                    ACCESS_REFUSED,
-                    f"exchange name '{name}' contains reserved prefix 'amq.*'",
-                )
+        if name.startswith(RESERVED_PREFIX) and name not in vhost.exchanges:
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"exchange name '{name}' contains reserved prefix 'amq.*'",
+            )
         if m.exchange_type not in EXCHANGE_TYPES:
             raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'",
                                    (40, 10))

@@ -47,6 +47,10 @@ from pamqp import commands as spec
 from pamqp import header as pamqp_header
 from pamqp import heartbeat as pamqp_heartbeat
 
+from leveret.model import field_table
+
+field_table.install()  # send typed values as typed; see the issue-15 cases
+
 TIMEOUT = 5.0
 RABBITMQ = ("127.0.0.1", 5672)
 FRAME_END = b"\xce"
@@ -228,6 +232,90 @@ class RawConnection:
             except (BrokerClosed, OSError):
                 pass
         self.sock.close()
+
+
+# -- RabbitMQ fidelity: declare-time types and limits (issue 15) --------------
+# Each value is sent in the wire type it names (Leveret's typed table codec is
+# installed in this process), so type names in the texts can be compared.
+
+def exchange_declare_default(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Exchange.Declare(exchange="", exchange_type="direct"))
+
+
+def exchange_declare_default_passive(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Exchange.Declare(exchange="", passive=True))
+
+
+def exchange_declare_ae_signedint(t: Target):
+    t.cleanup(exchanges=("diff.x.ae-int",))
+    c = t.raw()
+    c.call(c.channel(), spec.Exchange.Declare(
+        exchange="diff.x.ae-int", exchange_type="direct",
+        arguments={"alternate-exchange": field_table.SignedInt(5)}))
+
+
+def queue_declare_maxlen_longstr(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(queue="diff.q.maxlen-str",
+                                           arguments={"x-max-length": "ten"}))
+
+
+def queue_declare_ttl_bool(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(queue="diff.q.ttl-bool",
+                                           arguments={"x-message-ttl": True}))
+
+
+def queue_declare_dlx_long(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(
+        queue="diff.q.dlx-long", arguments={"x-dead-letter-exchange": field_table.Long(1)}))
+
+
+def queue_declare_dlrk_without_dlx(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(queue="diff.q.dlrk",
+                                           arguments={"x-dead-letter-routing-key": "k"}))
+
+
+def queue_declare_overflow_signedint(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(
+        queue="diff.q.overflow-int", arguments={"x-overflow": field_table.SignedInt(1)}))
+
+
+def consume_priority_longstr(t: Target):
+    t.cleanup(queues=("diff.q.prio-str",))
+    c = t.raw()
+    ch = c.channel()
+    c.call(ch, spec.Queue.Declare(queue="diff.q.prio-str", auto_delete=True))
+    c.call(ch, spec.Basic.Consume(queue="diff.q.prio-str", arguments={"x-priority": "high"}))
+
+
+def _publish_expiration(t: Target, expiration: str):
+    t.cleanup(queues=("diff.q.exp",))
+    c = t.raw()
+    ch = c.channel()
+    c.call(ch, spec.Queue.Declare(queue="diff.q.exp", auto_delete=True))
+    c.send(ch, spec.Basic.Publish(exchange="", routing_key="diff.q.exp"))
+    c.send(ch, pamqp_header.ContentHeader(0, 1, spec.Basic.Properties(expiration=expiration)))
+    c.send(ch, pamqp_body.ContentBody(b"x"))
+    c.sync(ch)
+
+
+def publish_expiration_too_large(t: Target):
+    _publish_expiration(t, "315360000001")
+
+
+def publish_expiration_too_large_wrapped(t: Target):
+    """Erlang's ~p wraps the term when it would reach column 79."""
+    _publish_expiration(t, "18446744073709551616")
+
+
+def publish_expiration_ten_years_ok(t: Target):
+    _publish_expiration(t, "315360000000")
 
 
 @dataclass
@@ -1342,6 +1430,41 @@ CASES: list[Case] = [
          ("connection", 503, "COMMAND_INVALID - unimplemented method", 10, 50)),
     Case("connection_tune_ok_after_open", connection_tune_ok_after_open,
          ("connection", 504, IN_STATE_RUNNING, 10, 31)),
+    # declare-time types and limits (issue 15)
+    Case("exchange_declare_default", exchange_declare_default,
+         ("channel", 403, "ACCESS_REFUSED - operation not permitted on the default exchange",
+          40, 10)),
+    Case("exchange_declare_default_passive", exchange_declare_default_passive,
+         ("channel", 403, "ACCESS_REFUSED - operation not permitted on the default exchange",
+          40, 10)),
+    Case("exchange_declare_ae_signedint", exchange_declare_ae_signedint,
+         ("channel", 406, "PRECONDITION_FAILED - invalid type 'signedint' for arg "
+          "'alternate-exchange' in exchange 'diff.x.ae-int' in vhost '/'", 40, 10)),
+    Case("queue_declare_maxlen_longstr", queue_declare_maxlen_longstr,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue "
+          "'diff.q.maxlen-str' in vhost '/': \"expected integer, got longstr\"", 50, 10)),
+    Case("queue_declare_ttl_bool", queue_declare_ttl_bool,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue "
+          "'diff.q.ttl-bool' in vhost '/': \"expected integer, got bool\"", 50, 10)),
+    Case("queue_declare_dlx_long", queue_declare_dlx_long,
+         ("channel", 406, "PRECONDITION_FAILED - invalid type 'long' for arg "
+          "'x-dead-letter-exchange' in queue 'diff.q.dlx-long' in vhost '/'", 50, 10)),
+    Case("queue_declare_dlrk_without_dlx", queue_declare_dlrk_without_dlx,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for "
+          "queue 'diff.q.dlrk' in vhost '/': routing_key_but_no_dlx_defined", 50, 10)),
+    Case("queue_declare_overflow_signedint", queue_declare_overflow_signedint,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-overflow' for queue "
+          "'diff.q.overflow-int' in vhost '/': {unacceptable_type,signedint}", 50, 10)),
+    Case("consume_priority_longstr", consume_priority_longstr,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-priority' for queue "
+          "'diff.q.prio-str' in vhost '/': \"expected integer, got longstr\"", 60, 20)),
+    Case("publish_expiration_too_large", publish_expiration_too_large,
+         ("channel", 406, "PRECONDITION_FAILED - invalid expiration '315360000001': "
+          "{value_too_large,315360000001}", 60, 40)),
+    Case("publish_expiration_too_large_wrapped", publish_expiration_too_large_wrapped,
+         ("channel", 406, "PRECONDITION_FAILED - invalid expiration '18446744073709551616': "
+          "{value_too_large,\n" + " " * 44 + "18446744073709551616}", 60, 40)),
+    Case("publish_expiration_ten_years_ok", publish_expiration_ten_years_ok, ("ok", None)),
 ]
 
 
