@@ -142,11 +142,12 @@ def argument_error(name: str, error: str, what: str) -> ChannelError:
     return ChannelError(PRECONDITION_FAILED, f"invalid arg '{name}' for {what}: {error}")
 
 
-def check_integer_argument(name: str, value: Any, what: str) -> None:
+def check_integer_argument(name: str, value: Any, what: str) -> int:
     """An integer argument outside queue.declare (basic.consume's ``x-priority``)."""
     error = _int(value)
     if error is not None:
         raise argument_error(name, error, what)
+    return int(value)
 
 
 def check_alternate_exchange(arguments: dict[str, Any], what: str) -> None:

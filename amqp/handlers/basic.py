@@ -50,8 +50,8 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
             f"queue '{queue.name}' in vhost '{ch.vhost.name}' in exclusive use",
         )
     arguments = dict(m.arguments or {})
-    priority = arguments.get("x-priority", 0)
-    check_integer_argument("x-priority", priority, ch.vhost.describe_queue(queue.name))
+    priority = check_integer_argument("x-priority", arguments.get("x-priority", 0),
+                                      ch.vhost.describe_queue(queue.name))
     consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,
                         arguments)
     ch.consumers[tag] = consumer
