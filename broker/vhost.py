@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # Names clients may not declare: RabbitMQ reserves them for itself.
 RESERVED_PREFIX = "amq."
 
+TRACE_EXCHANGE = "amq.rabbitmq.trace"
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
     ("amq.fanout", "fanout"),
@@ -69,6 +70,10 @@ class VirtualHost:
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in DEFAULT_EXCHANGES:
             self.exchanges[ex_name] = Exchange(ex_name, ex_type, durable=True, vhost=name)
+        # RabbitMQ pre-declares its firehose exchange in every vhost (internal: clients may
+        # bind to it but not publish to it). Leveret's tracing is its own (issue 13).
+        self.exchanges[TRACE_EXCHANGE] = Exchange(TRACE_EXCHANGE, "topic", durable=True,
+                                                  internal=True, vhost=name)
 
     # -- lookups ------------------------------------------------------------
 

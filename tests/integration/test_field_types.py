@@ -100,3 +100,53 @@ def test_alternate_exchange_of_the_wrong_type_names_the_wire_type(
     assert text.startswith(f"PRECONDITION_FAILED - invalid type '{type_name}' for arg "
                            "'alternate-exchange' in exchange 'ft-ae-"), text
     assert text.endswith("' in vhost '/'"), text
+
+
+@pytest.mark.parametrize(("bound", "sent", "routed"), [
+    (ft.SignedInt(1), ft.Long(1), True),     # integer widths are compatible in RabbitMQ 3.10
+    (ft.Byte(1), ft.SignedInt(1), True),
+    (ft.Float(1.5), 1.5, True),              # float and double too
+    ("a", bytearray(b"a"), True),            # longstr and byte array compare as binaries
+    (True, ft.Byte(1), False),               # but a bool is not a number
+])
+def test_headers_exchange_matches_values_as_rabbitmq(target: Any, bound: Any, sent: Any,
+                                                     routed: bool) -> None:
+    async def run() -> int:
+        conn = await aiormq.connect(target.url)
+        try:
+            ch = await conn.channel()
+            tag = uuid.uuid4().hex[:8]
+            x, q = f"ft-hx-{tag}", f"ft-hq-{tag}"
+            await ch.exchange_declare(x, exchange_type="headers")
+            await ch.queue_declare(q)
+            await ch.queue_bind(q, x, arguments={"x-match": "all", "k": bound})
+            await ch.confirm_delivery()
+            await ch.basic_publish(b"m", exchange=x,
+                                   properties=commands.Basic.Properties(headers={"k": sent}))
+            count = (await ch.queue_declare(q, passive=True)).message_count or 0
+            await ch.queue_delete(q)
+            await ch.exchange_delete(x)
+            return count
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == (1 if routed else 0)
+
+
+def test_rabbitmqs_trace_exchange_is_predeclared_and_internal(target: Any) -> None:
+    async def run() -> str:
+        conn = await aiormq.connect(target.url)
+        try:
+            ch = await conn.channel()
+            await ch.exchange_declare("amq.rabbitmq.trace", passive=True)
+            try:
+                await ch.basic_publish(b"m", exchange="amq.rabbitmq.trace", routing_key="x")
+                await ch.queue_declare("ft-after-trace-publish")
+            except aiormq.exceptions.ChannelAccessRefused as exc:
+                return str(exc.args[0])
+            return "published"
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == ("ACCESS_REFUSED - cannot publish to internal exchange "
+                                  "'amq.rabbitmq.trace' in vhost '/'")
