@@ -15,6 +15,7 @@ from pamqp import base, commands, frame
 from pamqp import exceptions as pamqp_exceptions
 
 from leveret.amqp.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
+from leveret.amqp.field_table import unmarshal_method, unmarshal_properties
 from leveret.amqp.frames import erlang_binary
 
 _method_id = struct.Struct(">I")
@@ -43,7 +44,7 @@ def decode_method(payload: bytes, index: int) -> Method:
         raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)
     method = cls()
     try:
-        method.unmarshal(payload[4:])
+        unmarshal_method(method, payload[4:])
     except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError, KeyError,
             pamqp_exceptions.PAMQPException) as exc:
         raise ConnectionError_(
@@ -61,7 +62,7 @@ def decode_properties(raw: bytes) -> commands.Basic.Properties:
     """Raw property flags + list (as the publisher sent them) to pamqp properties."""
     props = commands.Basic.Properties()
     flags, offset = _property_flags(raw)
-    props.unmarshal(flags, raw[offset:])
+    unmarshal_properties(props, flags, raw[offset:])
     return props
 
 

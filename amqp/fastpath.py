@@ -43,6 +43,8 @@ import struct
 
 from pamqp import commands
 
+from leveret.amqp.field_table import unmarshal_properties
+
 # --- frame constants -------------------------------------------------------
 
 FRAME_METHOD = 1
@@ -473,7 +475,7 @@ def decode_properties(raw_properties: bytes | memoryview) -> commands.Basic.Prop
             break
     props = commands.Basic.Properties()
     try:
-        props.unmarshal(flags, data[offset:])
+        unmarshal_properties(props, flags, data[offset:])
     except _PROPERTY_DECODE_ERRORS as exc:
         raise ValueError(f"malformed content properties: {exc}") from exc
     return props
