@@ -199,3 +199,64 @@ def test_hard_error_then_publishes_are_discarded_and_close_ok_closes(lone_broker
     client.finish(chunk, sent)
     client.sock.sendall(marshal(0, spec.Connection.CloseOk()))
     assert client.eof_after(5.0) < 1.0
+
+
+def nested_table(depth: int) -> bytes:
+    table = struct.pack(">I", 0)
+    for _ in range(depth):
+        entry = b"\x01a" + b"F" + table
+        table = struct.pack(">I", len(entry)) + entry
+    return table
+
+
+def test_deep_tables_one_log_line_and_no_lost_message(lone_broker: Any) -> None:
+    """Issue 17 item 5. Before: queue.declare arguments nested 1,000 deep got 541 and a
+    3,000-line traceback; the same headers on a message expiring into a dead-letter
+    exchange lost the message (in neither queue) after an exception in the TTL timer."""
+    client = Raw(lone_broker.port)
+    client.start()
+    ch = 1
+    client.sock.sendall(marshal(ch, spec.Queue.Declare(queue="deep-dlq")))
+    client.wait("Queue.DeclareOk")
+    client.sock.sendall(marshal(ch, spec.Queue.Declare(queue="deep-src", arguments={
+        "x-message-ttl": 50, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "deep-dlq"})))
+    client.wait("Queue.DeclareOk")
+    body = b"keep me"
+    header = struct.pack(">HHQH", 60, 0, len(body), 0x2000) + nested_table(1000)
+    client.sock.sendall(
+        marshal(ch, spec.Basic.Publish(exchange="", routing_key="deep-src"))
+        + struct.pack(">BHI", 2, ch, len(header)) + header + b"\xce"
+        + marshal(ch, pbody.ContentBody(body)))
+    deadline = time.monotonic() + 5
+    while True:
+        client.sock.sendall(marshal(ch, spec.Basic.Get(queue="deep-dlq", no_ack=True)))
+        _, reply = client.frame()
+        if reply.name == "Basic.GetOk":
+            break
+        assert time.monotonic() < deadline, "the message never reached the dead-letter queue"
+        time.sleep(0.1)
+    _, content = client.frame()
+    _, got = client.frame()
+    assert got.value == body
+    death = content.properties.headers["x-death"][0]
+    assert (death["queue"], death["reason"]) == ("deep-src", "expired")
+    assert "a" not in content.properties.headers  # the undecodable headers were dropped
+
+    other = Raw(lone_broker.port)
+    other.start()
+    args = nested_table(1000)
+    payload = struct.pack(">HHH", 50, 10, 0) + b"\x04deep" + b"\x00" + args
+    before = lone_broker.log_text().count("\n")
+    other.sock.sendall(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    close = other.wait("Connection.Close")
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 50, 10)
+    other.sock.sendall(marshal(0, spec.Connection.CloseOk()))
+    other.eof_after(5.0)
+    time.sleep(0.2)
+    log = lone_broker.log_text()
+    assert "Traceback" not in log
+    assert log.count("without its headers") == 1
+    new_lines = log.splitlines()[before:]
+    assert len([line for line in new_lines if "FRAME_ERROR" in line]) == 1
+    assert all(len(line) < 1000 for line in new_lines)
