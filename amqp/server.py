@@ -27,6 +27,7 @@ import asyncio
 import errno
 import fcntl
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -54,6 +55,10 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 3.0
 # After close-ok to a client's connection.close, how long the client has to close the socket.
 CLOSE_GRACE_SECONDS = 1.0
+# The data dir and everything in it (store, lock file, ctl socket) are the broker user's
+# only: persistent message bodies are in there.
+DATA_DIR_MODE = 0o700
+DATA_FILE_MODE = 0o600
 # Stop reading a connection whose unsent output passes this (bytes); RabbitMQ bounds the
 # same thing with credit flow between its writer and reader processes. Big enough for a
 # full batch of deliveries and confirms to a client that does read, small next to RAM.
@@ -260,8 +265,12 @@ def open_store(config: Config) -> tuple[Any, Any]:
     """Lock the data dir (one broker per dir) and open its LMDB store: (store, lock file)."""
     data_dir = Path(config.data_dir)
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(data_dir / "leveret.lock", "a+")  # noqa: SIM115 - held for the process lifetime
+        # Persistent bodies are in here: owner only (DATA_DIR_MODE, DATA_FILE_MODE).
+        data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+        if data_dir.stat().st_mode & 0o777 != DATA_DIR_MODE:
+            os.chmod(data_dir, DATA_DIR_MODE)  # made by an older Leveret, or by hand
+        lock = os.fdopen(os.open(data_dir / "leveret.lock", os.O_RDWR | os.O_CREAT | os.O_APPEND,
+                                 DATA_FILE_MODE), "a+")
     except OSError as exc:
         raise StartupError(f"data directory {data_dir} is unusable: {exc.strerror or exc}") from exc
     try:
