@@ -158,6 +158,11 @@ class Connection:
         self.flow_queues: set[Any] = set()
         self.on_flow_release: Callable[[], None] = lambda: None
         self.writable = True  # False while the socket's write buffer is full
+        # Deliveries written since ``out`` was last taken; over DELIVERY_BATCH_BYTES they wait
+        # for the next loop turn (``batch_full``), so a prefetch-0 consumer of a long queue
+        # costs one batch of output at a time, not the whole queue encoded at once.
+        self.batch_bytes = 0
+        self.batch_full = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
@@ -185,6 +190,12 @@ class Connection:
         if out:
             self.out = []
             self.last_sent = self.clock()
+        self.batch_bytes = 0
+        if self.batch_full:
+            self.batch_full = False
+            if self.writable:
+                for channel in list(self.channels.values()):
+                    channel._resume_consumers()
         return out
 
     def want_flush(self, channel: Channel) -> None:
