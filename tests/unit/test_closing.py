@@ -108,3 +108,23 @@ def test_refused_tune_ok_then_large_frames_keep_nothing() -> None:
         client.send(publish)
     assert not client.conn.reading
     assert len(client.conn._frames) < 70_000
+
+
+def test_prefetch_0_consumer_gets_deliveries_one_batch_per_turn() -> None:
+    """Issue 17 item 2: a long queue is not encoded for a prefetch-0 consumer all at once."""
+    from leveret.amqp.channel import DELIVERY_BATCH_BYTES
+
+    client, _ = running()
+    client.call(1, commands.Queue.Declare(queue="q"))
+    for _ in range(3000):
+        client.publish(1, b"x" * 1024, routing_key="q")
+    client.feed(client.method(1, commands.Basic.Consume(queue="q")))
+    sizes = []
+    while True:
+        out = client.drain_raw()
+        if not out:
+            break
+        sizes.append(len(out))
+    assert max(sizes) < DELIVERY_BATCH_BYTES + 2048
+    assert sum(sizes) > 3000 * 1024  # every message came, over several turns
+    assert len(sizes) >= 3
