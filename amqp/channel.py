@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _PUBLISH = fastpath.BASIC_PUBLISH
+# Deliveries one connection encodes per loop turn before the rest wait for the next turn
+# (Connection.batch_bytes): bounds the output held in memory at once (issue 17 item 2).
+DELIVERY_BATCH_BYTES = 1 << 20
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
@@ -289,8 +292,12 @@ class Channel:
     # -- deliveries -------------------------------------------------------------
 
     def has_room(self) -> bool:
-        """Channel-wide (global) prefetch and channel.flow."""
-        if not self.active or not self.connection.writable:
+        """Channel-wide (global) prefetch, channel.flow, and room in this turn's output batch."""
+        conn = self.connection
+        if not self.active or not conn.writable:
+            return False
+        if conn.batch_bytes >= DELIVERY_BATCH_BYTES:
+            conn.batch_full = True  # resumed when the batch is taken for the wire
             return False
         return not self.global_prefetch or self._global_unacked < self.global_prefetch
 
@@ -299,9 +306,11 @@ class Channel:
         self._next_tag = tag + 1
         message = entry.message
         conn = self.connection
-        conn.write(fastpath.encode_deliver_with_content(
+        frame = fastpath.encode_deliver_with_content(
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
-            message.routing_key, message.raw_properties, message.body, conn.frame_max))
+            message.routing_key, message.raw_properties, message.body, conn.frame_max)
+        conn.batch_bytes += len(frame)
+        conn.write(frame)
         stats = self.stats
         if entry.delivery_count:
             stats.redeliver += 1

@@ -56,7 +56,7 @@ def decode_method(payload: bytes, index: int) -> Method:
         raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)
     method: Method = cls()
     try:
-        method.unmarshal(payload[4:])
+        field_table.unmarshal_method(method, payload[4:])
     except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError, KeyError,
             pamqp_exceptions.PAMQPException) as exc:
         raise ConnectionError_(

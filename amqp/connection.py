@@ -60,6 +60,7 @@ from leveret.amqp.frames import (
     FRAME_METHOD,
     HEARTBEAT_FRAME,
     FrameBuffer,
+    erlang_binary,
 )
 
 if TYPE_CHECKING:
@@ -71,6 +72,18 @@ log = logging.getLogger(__name__)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 HEADER, START, TUNE, OPEN, RUNNING, CLOSING, CLOSED = range(7)
+
+# Once we have sent connection.close, how long the peer has to answer close-ok before the
+# adapter drops the socket; meanwhile its stream is read only to find close-ok and the rest
+# is discarded unbuffered (FrameBuffer.feed_closing). As RabbitMQ's rabbit_reader: 30 s
+# (?CLOSING_TIMEOUT) or the heartbeat if shorter; measured on 3.10: 30.0 s with heartbeat
+# 0 and 60, with the client still sending (RabbitMQ read and discarded 10 MB meanwhile).
+CLOSING_TIMEOUT = 30.0
+# After a framing error (the stream cannot be parsed any more) or an error before the
+# connection is open, the socket is dropped after this instead; after a framing error it is
+# not read at all meanwhile. RabbitMQ's ?SILENT_CLOSE_DELAY: measured on 3.10, 3.0 s after a
+# bad frame end marker (heartbeat 0 or 60) and after a refused tune-ok.
+SILENT_CLOSE_DELAY = 3.0
 # RabbitMQ's names for the states, used in its error texts.
 STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
 
@@ -144,6 +157,10 @@ class Connection:
         self.last_received = clock()
         self.last_sent = clock()
         self.want_close = False  # adapter: close the transport once ``out`` is flushed
+        # CLOSING: the adapter drops the socket at ``close_deadline`` (``clock`` time) and
+        # stops reading it once ``reading`` is False.
+        self.reading = True
+        self.close_deadline = 0.0
         self.peer_closes = False  # ... but first give the peer CLOSE_GRACE_SECONDS to do it
         self.blocked = False  # by a resource alarm: we stopped reading this socket
         self.has_published = False
@@ -156,6 +173,11 @@ class Connection:
         self.connected_at = time.time()
         broker.churn.connection_created += 1
         self._released = False
+        # Deliveries written since ``out`` was last taken; over DELIVERY_BATCH_BYTES they wait
+        # for the next loop turn (``batch_full``), so a prefetch-0 consumer of a long queue
+        # costs one batch of output at a time, not the whole queue encoded at once.
+        self.batch_bytes = 0
+        self.batch_full = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
@@ -185,6 +207,12 @@ class Connection:
             self.last_sent = self.clock()
             self.send_cnt += 1
             self.send_oct += sum(map(len, out))
+        self.batch_bytes = 0
+        if self.batch_full:
+            self.batch_full = False
+            if self.writable:
+                for channel in list(self.channels.values()):
+                    channel._resume_consumers()
         return out
 
     def want_flush(self, channel: Channel) -> None:
@@ -229,7 +257,7 @@ class Connection:
     # -- input ----------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        if self.state == CLOSED:
+        if self.state == CLOSED or not self.reading:
             return
         self.recv_oct += len(data)
         self.recv_cnt += 1
@@ -247,7 +275,9 @@ class Connection:
                 data = bytes(self._header[8:])
                 self._header = bytearray()
                 self._send_start()
-            for ftype, channel, payload in self._frames.feed(data):
+            frames = self._frames
+            for ftype, channel, payload in (frames.feed(data) if self.state != CLOSING
+                                            else frames.feed_closing(data)):
                 if self.state == CLOSED:
                     return
                 # Per frame, so the frames after an error in the same chunk still reach
@@ -256,15 +286,25 @@ class Connection:
                     if ftype == FRAME_METHOD:
                         self._on_method(channel, payload)
                     elif ftype == FRAME_HEARTBEAT:
-                        pass  # on any channel: RabbitMQ ignores the channel number here
+                        if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
+                            raise ConnectionError_(
+                                UNEXPECTED_FRAME, f"type 8, all octets = {erlang_binary(payload)}")
                     else:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
                     self._fail(exc)
-        except ConnectionError_ as exc:
+        except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             self._fail(exc)
+            self._stop_reading()
         except Exception as exc:  # a bug must not take the broker down
-            log.exception("internal error on connection %s", self.name)
+            # One line, not a traceback: a peer that can trigger this must not flood the log.
+            where = exc.__traceback__
+            while where is not None and where.tb_next is not None:
+                where = where.tb_next
+            at = (f" at {where.tb_frame.f_code.co_filename}:{where.tb_lineno}"
+                  if where is not None else "")
+            log.error("internal error on connection %s: %r%s", self.name, exc, at)
+            log.debug("internal error on connection %s", self.name, exc_info=True)
             self._fail(ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
 
     def _bad_header(self) -> None:
@@ -459,16 +499,28 @@ class Connection:
         """Hard error: send connection.close and wait for close-ok."""
         if self.state in (CLOSING, CLOSED):
             return
-        log.warning("connection %s: closing with %s", self.name, exc.reply_text)
+        text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
+        log.warning("connection %s: closing with %s", self.name, text)
         class_id, method_id = exc.method
         if self.state == HEADER:
             self._closed()
             return
         self.write(encode_method(0, commands.Connection.Close(
-            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            reply_code=int(exc.code), reply_text=text,
             class_id=class_id, method_id=method_id)))
         self._release_all()
+        if self.state == RUNNING:
+            grace = min(self.heartbeat, CLOSING_TIMEOUT) if self.heartbeat else CLOSING_TIMEOUT
+        else:
+            grace = SILENT_CLOSE_DELAY
+        self.close_deadline = self.clock() + grace
         self.state = CLOSING
+
+    def _stop_reading(self) -> None:
+        """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
+        if self.state == CLOSING:
+            self.reading = False
+            self.close_deadline = min(self.close_deadline, self.clock() + SILENT_CLOSE_DELAY)
 
     def close(self, code: int = CONNECTION_FORCED,
               text: str = "broker forced connection closure with reason 'shutdown'") -> None:

@@ -17,7 +17,16 @@ reproduced. Here:
   a :class:`Long`, as RabbitMQ writes it); a plain ``int`` is encoded in the
   smallest type, as pamqp does;
 * nesting is bounded (:data:`MAX_DEPTH`), so a hostile 1,000-deep table is a
-  clean ``ValueError`` (the caller's 501/502), never a ``RecursionError``.
+  clean ``ValueError`` (the caller's 501), never a ``RecursionError``; every
+  length must end inside its container (pamqp silently truncates a long string
+  that runs past its frame).
+
+:func:`unmarshal_method` and :func:`unmarshal_properties` are pamqp's own
+decode loops with the method's and properties' string fields checked the same
+way before pamqp reads them. Where RabbitMQ 3.10 differs (checked with raw
+frames): for a long string running past its table it drops the socket without
+a close method (a content header: 541); Leveret answers 501 FRAME_ERROR
+"cannot decode", as RabbitMQ does when a method's own fields run past the frame.
 
 :func:`install` makes pamqp use these functions for every ``table`` field
 (method arguments, ``client_properties``, message ``headers``), so the one
@@ -37,10 +46,11 @@ from typing import Any, ClassVar
 from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
-# Tables nested deeper than this are refused. RabbitMQ accepts deeper ones; no real
-# client sends more than a few levels (x-death is 3), and the limit keeps decoding
-# and re-encoding bounded.
-MAX_DEPTH = 64
+# Tables and arrays nested deeper than this are refused. RabbitMQ 3.10 accepts any depth a
+# frame can hold (18,000 levels got declare-ok); Python recursion is not that cheap, and
+# more than the decoder walks tables (the encoder, equivalence checks, the store, JSON for
+# the HTTP API), so Leveret stops here, far beyond what clients send (x-death is 3 deep).
+MAX_DEPTH = 100
 
 
 class TypedInt(int):
@@ -170,7 +180,7 @@ def same_typed(a: object, b: object) -> bool:
 
 def decode_table(data: bytes | memoryview, depth: int = 0) -> tuple[int, dict[str, Any]]:
     """``(bytes consumed, table)`` from a 4-byte length and the table's entries."""
-    if depth > MAX_DEPTH:
+    if depth >= MAX_DEPTH:  # the outermost table is level 1
         raise ValueError(f"field table nested deeper than {MAX_DEPTH} levels")
     view = memoryview(data)
     if len(view) < 4:
@@ -196,7 +206,7 @@ def decode_table(data: bytes | memoryview, depth: int = 0) -> tuple[int, dict[st
 
 
 def decode_array(data: bytes | memoryview, depth: int = 0) -> tuple[int, list[Any]]:
-    if depth > MAX_DEPTH:
+    if depth >= MAX_DEPTH:
         raise ValueError(f"field array nested deeper than {MAX_DEPTH} levels")
     view = memoryview(data)
     if len(view) < 4:
@@ -385,3 +395,62 @@ def install() -> None:
     encoders: dict[str, Callable[..., Any]] = pamqp_encode.METHODS
     decoders["table"] = _decode_for_pamqp
     encoders["table"] = encode_table
+
+
+# -- checked unmarshalling (pamqp's loops, strings checked first) ---------------------
+
+
+def check_long_string(data: bytes, pos: int = 0) -> int:
+    """Offset after the long string at ``data[pos]``; ValueError if it runs past the data."""
+    if pos + 4 > len(data):
+        raise ValueError("long string length runs past the end of its container")
+    end: int = pos + 4 + _U32.unpack_from(data, pos)[0]
+    if end > len(data):
+        raise ValueError("long string length runs past the end of its container")
+    return end
+
+
+def check_short_string(data: bytes, pos: int = 0) -> int:
+    """Offset after the short string at ``data[pos]``; ValueError if it runs past the data."""
+    if pos >= len(data) or pos + 1 + data[pos] > len(data):
+        raise ValueError("short string runs past the end of the data")
+    return pos + 1 + data[pos]
+
+
+def _check(data: bytes, data_type: str) -> None:
+    if data_type == "longstr":
+        check_long_string(data)
+    elif data_type == "shortstr":
+        check_short_string(data)
+    # tables: decode_table checks every length itself.
+
+
+def unmarshal_method(method: Any, data: bytes) -> None:
+    """pamqp's ``Frame.unmarshal``, with every string checked before it is decoded."""
+    bit_offset, in_bits = 0, False
+    value: Any
+    for argument in method.__slots__:
+        data_type = method.amqp_type(argument)
+        if in_bits and (data_type != "bit" or bit_offset == 8):
+            data = data[1:]
+            bit_offset, in_bits = 0, False
+        if data_type == "bit":
+            _, value = pamqp_decode.bit(data, bit_offset)
+            bit_offset += 1
+            in_bits = True
+        else:
+            _check(data, data_type)
+            consumed, value = pamqp_decode.by_type(data, data_type)
+            data = data[consumed:]
+        setattr(method, argument, value)
+
+
+def unmarshal_properties(props: Any, flags: int, data: bytes) -> None:
+    """pamqp's ``Basic.Properties.unmarshal``, with strings checked before they are decoded."""
+    for name in props.__slots__:
+        if flags & props.flags[name]:
+            data_type = getattr(props.__class__, "_" + name)
+            _check(data, data_type)
+            consumed, value = pamqp_decode.by_type(data, data_type)
+            setattr(props, name, value)
+            data = data[consumed:]

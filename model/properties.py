@@ -49,7 +49,7 @@ def decode_properties(raw_properties: bytes | memoryview) -> commands.Basic.Prop
             break
     props = commands.Basic.Properties()
     try:
-        props.unmarshal(flags, data[offset:])
+        field_table.unmarshal_properties(props, flags, data[offset:])
     except _PROPERTY_DECODE_ERRORS as exc:
         raise ValueError(f"malformed content properties: {exc}") from exc
     return props

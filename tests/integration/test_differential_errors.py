@@ -1107,6 +1107,41 @@ def frame_garbled_table(t: Target):
     c.settle(ch)
 
 
+def frame_longstr_past_table(t: Target):
+    """queue.declare whose table holds a longstr claiming 1,000 bytes where 3 follow."""
+    c = t.raw()
+    ch = c.channel()
+    payload = method_payload(spec.Queue.Declare(queue="diff.q.longstr", exclusive=True))
+    table = b"\x05x-foo" + b"S" + struct.pack(">I", 1000) + b"abc"
+    payload = payload[:-4] + struct.pack(">I", len(table)) + table
+    c.send_bytes(frame_bytes(METHOD, ch, payload))
+    c.settle(ch)
+
+
+def frame_longstr_past_frame(t: Target):
+    """connection.start-ok whose response longstr claims 100 bytes where 12 follow."""
+    c = t.connect()
+    c.send_bytes(RABBIT_HEADER)
+    c.wait(0, ["Connection.Start"])
+    start_ok = (struct.pack(">HH", 10, 11) + b"\x00\x00\x00\x00" + b"\x05PLAIN"
+                + struct.pack(">I", 100) + b"\x00guest\x00guest")
+    c.send_bytes(frame_bytes(METHOD, 0, start_ok))
+    return c.wait(0, ["Connection.Tune"]).name
+
+
+def frame_deeply_nested_table(t: Target):
+    """queue.declare with arguments nested 1,000 tables deep (7 KB)."""
+    c = t.raw()
+    ch = c.channel()
+    table = struct.pack(">I", 0)
+    for _ in range(1000):
+        entry = b"\x01a" + b"F" + table
+        table = struct.pack(">I", len(entry)) + entry
+    payload = method_payload(spec.Queue.Declare(queue="diff.q.nested", exclusive=True))
+    c.send_bytes(frame_bytes(METHOD, ch, payload[:-4] + table))
+    return c.wait(ch, ["Queue.DeclareOk"]).queue
+
+
 def frame_unknown_frame_type(t: Target):
     c = t.raw()
     ch = c.channel()
@@ -1139,9 +1174,17 @@ def channel_zero_open(t: Target):
 
 
 def heartbeat_on_nonzero_channel(t: Target):
+    """A raw heartbeat frame on channel 1 (pamqp would put it on channel 0)."""
     c = t.raw()
     ch = c.channel()
-    c.send(ch, pamqp_heartbeat.Heartbeat())
+    c.send_bytes(frame_bytes(HEARTBEAT, ch, b""))
+    c.settle(ch)
+
+
+def heartbeat_on_channel_zero(t: Target):
+    c = t.raw()
+    ch = c.channel()
+    c.send(ch, pamqp_heartbeat.Heartbeat())  # pamqp sends heartbeats on channel 0
     c.settle(ch)
 
 
@@ -1413,6 +1456,15 @@ CASES: list[Case] = [
          ("connection", 501, "FRAME_ERROR - cannot decode <<0,0,16,100,105,102>>", 50, 10)),
     Case("frame_garbled_table", frame_garbled_table, ("eof",),
          leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 50, 10)),
+    # A longstr running past its table: RabbitMQ's reader crashes (socket closed, no close);
+    # past the frame, in start-ok: same. Leveret answers 501 "cannot decode".
+    Case("frame_longstr_past_table", frame_longstr_past_table, ("eof",),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 50, 10)),
+    Case("frame_longstr_past_frame", frame_longstr_past_frame, ("eof",),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 10, 11)),
+    # RabbitMQ accepts any nesting a frame holds; Leveret stops at amqp/field_table.MAX_DEPTH.
+    Case("frame_deeply_nested_table", frame_deeply_nested_table, ("ok", "diff.q.nested"),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<[0-9,]*"), 50, 10)),
     Case("frame_unknown_frame_type", frame_unknown_frame_type,
          ("connection", 501,
           'FRAME_ERROR - type 42, all octets = <<"hello">>: unknown_frame', 0, 0)),
@@ -1424,8 +1476,10 @@ CASES: list[Case] = [
          ("connection", 530, ("NOT_ALLOWED - number of channels opened (2) has reached "
                              "the negotiated channel_max (2)"), 0, 0)),
     Case("channel_zero_open", channel_zero_open, ("connection", 504, IN_STATE_RUNNING, 20, 10)),
-    # RabbitMQ ignores a heartbeat frame on a non-zero channel.
-    Case("heartbeat_on_nonzero_channel", heartbeat_on_nonzero_channel, ("ok", None)),
+    # A heartbeat on a non-zero channel is a connection error; on channel 0 it is fine.
+    Case("heartbeat_on_nonzero_channel", heartbeat_on_nonzero_channel,
+         ("connection", 505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0)),
+    Case("heartbeat_on_channel_zero", heartbeat_on_channel_zero, ("ok", None)),
     Case("connection_method_on_nonzero_channel", connection_method_on_nonzero_channel,
          ("connection", 503, "COMMAND_INVALID - unimplemented method", 10, 50)),
     Case("connection_tune_ok_after_open", connection_tune_ok_after_open,
@@ -1627,7 +1681,8 @@ NOTES = """## Rules that fall out of the table
   connection.tune-ok after open -> 504 `unexpected method in connection state running`; a
   connection-class method on channel 1 -> 503 `COMMAND_INVALID - unimplemented method`.
 * channel_max limits how many channels are open (530, 0,0), not the channel number: with
-  channel_max=10, channel 11 opens fine.  A heartbeat frame on channel 1 is ignored.
+  channel_max=10, channel 11 opens fine.  A heartbeat frame on channel 1 is 505
+  `UNEXPECTED_FRAME - type 8, all octets = <<>>` (0,0); on channel 0 it is ignored.
 * Not errors: deleting a missing queue/exchange, unbinding a missing binding, cancelling an
   unknown consumer tag, passive-declaring amq.direct with another type, basic.recover-async,
   channel.flow active=true, queue.bind with an empty queue name after a declare on the same
