@@ -319,6 +319,23 @@ def depth(url: str, queue: str) -> int | None:
             raise
 
 
+def settle(url: str) -> None:
+    """Wait until what the broker has accepted so far is on disk (definitions included).
+
+    Leveret answers ``queue.declare-ok`` before the durable queue's definition is
+    synced: it rides in the next group commit. A lab that declares a queue and then
+    crashes the broker without any confirm in between would lose the queue itself,
+    which is not what it means to show. One confirmed persistent message (to a
+    queue of its own) waits for a commit, and commits are written in order.
+    """
+    with connect(url) as conn:
+        ch = conn.channel()
+        ch.queue_declare("lab.settle", durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish("", "lab.settle", b"", pika.BasicProperties(delivery_mode=2))
+        ch.queue_purge("lab.settle")
+
+
 def delete_queues(url: str, names: list[str]) -> None:
     """Remove what a --url run declared (queues and exchanges share the lab's prefix)."""
     with connect(url) as conn:
