@@ -32,6 +32,7 @@ class Lab(NamedTuple):
 LABS: tuple[Lab, ...] = (
     Lab("durability", "durable queue x persistent message x SIGKILL: which of the 4 survive"),
     Lab("confirms", "publisher confirms: what a crash loses without them, and what waiting costs"),
+    Lab("acks", "consumer acks: auto-ack loses, unacked comes back redelivered, never-ack holds"),
 )
 
 

@@ -349,10 +349,11 @@ def delete_queues(url: str, names: list[str]) -> None:
 class Program:
     """A lab's example run as a separate process, read line by line (one event per line)."""
 
-    def __init__(self, module: str, *args: str) -> None:
+    def __init__(self, url: str, module: str, *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-u", "-m", module, *args], stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "AMQP_URL": url})
         self.output: list[str] = []
 
     def lines(self) -> Iterator[str]:
@@ -384,6 +385,26 @@ class Program:
         self.proc.wait()
         assert self.proc.stderr is not None
         return self.proc.stderr.read()[-2000:]
+
+
+def consume(url: str, queue: str, count: int,
+            prefetch: int = 0) -> list[tuple[pika.spec.Basic.Deliver, pika.BasicProperties, bytes]]:
+    """The next ``count`` deliveries from ``queue`` (acked), waiting for each to arrive."""
+    got: list[tuple[pika.spec.Basic.Deliver, pika.BasicProperties, bytes]] = []
+    with connect(url) as conn:
+        ch = conn.channel()
+        if prefetch:
+            ch.basic_qos(prefetch_count=prefetch)
+
+        def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            got.append((method, props, body))
+            ch.basic_ack(method.delivery_tag)
+
+        tag = ch.basic_consume(queue, on_message)
+        wait_until(lambda: len(got) >= count, f"{count} deliveries from {queue}",
+                   lambda: conn.process_data_events(0.2))
+        ch.basic_cancel(tag)
+    return got
 
 
 def wait_until(predicate: Callable[[], Any], what: str, poll: Callable[[], None]) -> None:
