@@ -33,6 +33,7 @@ LABS: tuple[Lab, ...] = (
     Lab("durability", "durable queue x persistent message x SIGKILL: which of the 4 survive"),
     Lab("confirms", "publisher confirms: what a crash loses without them, and what waiting costs"),
     Lab("acks", "consumer acks: auto-ack loses, unacked comes back redelivered, never-ack holds"),
+    Lab("prefetch", "prefetch and fair dispatch: a slow and a fast consumer, prefetch 1 vs unlimited"),
 )
 
 

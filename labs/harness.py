@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -346,8 +346,13 @@ def delete_queues(url: str, names: list[str]) -> None:
             ch.close()
 
 
+# Every Program's reader thread notifies this one condition, so a lab can wait on
+# the output of several processes at once (``wait_for_lines``).
+_OUTPUT = threading.Condition()
+
+
 class Program:
-    """A lab's example run as a separate process, read line by line (one event per line)."""
+    """A lab's example run as a separate process; each line it prints is an event."""
 
     def __init__(self, url: str, module: str, *args: str) -> None:
         self.proc = subprocess.Popen(
@@ -355,36 +360,60 @@ class Program:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "AMQP_URL": url})
         self.output: list[str] = []
+        self._cursor = 0  # wait_for looks at lines from here on
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def lines(self) -> Iterator[str]:
+    def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.output.append(line.rstrip("\n"))
-            yield self.output[-1]
+            with _OUTPUT:
+                self.output.append(line.rstrip("\n"))
+                _OUTPUT.notify_all()
+        with _OUTPUT:
+            _OUTPUT.notify_all()
 
     def wait_for(self, prefix: str) -> str:
-        """Read output until a line starts with ``prefix`` (the process reached that point)."""
-        for line in self.lines():
-            if line.startswith(prefix):
-                return line
-        raise LabFailed(f"{' '.join(self.proc.args)} exited before printing {prefix!r}:\n"
-                        + self._stderr())
+        """The next line (after the last one returned) that starts with ``prefix``."""
+        deadline = time.monotonic() + WAIT_TIMEOUT
+        with _OUTPUT:
+            while True:
+                for i in range(self._cursor, len(self.output)):
+                    if self.output[i].startswith(prefix):
+                        self._cursor = i + 1
+                        return self.output[i]
+                left = deadline - time.monotonic()
+                if not self._reader.is_alive() or left <= 0:
+                    raise LabFailed(f"{' '.join(map(str, self.proc.args))} never printed "
+                                    f"{prefix!r}:\n{self._stderr()}")
+                _OUTPUT.wait(left)
+
+    def count(self, prefix: str) -> int:
+        with _OUTPUT:
+            return sum(line.startswith(prefix) for line in self.output)
 
     def kill(self) -> None:
+        """SIGKILL, and wait for the exit and the last of its output."""
         self.proc.kill()
-        self.finish()
-
-    def finish(self) -> list[str]:
-        """Wait for the exit; all the lines it printed."""
-        for _ in self.lines():
-            pass
         self.proc.wait()
-        return self.output
+        self._reader.join(WAIT_TIMEOUT)
 
     def _stderr(self) -> str:
-        self.proc.wait()
+        if self.proc.poll() is None:
+            return "(still running)"
         assert self.proc.stderr is not None
         return self.proc.stderr.read()[-2000:]
+
+
+def wait_for_lines(programs: list[Program], prefix: str, total: int) -> None:
+    """Wait until the programs have printed ``total`` lines starting with ``prefix``."""
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    with _OUTPUT:
+        while sum(p.count(prefix) for p in programs) < total:
+            left = deadline - time.monotonic()
+            if left <= 0 or not all(p._reader.is_alive() for p in programs):
+                raise LabFailed(f"timed out waiting for {total} {prefix!r} lines")
+            _OUTPUT.wait(left)
 
 
 def consume(url: str, queue: str, count: int,
