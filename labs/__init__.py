@@ -35,6 +35,7 @@ LABS: tuple[Lab, ...] = (
     Lab("acks", "consumer acks: auto-ack loses, unacked comes back redelivered, never-ack holds"),
     Lab("prefetch", "prefetch and fair dispatch: a slow and a fast consumer, prefetch 1 vs unlimited"),
     Lab("poison", "nack, reject, requeue: a requeue loop, x-delivery-limit, DLQ and x-death, retry"),
+    Lab("duplicates", "at-least-once means duplicates: crash before the ack, idempotent consumer"),
 )
 
 

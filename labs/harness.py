@@ -373,7 +373,7 @@ class Program:
         with _OUTPUT:
             _OUTPUT.notify_all()
 
-    def wait_for(self, prefix: str) -> str:
+    def wait_for(self, prefix: str | tuple[str, ...]) -> str:
         """The next line (after the last one returned) that starts with ``prefix``."""
         deadline = time.monotonic() + WAIT_TIMEOUT
         with _OUTPUT:
