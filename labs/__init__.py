@@ -36,6 +36,7 @@ LABS: tuple[Lab, ...] = (
     Lab("prefetch", "prefetch and fair dispatch: a slow and a fast consumer, prefetch 1 vs unlimited"),
     Lab("poison", "nack, reject, requeue: a requeue loop, x-delivery-limit, DLQ and x-death, retry"),
     Lab("duplicates", "at-least-once means duplicates: crash before the ack, idempotent consumer"),
+    Lab("transactions", "tx.commit vs publisher confirms: the guarantee and the cost, side by side"),
 )
 
 
