@@ -176,13 +176,13 @@ class RemoteBroker:
     controlled = False
 
     def freeze(self) -> None:
-        raise NeedsOwnBroker("freezes the broker (SIGSTOP)")
+        raise NeedsOwnBroker("part freezes the broker (SIGSTOP)")
 
     def kill(self) -> None:
-        raise NeedsOwnBroker("kills the broker (SIGKILL)")
+        raise NeedsOwnBroker("part kills the broker (SIGKILL)")
 
     def restart(self) -> None:
-        raise NeedsOwnBroker("restarts the broker on the same data dir")
+        raise NeedsOwnBroker("part restarts the broker on the same data dir")
 
     def stop(self) -> None:
         pass
@@ -253,17 +253,21 @@ class Run:
         """Run one part of the lab; skip it (saying why) if it needs to crash the broker."""
         self.say(f"\n== {title}")
         if own_broker and not self.controlled:
-            self._skip(title, "stops, kills or restarts the broker")
+            self._skip(title, "part stops, kills or restarts the broker")
             return
         try:
             body()
         except NeedsOwnBroker as exc:
             self._skip(title, str(exc))
 
+    def skip(self, what: str, why: str) -> None:
+        """Skip a step inside a part (the part itself goes on)."""
+        self._skip(what, why)
+
     def _skip(self, title: str, why: str) -> None:
         self.skipped.append(title)
-        self.event("skipped", f"this part {why}: it needs a broker the lab controls "
-                   "(run without --url)")
+        self.event("skipped", f"{title}: this {why}, so it needs a broker the lab "
+                   "controls (run without --url)")
 
     def finish(self) -> int:
         """Print the table and the checks; the exit status (1 if any check failed)."""
