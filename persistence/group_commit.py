@@ -209,6 +209,9 @@ class GroupCommit:
         ok = exc is None
         if ok:
             self.commits += 1
+            # One line per synced write; `leveret lab run fsync` counts these (no metrics yet).
+            log.debug("group commit %d: %d confirm(s) released by one synced write",
+                      self.commits, len(held))
         else:
             self.failures += 1
             log.error("store write failed; %d confirm(s) become nacks: %s", len(held), exc)
