@@ -109,6 +109,8 @@ class Config:
     memory_high_watermark: float = 0.6
     log_level: str = "info"
     handshake_timeout: float = 10.0
+    # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
+    connection_max: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -268,6 +270,7 @@ _FIELDS: dict[str, _Field] = {
     "memory_high_watermark": _Field("float", _positive_float),
     "log_level": _Field("str", _log_level),
     "handshake_timeout": _Field("float", _positive_float),
+    "connection_max": _Field("int", _int_range(0, 2**31 - 1, " (0 = no limit)")),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)}
 
