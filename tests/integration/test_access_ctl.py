@@ -91,3 +91,15 @@ def test_fresh_data_dir_creates_default_user_and_vhost_from_config(make_broker: 
         connect(b.port, "guest", "guest")
     log = b.log_text()
     assert "login refused for user 'guest': invalid credentials" in log
+
+
+def test_node_connection_max(make_broker: Any, tmp_path: Path) -> None:
+    """Over connection_max: 530 at connection.open (text as RabbitMQ's rabbit_reader; not
+    compared live, the shared RabbitMQ cannot be restarted with the setting)."""
+    b = make_broker(tmp_path / "data", LEVERET_CONNECTION_MAX="1")
+    with connect(b.port, "guest", "guest"):
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+            connect(b.port, "guest", "guest")
+        assert "node connection limit (1) is reached" in str(info.value)
+    with connect(b.port, "guest", "guest"):  # the slot is free again
+        pass

@@ -5,9 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 
-import pytest
+from typing import Any
 
+import pytest
+from pamqp import commands
+
+from leveret.amqp.connection import PROTOCOL_HEADER
 from leveret.broker import limits
+from leveret.broker.auth import cert_user
 from leveret.broker.accounts import AccountError
 from leveret.broker.broker import Broker
 from leveret.broker.permissions import READ, WRITE, Access, Permission, TopicPermission
@@ -15,6 +20,7 @@ from leveret.broker.users import MD5, SHA512, User, check_password, hash_passwor
 from leveret.config import Config
 from leveret.model.errors import ChannelError, ConnectionError_
 from leveret.persistence.memory import MemoryStore
+from leveret.tests.unit.wire import Client
 
 
 def test_hash_matches_rabbitmq_documentation_and_a_live_node() -> None:
@@ -167,3 +173,49 @@ def test_default_queue_type_applies_to_durable_shared_queues() -> None:
     assert q.arguments["x-queue-type"] == "quorum"
     q, _ = vhost.declare_queue("e", durable=False, exclusive=True, auto_delete=False, arguments={})
     assert "x-queue-type" not in q.arguments
+
+
+# -- the handshake, sans IO (tests/unit/wire.py) ------------------------------------------
+
+def only(frames: list[tuple[int, Any]], cls: type) -> Any:
+    assert [type(f) for _, f in frames] == [cls], frames
+    return frames[0][1]
+
+
+def _start_ok(client: Any, mechanism: str, response: str) -> Any:
+    return client.call(0, commands.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}},
+        mechanism=mechanism, response=response, locale="en_US"))
+
+
+def test_failed_logins_are_counted_and_non_guest_users_may_log_in_remotely() -> None:
+    client = Client(peer=("10.0.0.1", 4000))
+    client.broker.accounts.add_user("bob", "pw")
+    start = only(client.send(PROTOCOL_HEADER), commands.Connection.Start)
+    assert start.mechanisms.split() == ["PLAIN", "AMQPLAIN"]  # no EXTERNAL without a cert
+    only(_start_ok(client, "PLAIN", "\x00bob\x00pw"), commands.Connection.Tune)
+    other = Client(broker=client.broker, peer=("10.0.0.1", 4001))
+    other.send(PROTOCOL_HEADER)
+    only(_start_ok(other, "PLAIN", "\x00bob\x00bad"), commands.Connection.Close)
+    assert client.broker.accounts.auth_attempts == {"total": 2, "succeeded": 1, "failed": 1}
+
+
+def test_external_is_offered_and_accepted_only_with_a_certificate_user() -> None:
+    client = Client()
+    client.broker.accounts.add_user("CN=svc,O=Acme")  # no password
+    client.conn.peer_cert_user = "CN=svc,O=Acme"
+    start = only(client.send(PROTOCOL_HEADER), commands.Connection.Start)
+    assert start.mechanisms.split()[-1] == "EXTERNAL"
+    only(_start_ok(client, "EXTERNAL", ""), commands.Connection.Tune)
+    assert client.conn.user == "CN=svc,O=Acme"
+    plain = Client(broker=client.broker)
+    plain.send(PROTOCOL_HEADER)
+    only(_start_ok(plain, "EXTERNAL", ""), commands.Connection.Close)
+
+
+def test_certificate_user_as_distinguished_name_or_common_name() -> None:
+    cert = {"subject": ((("countryName", "GB"),), (("organizationName", "Acme, Ltd"),),
+                        (("commonName", "svc"),))}
+    assert cert_user(cert) == "CN=svc,O=Acme\\, Ltd,C=GB"
+    assert cert_user(cert, "common_name") == "svc"
+    assert cert_user({}) is None
