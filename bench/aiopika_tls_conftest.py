@@ -3,7 +3,7 @@
 aio-pika's suite starts a ``mosquito/aiormq-rabbitmq`` container; this file replaces that
 fixture with a Leveret started with an AMQPS listener and a throw-away CA made by openssl.
 
-    pip download --no-deps aio-pika==10.2.1 (or fetch the sdist), unpack it, then
+    fetch the aio_pika-10.2.1.tar.gz sdist from PyPI, unpack it, then
     python -m venv v && v/bin/pip install aio-pika==10.2.1 aiomisc aiomisc-pytest shortuuid \
         timeout-decorator pytest
     # in aio_pika-10.2.1/tests/conftest.py: make pytest_configure return at once (no Docker),

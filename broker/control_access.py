@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.broker.accounts import Accounts, AccountError, vhost_record
-from leveret.broker.users import hash_password
+from leveret.broker.users import SHA256, hash_password
 
 Command = Callable[[dict[str, Any]], Any]
 
@@ -54,19 +54,23 @@ def commands(accounts: Accounts) -> dict[str, Command]:
         return [{k: v for k, v in t.record().items() if k != "user"}
                 for t in a.control.topics_of(user=r["user"])]
 
+    def add_user(r: dict[str, Any]) -> None:
+        a.add_user(r["user"], r.get("password"), r.get("tags", ()), r.get("password_hash"),
+                   r.get("hashing_algorithm") or SHA256)
+
+    def add_vhost(r: dict[str, Any]) -> None:
+        a.add_vhost(vh(r), r.get("description", ""), r.get("tags", ()),
+                    r.get("default_queue_type"))
+
     return {
-        "add_user": lambda r: a.add_user(r["user"], r.get("password"), r.get("tags", ()),
-                                         r.get("password_hash"),
-                                         r.get("hashing_algorithm") or
-                                         "rabbit_password_hashing_sha256") and None,
+        "add_user": add_user,
         "delete_user": lambda r: a.delete_user(r["user"]),
         "change_password": lambda r: a.change_password(r["user"], r["password"]),
         "clear_password": lambda r: a.change_password(r["user"], None),
         "authenticate_user": authenticate_user,
         "set_user_tags": lambda r: a.set_user_tags(r["user"], r.get("tags", [])),
         "list_users": list_users,
-        "add_vhost": lambda r: a.add_vhost(vh(r), r.get("description", ""), r.get("tags", ()),
-                                           r.get("default_queue_type")) and None,
+        "add_vhost": add_vhost,
         "delete_vhost": lambda r: a.delete_vhost(vh(r)),
         "list_vhosts": list_vhosts,
         "set_permissions": lambda r: a.set_permissions(r["user"], vh(r), r["configure"],
