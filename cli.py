@@ -43,7 +43,8 @@ EXIT_STARTUP = 1
 EXIT_CONFIG = 2
 _SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
-_SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "log_level")
+_SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "log_level", "tls_port",
+                 "tls_certfile", "tls_keyfile", "tls_cafile", "tls_verify")
 
 log = logging.getLogger("leveret.cli")
 
@@ -83,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML config file (default: $LEVERET_CONFIG, if set)",
     )
     serve.add_argument("--log-level", metavar="L", help=f"one of {', '.join(LOG_LEVELS)}")
+    serve.add_argument("--tls-port", metavar="N",
+                       help="AMQPS port when a certificate is set (default 5671; 0 = any free)")
+    serve.add_argument("--tls-certfile", metavar="F", help="server certificate (PEM) for AMQPS")
+    serve.add_argument("--tls-keyfile", metavar="F", help="its private key (PEM)")
+    serve.add_argument("--tls-cafile", metavar="F", help="CA certificates for client certificates")
+    serve.add_argument("--tls-verify", metavar="none|peer", help="verify client certificates")
     ctl.add_parser(commands)
     lab_command.add_parser(commands)
     return parser

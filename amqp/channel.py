@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.amqp import fastpath
 from leveret.broker import publish_props
+from leveret.broker.permissions import WRITE, Access
 from leveret.amqp.assembler import ContentAssembler, Publish
 from leveret.amqp.codec import (
     Method,
@@ -82,6 +83,9 @@ class Channel:
         self.connection = connection
         self.number = number
         self.vhost = connection.vhost
+        # What the user may do here (broker/permissions.py); replaced when permissions change.
+        self.access: Access = connection.broker.accounts.access_for(
+            connection.user or "", self.vhost.name)
         self.closing = False
         self.active = True  # channel.flow
         self.content = ContentAssembler()
@@ -166,6 +170,11 @@ class Channel:
 
     def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
         exchange, routing_key, mandatory = publish
+        access = self.access
+        if exchange not in access.writable:  # one set lookup once allowed (permissions.py)
+            self._check_publish(access, exchange)
+        if access.topics is not None:
+            self._check_topic(access, exchange, routing_key)
         # Set only at a message boundary: an alarm may stop reading here, never mid-message.
         self.connection.has_published = True
         message = Message(exchange, routing_key, props, body)
@@ -183,6 +192,22 @@ class Channel:
         else:
             self.publish(message, mandatory, extra)
 
+    def _check_publish(self, access: Access, exchange: str) -> None:
+        try:
+            access.check_publish(exchange)
+        except ChannelError as exc:
+            exc.method = (60, 40)
+            raise
+
+    def _check_topic(self, access: Access, exchange: str, routing_key: str) -> None:
+        ex = self.vhost.exchanges.get(exchange)
+        if ex is not None and ex.type == "topic":
+            try:
+                access.check_topic(WRITE, exchange, routing_key)
+            except ChannelError as exc:
+                exc.method = (60, 40)
+                raise
+
     def _check_expiration(self, message: Message) -> None:
         """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
         expiration = decoded_properties(message).expiration
@@ -194,12 +219,15 @@ class Channel:
     def _check_user_id(self, message: Message) -> None:
         """Validated user-id: a set ``user_id`` must name the authenticated user.
 
-        RabbitMQ (rabbit_channel ``check_user_id_header``) exempts users tagged
-        ``impersonator``; Leveret has no user tags, so nobody is exempt.
+        As RabbitMQ (rabbit_channel ``check_user_id_header``), users tagged
+        ``impersonator`` are exempt.
         """
         user_id = decoded_properties(message).user_id
         user = self.connection.user
         if user_id is not None and user_id != user:
+            record = self.connection.broker.users.get(user or "")
+            if record is not None and "impersonator" in record.tags:
+                return
             raise ChannelError(
                 PRECONDITION_FAILED,
                 f"user_id property set to '{user_id}' but authenticated user was '{user}'",

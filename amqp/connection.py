@@ -150,6 +150,8 @@ class Connection:
         self.exclusive_queues: list[Any] = []
         self.vhost: Any = None
         self.user: str | None = None
+        # Set by the TLS adapter: the user named by a verified client certificate (EXTERNAL).
+        self.peer_cert_user: str | None = None
         self.client_properties: dict[str, Any] = {}
         self.frame_max = 131072
         self.channel_max = config.channel_max
@@ -364,6 +366,7 @@ class Connection:
                 raise ConnectionError_(
                     NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
                     f"the negotiated channel_max ({self.channel_max})")
+            self.broker.accounts.check_channel(self.user)
             self.channels[number] = Channel(self, number)
             self.broker.churn.channel_created += 1
             self.write(_CHANNEL_OPEN_OK.pack(1, number, 8, 20, 11, 0, 0xCE))
@@ -428,7 +431,7 @@ class Connection:
         }
         self.write(encode_method(0, commands.Connection.Start(
             version_major=0, version_minor=9, server_properties=props,
-            mechanisms=" ".join(auth.MECHANISMS), locales="en_US")))
+            mechanisms=" ".join(auth.mechanisms(self.peer_cert_user)), locales="en_US")))
 
     def _connection_method(self, method: Any, index: int) -> None:
         state = self.state
@@ -454,8 +457,11 @@ class Connection:
 
     def _start_ok(self, method: commands.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
-        user = auth.authenticate(method.mechanism, method.response, self.broker.users,
-                                 self.peer, self.config)
+        accounts = self.broker.accounts
+        user = auth.authenticate(method.mechanism, method.response, accounts,
+                                 self.peer, self.config, self.peer_cert_user)
+        accounts.auth_attempts["total"] += 1
+        accounts.auth_attempts["succeeded" if user is not None else "failed"] += 1
         if user is None:
             if not self.client_capability("authentication_failure_close"):
                 # Clients that cannot handle the close method just see the socket close.
@@ -475,6 +481,15 @@ class Connection:
         if vhost is None:
             raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
                                    (10, 40))
+        limit = self.config.connection_max
+        if limit and len(self.broker.connections) >= limit:
+            raise ConnectionError_(NOT_ALLOWED, f"connection refused: node connection limit "
+                                   f"({limit}) is reached", (10, 40))
+        user = self.user or ""
+        self.broker.accounts.check_connection(user, vhost)
+        if not self.broker.accounts.control.can_open(user, vhost.name):
+            raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for "
+                                   f"user '{user}'", (10, 40))
         self.vhost = vhost
         self.broker.connections.add(self)
         self.write(encode_method(0, commands.Connection.OpenOk()))

@@ -34,6 +34,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.amqp import tls
 from leveret.amqp.connection import CLOSED, CLOSING, RUNNING, Connection
 from leveret.broker import control
 from leveret.broker.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
@@ -90,6 +91,7 @@ class AMQPProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = Connection(self.broker, self.config, peer[:2] if peer else None,
                                on_output=self._schedule_flush, clock=self.loop.time)
+        self.conn.peer_cert_user = tls.peer_cert_user(transport, self.config)
         self.conn.on_flow_release = self._flow_release
         self._flow_paused = False
         self._store_paused = False
@@ -311,7 +313,38 @@ async def serve(config: Config, broker: Broker | None = None) -> tuple[Broker, l
         for sock in server.sockets:
             address = sock.getsockname()
             log.info("listening for AMQP 0-9-1 on %s:%d", address[0], address[1])
+    if config.tls_certfile is not None:
+        servers += await _serve_tls(broker, config, hosts, servers)
     return broker, servers
+
+
+async def _serve_tls(broker: Broker, config: Config, hosts: list[str | None],
+                     plain: list[asyncio.AbstractServer]) -> list[asyncio.AbstractServer]:
+    """The AMQPS listener: the same protocol behind stdlib ssl (amqp/tls.py)."""
+    loop = asyncio.get_running_loop()
+    try:
+        context = tls.server_context(config)
+    except tls.TLSConfigError as exc:
+        for s in plain:
+            s.close()
+        raise StartupError(str(exc)) from exc
+    servers: list[asyncio.AbstractServer] = []
+    for host in hosts:
+        try:
+            server = await loop.create_server(
+                lambda: AMQPProtocol(broker, config, loop), host=host, port=config.tls_port,
+                reuse_address=True, backlog=1024, ssl=context,
+                ssl_handshake_timeout=config.handshake_timeout)
+        except OSError as exc:
+            for s in plain + servers:
+                s.close()
+            raise StartupError(f"cannot listen for AMQPS on {host or '*'}:{config.tls_port}: "
+                               f"{exc.strerror or exc}") from exc
+        servers.append(server)
+        for sock in server.sockets:
+            address = sock.getsockname()
+            log.info("listening for AMQP 0-9-1 over TLS on %s:%d", address[0], address[1])
+    return servers
 
 
 async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.persistence.store import (
+    AccessDef,
     BindingDef,
     Definitions,
     ExchangeDef,
@@ -131,6 +132,14 @@ class GroupCommit:
 
     def delete_policy(self, vhost: str, name: str) -> None:
         self.store.delete_policy(vhost, name)
+        self._dirty()
+
+    def put_access(self, access: AccessDef) -> None:
+        self.store.put_access(access)
+        self._dirty()
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None:
+        self.store.delete_access(kind, key)
         self._dirty()
 
     # -- reads ------------------------------------------------------------------

@@ -73,6 +73,7 @@ from leveret.persistence.records import (
     encode_message,
 )
 from leveret.persistence.store import (
+    AccessDef,
     Definitions,
     ExchangeDef,
     PolicyDef,
@@ -245,6 +246,8 @@ class LmdbStore(RecordingStore):
                         result.queues.append(d)
                     elif isinstance(d, PolicyDef):
                         result.policies.append(d)
+                    elif isinstance(d, AccessDef):
+                        result.access.append(d)
                     else:
                         result.bindings.append(d)
         except _DATA_ERRORS as exc:

@@ -16,7 +16,7 @@ from leveret.model.errors import (
     ChannelError,
     ConnectionError_,
 )
-from leveret.amqp.handlers.queue import lookup
+from leveret.amqp.handlers.queue import readable
 from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.queues.arguments import check_integer_argument
 from leveret.queues.consumer import Consumer
@@ -40,7 +40,7 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
     if m.queue == PSEUDO_QUEUE:
         _consume_reply_to(ch, m)
         return
-    queue = lookup(ch, m.queue)
+    queue = readable(ch, m.queue)
     tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
     if tag in ch.consumers:
         raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", (60, 20))
@@ -85,7 +85,7 @@ def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
 
 
 def get(ch: Channel, m: commands.Basic.Get) -> None:
-    queue = lookup(ch, m.queue)
+    queue = readable(ch, m.queue)
     entry = queue.take()
     if entry is None:
         ch.stats.get_empty += 1
