@@ -42,7 +42,7 @@ from leveret.amqp.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.exchanges.router import route
 from leveret.queues.message import Message, parse_expiration
-from leveret.queues.queue import REFUSED
+from leveret.queues.entry import PublishResult
 from pamqp import commands
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ _PUBLISH = fastpath.BASIC_PUBLISH
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
+_HELD = PublishResult.HELD
+_REFUSED = PublishResult.REFUSED
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
@@ -91,6 +93,7 @@ class Channel:
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         self._global_unacked = 0
+        self._global_full = False  # a consumer met the global prefetch limit
         # modes
         self.confirms: ConfirmTracker | None = None
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
@@ -309,13 +312,12 @@ class Channel:
             return
         held = refused = False
         for queue in queues:
-            accepted = queue.publish(message)
-            if accepted:
-                if accepted == REFUSED:  # reject-publish overflow (queues/limits.py)
-                    refused = True
-                else:
-                    held = True
-            if queue.consumers and queue.behind():
+            result = queue.publish(message)
+            if result is _HELD:
+                held = True
+            elif result is _REFUSED:  # reject-publish overflow (queues/limits.py)
+                refused = True
+            if queue.behind():
                 self.connection.flow_wait(queue)
         if self.tx_durable is not None and held:
             self.tx_durable = True
@@ -370,7 +372,11 @@ class Channel:
         """Channel-wide (global) prefetch and channel.flow."""
         if not self.active or not self.connection.writable:
             return False
-        return not self.global_prefetch or self._global_unacked < self.global_prefetch
+        if self.global_prefetch and self._global_unacked >= self.global_prefetch:
+            # Consumers found no room here are parked by their queues: wake them on an ack.
+            self._global_full = True
+            return False
+        return True
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         tag = self._next_tag
@@ -402,7 +408,6 @@ class Channel:
         conn.writelines(fastpath.encode_content(self.number, message.raw_properties, message.body,
                                                 conn.frame_max))
         entry.delivery_count += 1
-        queue.unacked += 1
         if no_ack:
             queue.settle(entry)
             return
@@ -447,12 +452,14 @@ class Channel:
                                (index >> 16, index & 0xFFFF))
 
     def ack_now(self, tag: int, multiple: bool) -> None:
+        # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in self._take(tag, multiple, _ACK):
-            queue.settle(entry)
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
-        self._resume_consumers()
+            queue.settle(entry)
+        if self._global_full:
+            self._resume_consumers()
 
     def reject(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         if self.tx is not None:
@@ -464,17 +471,19 @@ class Channel:
     def reject_now(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         touched = set()
         for entry, queue, consumer in self._take(tag, multiple, index):
+            if consumer is not None:
+                consumer.unacked -= 1
+                self._global_unacked -= 1
             if requeue:
                 queue.requeue(entry)
                 touched.add(queue)
             else:
                 queue.reject(entry)  # dead-lettered if the queue has a DLX
-            if consumer is not None:
-                consumer.unacked -= 1
-                self._global_unacked -= 1
+        # Delivered again only once all are back in place: the oldest goes first.
         for queue in touched:
-            queue.dispatch()
-        self._resume_consumers()
+            queue.deliver_ready()
+        if self._global_full:
+            self._resume_consumers()
 
     def recover(self) -> None:
         """basic.recover(requeue=true): every unacked delivery goes back to its queue."""
@@ -493,11 +502,17 @@ class Channel:
         self._tag_order.clear()
         self._global_unacked = 0
         for queue in touched:
-            queue.dispatch()
+            queue.deliver_ready()
 
     def _resume_consumers(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.queue.dispatch()
+        """Room may be back for every consumer of the channel (qos, flow, global prefetch).
+
+        O(consumers of the channel), as RabbitMQ's unblock of a channel's consumers;
+        an ack of a delivery resumes only its consumer (``Queue.settle``).
+        """
+        self._global_full = False
+        for consumer in list(self.consumers.values()):
+            consumer.queue.resume(consumer)
 
     # -- consumers ------------------------------------------------------------
 
@@ -513,7 +528,7 @@ class Channel:
         self.consumers.pop(consumer.tag, None)
         queue = consumer.queue
         queue.remove_consumer(consumer)
-        if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+        if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
             self.vhost.delete_queue(queue)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -533,7 +548,7 @@ class Channel:
         self.requeue_all()
         for consumer in consumers:
             queue = consumer.queue
-            if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+            if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
                 self.vhost.delete_queue(queue)
         self.tx = None
         self._publish = None
