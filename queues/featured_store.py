@@ -135,6 +135,8 @@ class FeaturedStore:
     def requeue(self, entry: QueueEntry) -> None:
         self._push(entry, True)
 
+    unpop = requeue  # the entry just popped is older than every fresh one: the heap's top
+
     def after_change(self) -> None:
         self._exempt = None
         self._expire_head()

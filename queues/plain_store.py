@@ -86,8 +86,11 @@ class PlainStore:
                 return None
         return fresh.popleft()
 
-    def requeue(self, entry: QueueEntry) -> None:
+    def unpop(self, entry: QueueEntry) -> None:
+        # Older than every fresh entry, and the oldest of the requeued ones: the heap's top.
         heapq.heappush(self.returned, entry)
+
+    requeue = unpop
 
     def after_change(self) -> None:
         pass

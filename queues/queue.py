@@ -228,9 +228,10 @@ class Queue:
         self._published += 1
         if self.log is not None:
             self._track_batch(seq)
-        if self._ring.active and not self._dispatching:
+        if self._ring.active:
             self._dispatch()
-        store.after_change()
+        if store.expires:
+            store.after_change()  # featured stores: expire the head, apply drop-head
         return result
 
     def take(self) -> QueueEntry | None:
@@ -260,7 +261,8 @@ class Queue:
         self._acked += 1
         if entry.stored and not self.deleted:
             self.log.remove(self.qid, entry.seq, entry.message)
-        self._credit_back(entry)
+        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
+            self._dispatch()
 
     def reject(self, entry: QueueEntry) -> None:
         """A delivered entry was rejected without requeue: dead-letter it (if configured)."""
@@ -285,8 +287,7 @@ class Queue:
         self._store.after_change()
 
     def _credit_back(self, entry: QueueEntry) -> None:
-        holder = entry.holder
-        if holder is not None and self._ring.unpark(holder) and not self.deleted:
+        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
             self._dispatch()
 
     def purge(self) -> int:
@@ -400,24 +401,21 @@ class Queue:
 
     def _dispatch(self) -> None:
         """The dispatch loop (see the module docstring)."""
-        if self._dispatching or self.deleted:
+        if self._dispatching:
+            return
+        store = self._store
+        entry = store.pop()
+        if entry is None:
             return
         self._dispatching = True
-        ring = self._ring
-        store = self._store
+        pop, take_turn = store.pop, self._ring.take_turn
         budget = DISPATCH_BUDGET
         try:
             while True:
-                consumer = ring.front()
+                consumer = take_turn()
                 if consumer is None:
+                    store.unpop(entry)
                     break
-                if not consumer.can_take():
-                    ring.park_front(consumer)
-                    continue
-                entry = store.pop()
-                if entry is None:
-                    break
-                ring.rotate_front(consumer)
                 self._unacked += 1
                 self._delivered += 1
                 if entry.delivery_count:
@@ -426,6 +424,9 @@ class Queue:
                 consumer.deliver(entry)
                 budget -= 1
                 if not budget and self._yield():
+                    break
+                entry = pop()
+                if entry is None:
                     break
         finally:
             self._dispatching = False

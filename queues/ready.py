@@ -75,6 +75,9 @@ class ReadyStore(Protocol):
     def pop(self) -> QueueEntry | None:
         """Remove and return the entry to deliver next (expired ones are dropped on the way)."""
 
+    def unpop(self, entry: QueueEntry) -> None:
+        """Undo the last ``pop`` (no consumer could take the entry after all)."""
+
     def requeue(self, entry: QueueEntry) -> None:
         """A delivered entry comes back, to its original place."""
 
