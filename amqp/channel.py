@@ -56,8 +56,8 @@ _PUBLISH = fastpath.BASIC_PUBLISH
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
+_ACCEPTED = PublishResult.ACCEPTED
 _HELD = PublishResult.HELD
-_REFUSED = PublishResult.REFUSED
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
@@ -313,10 +313,11 @@ class Channel:
         held = refused = False
         for queue in queues:
             result = queue.publish(message)
-            if result is _HELD:
-                held = True
-            elif result is _REFUSED:  # reject-publish overflow (queues/limits.py)
-                refused = True
+            if result is not _ACCEPTED:
+                if result is _HELD:
+                    held = True
+                else:  # reject-publish overflow (queues/limits.py)
+                    refused = True
             if queue.behind():
                 self.connection.flow_wait(queue)
         if self.tx_durable is not None and held:

@@ -408,11 +408,11 @@ class Queue:
         if entry is None:
             return
         self._dispatching = True
-        pop, take_turn = store.pop, self._ring.take_turn
+        ring = self._ring
         budget = DISPATCH_BUDGET
         try:
             while True:
-                consumer = take_turn()
+                consumer = ring.take_turn()
                 if consumer is None:
                     store.unpop(entry)
                     break
@@ -425,7 +425,7 @@ class Queue:
                 budget -= 1
                 if not budget and self._yield():
                     break
-                entry = pop()
+                entry = store.pop()
                 if entry is None:
                     break
         finally:
@@ -453,7 +453,9 @@ class Queue:
 
     def behind(self) -> bool:
         """Consumers attached but more than FLOW_HIGH ready: publishers should wait."""
-        return bool(self._ring.active) and self._store.backlog > FLOW_HIGH
+        if not self._ring.active:
+            return False
+        return self._store.backlog > FLOW_HIGH
 
     def release_flow(self, force: bool = False) -> None:
         """Resume paused publishers once the backlog is under FLOW_LOW (or always, if forced)."""
