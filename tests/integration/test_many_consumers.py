@@ -1,4 +1,4 @@
-"""Many consumers on one channel must not freeze the broker (issue 17, item 1).
+"""Many consumers on one channel: no freeze (issue 17, item 1), RabbitMQ's round-robin.
 
 One pika channel with ``basic_qos(10)`` and hundreds of consumers on one queue,
 with more messages than their prefetch windows hold, acked one by one. Before
@@ -13,11 +13,13 @@ A private broker: a frozen one must not take the session broker down with it.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
 
 import pika
+import pytest
 
 CONSUMERS = 300
 PREFETCH = 10
@@ -82,3 +84,56 @@ def test_many_consumers_on_one_channel_do_not_freeze_the_broker(make_broker) -> 
     assert connect_times and connect_times[0] < CONNECT_BUDGET, connect_times
     # Round-robin among equal-priority consumers: every one of them got its share.
     assert min(got) >= PREFETCH, sorted(got)[:5]
+
+
+RABBITMQ = ("127.0.0.1", 5672)
+
+
+@pytest.fixture(params=["leveret", "rabbitmq"])
+def port(request: pytest.FixtureRequest) -> int:
+    if request.param == "rabbitmq":
+        try:
+            socket.create_connection(RABBITMQ, timeout=0.5).close()
+        except OSError:
+            pytest.skip("no RabbitMQ on 127.0.0.1:5672")
+        return RABBITMQ[1]
+    return request.getfixturevalue("broker").port
+
+
+def test_a_consumer_whose_credit_returns_rejoins_behind_its_peers(port: int) -> None:
+    """RabbitMQ's block/unblock (rabbit_queue_consumers): a consumer that met its
+    prefetch limit leaves the rotation and, once acked, comes back at its end.
+    Recorded on RabbitMQ 3.10; Leveret before the consumer ring served it first."""
+    conn = pika.BlockingConnection(_params(port))
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    log: list[str] = []
+    held: list[int] = []
+
+    def consumer(name: str):
+        def cb(_ch, method, _props, _body) -> None:
+            log.append(name)
+            if name == "a":
+                held.append(method.delivery_tag)
+        return cb
+
+    ch.basic_qos(prefetch_count=1)
+    ch.basic_consume(q, consumer("a"))
+    ch.basic_qos(prefetch_count=100)
+    ch.basic_consume(q, consumer("b"))
+    ch.basic_consume(q, consumer("c"))
+
+    def publish(n: int) -> None:
+        for _ in range(n):
+            want = len(log) + 1
+            ch.basic_publish("", q, b"m")
+            deadline = time.monotonic() + 3
+            while len(log) < want and time.monotonic() < deadline:
+                conn.process_data_events(time_limit=0.01)
+
+    publish(4)  # a, b, c, then a is full: b
+    ch.basic_ack(held.pop())
+    conn.process_data_events(time_limit=0.1)
+    publish(4)
+    conn.close()
+    assert log == ["a", "b", "c", "b", "c", "b", "a", "c"]
