@@ -113,11 +113,13 @@ class FeaturedStore:
             # Behind entries not committed yet when the queue became featured (see above).
             self.tail.append(seq)
             log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0)
+            owner.written(seq)
             return _HELD if message.persistent else _ACCEPTED
         result = _ACCEPTED
         if log is not None and message.persistent:
             entry.stored = True
             log.enqueue(owner.qid, seq, message, False, entry.expires_at or 0)
+            owner.written(seq)
             result = _HELD
         self._push(entry, False)
         self._exempt = entry

@@ -68,12 +68,14 @@ class PlainStore:
             # Paging: the entry lives only in the store until the head needs it.
             tail.append(seq)
             log.enqueue(owner.qid, seq, message, not persistent)
+            owner.written(seq)
             return _HELD if persistent else _ACCEPTED
         entry = QueueEntry(seq, message)
         self.fresh.append(entry)
         if persistent:
             entry.stored = True
             log.enqueue(owner.qid, seq, message)
+            owner.written(seq)
             return _HELD
         return _ACCEPTED
 

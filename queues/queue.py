@@ -42,6 +42,7 @@ and read-only outside; rates are computed by whoever samples them.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -70,8 +71,12 @@ DISPATCH_BUDGET = 500
 
 # High byte of the property flags: the expiration bit (a cheap test on every publish).
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
-_HELD = PublishResult.HELD
 _REFUSED = PublishResult.REFUSED
+
+
+def _counter(slot: str, doc: str) -> property:
+    """A read-only view of one of the queue's counters."""
+    return property(operator.attrgetter(slot), doc=doc)
 
 
 class Queue:
@@ -144,31 +149,13 @@ class Queue:
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
         return len(self._store)
 
-    @property
-    def unacked(self) -> int:
-        """Delivered (to a consumer or basic.get) and not yet settled or requeued."""
-        return self._unacked
-
-    @property
-    def published(self) -> int:
-        return self._published
-
-    @property
-    def delivered(self) -> int:
-        return self._delivered
-
-    @property
-    def redelivered(self) -> int:
-        return self._redelivered
-
-    @property
-    def acked(self) -> int:
-        return self._acked
-
-    @property
-    def dropped(self) -> int:
-        """Expired, over a limit, over the delivery limit, rejected, or lost to a failed write."""
-        return self._dropped
+    unacked = _counter("_unacked", "Delivered (to a consumer or basic.get), not yet settled.")
+    published = _counter("_published", "Messages accepted (refused ones are not counted).")
+    delivered = _counter("_delivered", "Deliveries, to consumers and basic.get, redeliveries too.")
+    redelivered = _counter("_redelivered", "Deliveries with the redelivered flag.")
+    acked = _counter("_acked", "Deliveries acknowledged.")
+    dropped = _counter("_dropped", "Expired, refused or over a limit, rejected, lost to a "
+                                   "failed store write: gone without a consumer's ack.")
 
     @property
     def exclusive(self) -> bool:
@@ -226,8 +213,6 @@ class Queue:
         if result is _REFUSED:
             return result
         self._published += 1
-        if self.log is not None:
-            self._track_batch(seq)
         if self._ring.active:
             self._dispatch()
         if store.expires:
@@ -242,14 +227,11 @@ class Queue:
         self._store.after_change()
         if entry is not None:
             entry.holder = None
-            self._count_delivery(entry)
+            self._unacked += 1
+            self._delivered += 1
+            if entry.delivery_count:
+                self._redelivered += 1
         return entry
-
-    def _count_delivery(self, entry: QueueEntry) -> None:
-        self._unacked += 1
-        self._delivered += 1
-        if entry.delivery_count:
-            self._redelivered += 1
 
     def note_delivered(self, entry: QueueEntry) -> None:
         """Persist the delivery count of a stored entry delivered for manual ack."""
@@ -269,7 +251,8 @@ class Queue:
         self._unacked -= 1
         if not self.deleted:
             self.drop(entry, dead_letter.REJECTED)
-        self._credit_back(entry)
+        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
+            self._dispatch()
 
     def requeue(self, entry: QueueEntry) -> None:
         """Put a delivered entry back in its original position (delivered by ``deliver_ready``)."""
@@ -285,10 +268,6 @@ class Queue:
             return
         self._store.requeue(entry)
         self._store.after_change()
-
-    def _credit_back(self, entry: QueueEntry) -> None:
-        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
-            self._dispatch()
 
     def purge(self) -> int:
         """Drop every ready message; unacked ones are untouched (as RabbitMQ)."""
@@ -315,8 +294,8 @@ class Queue:
 
     # -- failed store writes ------------------------------------------------------------
 
-    def _track_batch(self, seq: int) -> None:
-        """Remember which store batch holds entries from ``seq`` on (see ``_on_commit``)."""
+    def written(self, seq: int) -> None:
+        """The store recorded the enqueue of ``seq``: note the batch it is in (``_on_commit``)."""
         batch = self.log.batch
         if batch != self._batch_no:
             self._batch_no = batch
@@ -346,9 +325,6 @@ class Queue:
     def all_consumers(self) -> list[Consumer]:
         """Active and (single-active-consumer) standby consumers."""
         return [*self._ring.members(), *self._ring.standby]
-
-    def has_consumers(self) -> bool:
-        return bool(self._ring.active)
 
     def is_unused(self) -> bool:
         return not self._ring.active

@@ -54,6 +54,9 @@ class Owner(Protocol):
     def refuse(self, message: Message) -> None:
         """A message refused by reject-publish(-dlx) overflow."""
 
+    def written(self, seq: int) -> None:
+        """The enqueue of ``seq`` was recorded in the disk store's pending batch."""
+
     def needs_expiry(self) -> None:
         """A plain store met an entry with an expiration: switch to a featured store."""
 
