@@ -3,6 +3,7 @@
     leveret [serve] [--host H]... [--port N] [--data-dir D] [--management-port N]
                     [--config FILE] [--log-level L]
     leveret ctl [--data-dir D] COMMAND ...   (see ctl.py: set_policy, clear_policy, list_policies)
+    leveret lab list | lab run NAME [--url URL] [--fast]   (teaching labs: see labs/)
     leveret --version
 
 ``main`` is the only place that touches the process: it reads ``sys.argv`` and
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TextIO
 
 from leveret import __version__, ctl
+from leveret.labs import command as lab_command
 from leveret.config import LOG_LEVELS, ConfigError, load_config
 
 __all__ = ["DataDirError", "build_parser", "configure_logging", "main", "prepare_data_dir"]
@@ -39,7 +41,7 @@ PROG = "leveret"
 EXIT_OK = 0
 EXIT_STARTUP = 1
 EXIT_CONFIG = 2
-_SUBCOMMANDS = ("serve", "ctl")
+_SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "log_level")
 
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", metavar="L", help=f"one of {', '.join(LOG_LEVELS)}")
     ctl.add_parser(commands)
+    lab_command.add_parser(commands)
     return parser
 
 
@@ -106,6 +109,8 @@ def main(
         return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else 1
     if args.command == "ctl":
         return ctl.run(args, env, sys.stdout if stdout is None else stdout, err)
+    if args.command == "lab":
+        return lab_command.run(args, sys.stdout if stdout is None else stdout, err)
     try:
         return _serve(args, env, err)
     except KeyboardInterrupt:  # Ctrl-C before run() installed its own handlers

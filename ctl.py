@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from leveret.amqp import control
+from leveret.broker import control
 from leveret.config import ConfigError, load_config
 
 EXIT_OK = 0

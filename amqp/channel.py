@@ -23,25 +23,30 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp import fastpath, publish_props
-from leveret.amqp.codec import Method, decode_method, encode_method
-from leveret.amqp.errors import (
-    ACCESS_REFUSED,
+from leveret.amqp import fastpath
+from leveret.broker import publish_props
+from leveret.amqp.assembler import ContentAssembler, Publish
+from leveret.amqp.codec import (
+    Method,
+    class_and_method,
+    class_of,
+    decode_method,
+    encode_method,
+)
+from leveret.model.errors import (
     CHANNEL_ERROR,
     FRAME_ERROR,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     SYNTAX_ERROR,
-    UNEXPECTED_FRAME,
     ChannelError,
     ConnectionError_,
 )
 from leveret.amqp.handlers import HANDLERS
-from leveret.amqp.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.confirms.tracker import ConfirmTracker
-from leveret.exchanges.router import route
-from leveret.queues.message import Message, parse_expiration
+from leveret.model.message import Message, parse_expiration
+from leveret.model.stats import MessageStats
 from leveret.queues.entry import PublishResult
 from pamqp import commands
 
@@ -53,6 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _PUBLISH = fastpath.BASIC_PUBLISH
+# Deliveries one connection encodes per loop turn before the rest wait for the next turn
+# (Connection.batch_bytes): bounds the output held in memory at once (issue 17 item 2).
+DELIVERY_BATCH_BYTES = 1 << 20
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
@@ -78,13 +86,8 @@ class Channel:
         self.vhost = connection.vhost
         self.closing = False
         self.active = True  # channel.flow
-        # content assembly
-        self._publish: tuple[str, str, bool] | None = None
-        self._props: bytes = b""
-        self._body_size = 0
-        self._body_parts: list[bytes] = []
-        self._body_len = 0
-        self._expect_header = False
+        self.content = ContentAssembler()
+        self.stats = MessageStats()  # counted in place; read by the management plane
         # deliveries
         self._next_tag = 1
         self._unacked: dict[int, Delivery] = {}
@@ -106,13 +109,9 @@ class Channel:
     # -- frames in ----------------------------------------------------------
 
     def handle_method(self, payload: bytes, index: int) -> None:
-        if self._expect_header or self._publish is not None:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"expected content {'header' if self._expect_header else 'body'} for class 60, "
-                f"got non content {'header' if self._expect_header else 'body'} frame instead",
-                (60, 40),  # RabbitMQ names the publish whose content was interrupted
-            )
+        content = self.content
+        if content.state:
+            content.check_method()
         if index == _PUBLISH:
             try:
                 exchange, routing_key, mandatory, immediate = fastpath.decode_publish(payload)
@@ -121,8 +120,7 @@ class Channel:
                                        (60, 40)) from exc
             if immediate:
                 raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", (60, 40))
-            self._publish = (exchange, routing_key, mandatory)
-            self._expect_header = True
+            content.start((exchange, routing_key, mandatory))
             return
         if index == _ACK:
             tag, multiple = self._decode(fastpath.decode_ack, payload, index)
@@ -140,16 +138,16 @@ class Channel:
         handler = HANDLERS.get(index)
         if handler is None:
             raise ConnectionError_(
-                CHANNEL_ERROR if index >> 16 == 10 else NOT_IMPLEMENTED,
+                CHANNEL_ERROR if class_of(index) == 10 else NOT_IMPLEMENTED,
                 f"{method.name.lower()} is not allowed on channel {self.number}"
-                if index >> 16 == 10 else f"{method.name.lower()} is not implemented",
-                (index >> 16, index & 0xFFFF),
+                if class_of(index) == 10 else f"{method.name.lower()} is not implemented",
+                class_and_method(index),
             )
         try:
             handler(self, method)
         except ChannelError as exc:
             if exc.method == (0, 0):
-                exc.method = (index >> 16, index & 0xFFFF)
+                exc.method = class_and_method(index)
             raise
 
     @staticmethod
@@ -157,65 +155,23 @@ class Channel:
         try:
             return fn(payload)
         except ValueError as exc:
-            raise ConnectionError_(SYNTAX_ERROR, str(exc), (index >> 16, index & 0xFFFF)) from exc
+            raise ConnectionError_(SYNTAX_ERROR, str(exc), class_and_method(index)) from exc
 
     def handle_header(self, payload: bytes) -> None:
-        if not self._expect_header:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME, "expected method frame, got non method frame instead"
-            )
-        try:
-            class_id, body_size, props = fastpath.decode_content_header(payload)
-        except ValueError as exc:
-            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}") from exc
-        if class_id != 60:
-            raise ConnectionError_(UNEXPECTED_FRAME,
-                                   f"content header for class {class_id} after basic.publish")
-        self._expect_header = False
-        self._props = props
-        self._body_size = body_size
-        limit = self.connection.config.max_message_size
-        if body_size > limit:
-            self._publish = None
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {limit}",
-                (60, 40),
-            )
-        if body_size == 0:
-            self._complete(b"")
+        done = self.content.header(payload, self.connection.config.max_message_size)
+        if done is not None:
+            self._complete(*done)
 
     def handle_body(self, payload: bytes) -> None:
-        if self._publish is None or self._expect_header:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                "expected content header for class 60, got non content header frame instead"
-                if self._expect_header else "expected method frame, got non method frame instead",
-            )
-        size = self._body_len + len(payload)
-        if size > self._body_size:
-            raise ConnectionError_(
-                FRAME_ERROR, f"content body exceeds the announced size {self._body_size}"
-            )
-        if size == self._body_size and not self._body_parts:
-            self._complete(payload)
-            return
-        self._body_parts.append(payload)
-        self._body_len = size
-        if size == self._body_size:
-            body = b"".join(self._body_parts)
-            self._body_parts = []
-            self._body_len = 0
-            self._complete(body)
+        done = self.content.body(payload)
+        if done is not None:
+            self._complete(*done)
 
-    def _complete(self, body: bytes) -> None:
-        publish = self._publish
-        assert publish is not None
-        self._publish = None
+    def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
         exchange, routing_key, mandatory = publish
         # Set only at a message boundary: an alarm may stop reading here, never mid-message.
         self.connection.has_published = True
-        message = Message(exchange, routing_key, self._props, body)
+        message = Message(exchange, routing_key, props, body)
         if message.has_user_id:
             self._check_user_id(message)
         if message.has_expiration:
@@ -265,40 +221,21 @@ class Channel:
     def publish(self, message: Message, mandatory: bool,
                 extra_routing_keys: tuple[str, ...] = ()) -> None:
         """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
-        vhost = self.vhost
+        try:
+            queues = self.vhost.route(message, extra_routing_keys)
+        except ValueError as exc:  # properties are decoded lazily, here
+            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
+                                   (60, 40)) from exc
+        except ChannelError as exc:
+            exc.method = (60, 40)
+            raise
         name = message.exchange
-        if not name:
-            queue = vhost.queues.get(message.routing_key)
-            queues: Any = (queue,) if queue is not None else ()
-            if extra_routing_keys or (
-                    queue is None and message.routing_key.startswith(REPLY_TO_PREFIX)):
-                queues = self._route_default(message, extra_routing_keys)
-        else:
-            exchange = vhost.exchanges.get(name)
-            if exchange is None:
-                raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{vhost.name}'",
-                                   (60, 40))
-            if exchange.internal:
-                raise ChannelError(
-                    ACCESS_REFUSED,
-                    f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'",
-                    (60, 40),
-                )
-            headers = None
-            # Decoded only when some exchange on the way (e2e, AE) may match on headers.
-            if (exchange.type == "headers" or exchange.matcher.exchange_bindings
-                    or "alternate-exchange" in exchange.arguments
-                    or exchange.policy_alternate_exchange is not None):
-                try:
-                    headers = message.headers
-                except ValueError as exc:  # properties are decoded lazily, here
-                    raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
-                                           (60, 40)) from exc
-            queues = route(exchange, message.routing_key, headers, vhost.exchanges.get,
-                           extra_routing_keys)
+        stats = self.stats
+        stats.publish += 1
         confirms = self.confirms
         if not queues:
             if mandatory:
+                stats.return_unroutable += 1
                 self.connection.write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
                 )
@@ -306,6 +243,8 @@ class Channel:
                     fastpath.encode_content(self.number, message.raw_properties, message.body,
                                             self.connection.frame_max)
                 )
+            else:
+                stats.drop_unroutable += 1
             if confirms is not None:
                 confirms.publish()
                 self.connection.want_flush(self)
@@ -334,22 +273,6 @@ class Channel:
                 confirms.publish()
                 self.connection.want_flush(self)
 
-    def _route_default(self, message: Message, extra: tuple[str, ...]) -> list[Any]:
-        """The default exchange with CC/BCC keys or direct reply-to names.
-
-        Each queue once; reply names are delivered to here and, as in RabbitMQ
-        3.10, do not count as routes (``reply_to.py``).
-        """
-        vhost = self.vhost
-        queues: dict[str, Any] = {}
-        for key in dict.fromkeys((message.routing_key, *extra)):
-            queue = vhost.queues.get(key)
-            if queue is not None:
-                queues[key] = queue
-            elif key.startswith(REPLY_TO_PREFIX):
-                vhost.reply_to.deliver(key, message)
-        return list(queues.values())
-
     def confirm_settled(self, seq: int, ok: bool) -> None:
         """The store committed (or failed to commit) held message ``seq``."""
         if self.confirms is not None and not self.closing:
@@ -361,17 +284,23 @@ class Channel:
         if confirms is None or self.closing:
             return
         write = self.connection.write
+        confirmed = confirms.confirmed
         for tag, multiple, ok in confirms.drain():
             if ok:
                 write(fastpath.encode_ack(self.number, tag, multiple))
             else:
                 write(fastpath.encode_nack(self.number, tag, multiple, False))
+        self.stats.confirm += confirms.confirmed - confirmed
 
     # -- deliveries -------------------------------------------------------------
 
     def has_room(self) -> bool:
-        """Channel-wide (global) prefetch and channel.flow."""
-        if not self.active or not self.connection.writable:
+        """Channel-wide (global) prefetch, channel.flow, and room in this turn's output batch."""
+        conn = self.connection
+        if not self.active or not conn.writable:
+            return False
+        if conn.batch_bytes >= DELIVERY_BATCH_BYTES:
+            conn.batch_full = True  # resumed when the batch is taken for the wire
             return False
         if self.global_prefetch and self._global_unacked >= self.global_prefetch:
             # Consumers found no room here are parked by their queues: wake them on an ack.
@@ -384,19 +313,34 @@ class Channel:
         self._next_tag = tag + 1
         message = entry.message
         conn = self.connection
-        conn.write(fastpath.encode_deliver_with_content(
+        frame = fastpath.encode_deliver_with_content(
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
-            message.routing_key, message.raw_properties, message.body, conn.frame_max))
+            message.routing_key, message.raw_properties, message.body, conn.frame_max)
+        conn.batch_bytes += len(frame)
+        conn.write(frame)
+        stats = self.stats
+        if entry.delivery_count:
+            stats.redeliver += 1
         entry.delivery_count += 1
         if consumer.no_ack:
+            stats.deliver_no_ack += 1
             consumer.queue.settle(entry)
             return
+        stats.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
         consumer.unacked += 1
         self._global_unacked += 1
         self._unacked[tag] = (entry, consumer.queue, consumer)
         self._tag_order.append(tag)
+
+    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
+        """A direct reply-to delivery: no ack expected, so the tag is not consumed
+        (``broker/reply_to.py`` explains why, as RabbitMQ does)."""
+        conn = self.connection
+        conn.write(fastpath.encode_deliver_with_content(
+            self.number, consumer_tag, self._next_tag, False, message.exchange,
+            message.routing_key, message.raw_properties, message.body, conn.frame_max))
 
     def deliver_get(self, queue: Queue, entry: QueueEntry, no_ack: bool) -> None:
         tag = self._next_tag
@@ -408,6 +352,13 @@ class Channel:
                                           queue.message_count))
         conn.writelines(fastpath.encode_content(self.number, message.raw_properties, message.body,
                                                 conn.frame_max))
+        stats = self.stats
+        if entry.delivery_count:
+            stats.redeliver += 1
+        if no_ack:
+            stats.get_no_ack += 1
+        else:
+            stats.get += 1
         entry.delivery_count += 1
         if no_ack:
             queue.settle(entry)
@@ -425,13 +376,13 @@ class Channel:
             delivery = unacked.pop(tag, None)
             if delivery is None:
                 raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                                   (index >> 16, index & 0xFFFF))
+                                   class_and_method(index))
             if len(self._tag_order) > 2 * len(unacked) + 64:
                 self._tag_order = deque(t for t in self._tag_order if t in unacked)
             return [delivery]
         if tag and tag not in unacked:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               (index >> 16, index & 0xFFFF))
+                               class_and_method(index))
         order = self._tag_order
         out = []
         while order and (tag == 0 or order[0] <= tag):
@@ -450,11 +401,13 @@ class Channel:
     def _take_check(self, tag: int, multiple: bool, index: int) -> None:
         if (not multiple or tag) and tag not in self._unacked:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               (index >> 16, index & 0xFFFF))
+                               class_and_method(index))
 
     def ack_now(self, tag: int, multiple: bool) -> None:
+        taken = self._take(tag, multiple, _ACK)
+        self.stats.ack += len(taken)
         # Credit is given back before the queue hears of it: settling resumes the consumer.
-        for entry, queue, consumer in self._take(tag, multiple, _ACK):
+        for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
@@ -540,6 +493,8 @@ class Channel:
     def release(self) -> None:
         """The channel is gone (closed or its connection dropped): requeue and cancel."""
         self.closing = True
+        self.vhost.closed_channel_stats.add(self.stats)
+        self.connection.broker.churn.channel_closed += 1
         self.vhost.reply_to.release(self)
         consumers = list(self.consumers.values())
         # Cancel first, so requeued messages are not handed straight back to this channel.
@@ -552,5 +507,4 @@ class Channel:
             if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
                 self.vhost.delete_queue(queue)
         self.tx = None
-        self._publish = None
-        self._expect_header = False
+        self.content.reset()

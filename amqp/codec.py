@@ -9,17 +9,30 @@ go through ``fastpath``, which is checked byte for byte against pamqp.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from pamqp import base, commands, frame
 from pamqp import exceptions as pamqp_exceptions
 
-from leveret.amqp.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
+from leveret.model.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
 from leveret.amqp.frames import erlang_binary
+from leveret.model import field_table
+
+# Method arguments and client properties keep their field types (model/field_table.py).
+field_table.install()
 
 _method_id = struct.Struct(">I")
 
 Method = base.Frame
+
+
+def class_and_method(index: int) -> tuple[int, int]:
+    """``(class_id, method_id)`` of a method index, as error replies name the method."""
+    return index >> 16, index & 0xFFFF
+
+
+def class_of(index: int) -> int:
+    """The AMQP class id of a method index (10 connection, 20 channel, 60 basic, ...)."""
+    return index >> 16
 
 
 def method_index(payload: bytes) -> int:
@@ -37,13 +50,13 @@ def decode_method(payload: bytes, index: int) -> Method:
     method whose arguments do not decode is 501 FRAME_ERROR "cannot decode",
     with RabbitMQ's rendering of the argument bytes.
     """
-    ids = (index >> 16, index & 0xFFFF)
+    ids = class_and_method(index)
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)
-    method = cls()
+    method: Method = cls()
     try:
-        method.unmarshal(payload[4:])
+        field_table.unmarshal_method(method, payload[4:])
     except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError, KeyError,
             pamqp_exceptions.PAMQPException) as exc:
         raise ConnectionError_(
@@ -55,31 +68,3 @@ def decode_method(payload: bytes, index: int) -> Method:
 def encode_method(channel: int, method: Method) -> bytes:
     """A complete method frame."""
     return frame.marshal(method, channel)
-
-
-def decode_properties(raw: bytes) -> commands.Basic.Properties:
-    """Raw property flags + list (as the publisher sent them) to pamqp properties."""
-    props = commands.Basic.Properties()
-    flags, offset = _property_flags(raw)
-    props.unmarshal(flags, raw[offset:])
-    return props
-
-
-def encode_properties(props: commands.Basic.Properties) -> bytes:
-    return props.marshal()
-
-
-def _property_flags(raw: bytes) -> tuple[int, int]:
-    flags, offset, word = 0, 0, 0
-    while True:
-        (part,) = struct.unpack_from(">H", raw, offset)
-        offset += 2
-        flags |= part << (word * 16)
-        word += 1
-        if not part & 1:
-            return flags, offset
-
-
-def describe(method: Any) -> str:
-    """``'basic.publish'`` style name for log lines and error texts."""
-    return str(getattr(method, "name", type(method).__name__)).lower()

@@ -14,7 +14,10 @@ States follow the handshake: ``HEADER`` (waiting for ``AMQP\\0\\0\\9\\1``) →
 ``START`` (sent connection.start, waiting for start-ok) → ``TUNE`` →
 ``OPEN`` (waiting for connection.open) → ``RUNNING`` → ``CLOSING`` (we sent
 connection.close and discard everything but close/close-ok) → ``CLOSED``.
-Any frame a state does not expect is a connection error; errors are raised
+The connection-class methods that move it are one table,
+``HANDSHAKE``: (state, method) → (handler, next state), readable against the
+spec's grammar; ``connection.close`` and ``close-ok`` are accepted in every
+state. Any frame a state does not expect is a connection error; errors are raised
 by name anywhere below and turned into close methods in one place, ``_fail``.
 """
 
@@ -30,10 +33,16 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 import leveret
-from leveret.amqp import auth, fastpath
+from leveret.broker import auth
 from leveret.amqp.channel import Channel
-from leveret.amqp.codec import decode_method, encode_method, method_index
-from leveret.amqp.errors import (
+from leveret.amqp.codec import (
+    class_and_method,
+    class_of,
+    decode_method,
+    encode_method,
+    method_index,
+)
+from leveret.model.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -52,11 +61,13 @@ from leveret.amqp.frames import (
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
+    HEARTBEAT_FRAME,
     FrameBuffer,
+    erlang_binary,
 )
 
 if TYPE_CHECKING:
-    from leveret.amqp.broker import Broker
+    from leveret.broker.broker import Broker
     from leveret.config import Config
 
 log = logging.getLogger(__name__)
@@ -64,6 +75,18 @@ log = logging.getLogger(__name__)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 HEADER, START, TUNE, OPEN, RUNNING, CLOSING, CLOSED = range(7)
+
+# Once we have sent connection.close, how long the peer has to answer close-ok before the
+# adapter drops the socket; meanwhile its stream is read only to find close-ok and the rest
+# is discarded unbuffered (FrameBuffer.feed_closing). As RabbitMQ's rabbit_reader: 30 s
+# (?CLOSING_TIMEOUT) or the heartbeat if shorter; measured on 3.10: 30.0 s with heartbeat
+# 0 and 60, with the client still sending (RabbitMQ read and discarded 10 MB meanwhile).
+CLOSING_TIMEOUT = 30.0
+# After a framing error (the stream cannot be parsed any more) or an error before the
+# connection is open, the socket is dropped after this instead; after a framing error it is
+# not read at all meanwhile. RabbitMQ's ?SILENT_CLOSE_DELAY: measured on 3.10, 3.0 s after a
+# bad frame end marker (heartbeat 0 or 60) and after a refused tune-ok.
+SILENT_CLOSE_DELAY = 3.0
 # RabbitMQ's names for the states, used in its error texts.
 STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
 
@@ -144,6 +167,10 @@ class Connection:
         self.last_received = clock()
         self.last_sent = clock()
         self.want_close = False  # adapter: close the transport once ``out`` is flushed
+        # CLOSING: the adapter drops the socket at ``close_deadline`` (``clock`` time) and
+        # stops reading it once ``reading`` is False.
+        self.reading = True
+        self.close_deadline = 0.0
         self.peer_closes = False  # ... but first give the peer CLOSE_GRACE_SECONDS to do it
         self.blocked = False  # by a resource alarm: we stopped reading this socket
         self.has_published = False
@@ -151,6 +178,16 @@ class Connection:
         self.flow_queues: set[Any] = set()
         self.on_flow_release: Callable[[], None] = lambda: None
         self.writable = True  # False while the socket's write buffer is full
+        # Traffic counters (RabbitMQ's recv_oct/recv_cnt/send_oct/send_cnt) and start time.
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
+        self.connected_at = time.time()
+        broker.churn.connection_created += 1
+        self._released = False
+        # Deliveries written since ``out`` was last taken; over DELIVERY_BATCH_BYTES they wait
+        # for the next loop turn (``batch_full``), so a prefetch-0 consumer of a long queue
+        # costs one batch of output at a time, not the whole queue encoded at once.
+        self.batch_bytes = 0
+        self.batch_full = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
@@ -178,6 +215,14 @@ class Connection:
         if out:
             self.out = []
             self.last_sent = self.clock()
+            self.send_cnt += 1
+            self.send_oct += sum(map(len, out))
+        self.batch_bytes = 0
+        if self.batch_full:
+            self.batch_full = False
+            if self.writable:
+                for channel in list(self.channels.values()):
+                    channel._resume_consumers()
         return out
 
     def want_flush(self, channel: Channel) -> None:
@@ -222,9 +267,11 @@ class Connection:
     # -- input ----------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        if self.state == CLOSED:
+        if self.state == CLOSED or not self.reading:
             self.input_pending = False
             return
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         self.last_received = self.clock()
         try:
             if self.state == HEADER:
@@ -241,7 +288,9 @@ class Connection:
                 self._send_start()
             self.input_pending = False
             budget = FRAMES_PER_TURN
-            for ftype, channel, payload in self._frames.feed(data):
+            frames = self._frames
+            for ftype, channel, payload in (frames.feed(data) if self.state != CLOSING
+                                            else frames.feed_closing(data)):
                 if self.state == CLOSED:
                     self.input_pending = False
                     return
@@ -254,17 +303,27 @@ class Connection:
                     if ftype == FRAME_METHOD:
                         self._on_method(channel, payload)
                     elif ftype == FRAME_HEARTBEAT:
-                        pass  # on any channel: RabbitMQ ignores the channel number here
+                        if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
+                            raise ConnectionError_(
+                                UNEXPECTED_FRAME, f"type 8, all octets = {erlang_binary(payload)}")
                     else:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
                     self._fail(exc)
                 if not budget:
                     break
-        except ConnectionError_ as exc:
+        except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             self._fail(exc)
+            self._stop_reading()
         except Exception as exc:  # a bug must not take the broker down
-            log.exception("internal error on connection %s", self.name)
+            # One line, not a traceback: a peer that can trigger this must not flood the log.
+            where = exc.__traceback__
+            while where is not None and where.tb_next is not None:
+                where = where.tb_next
+            at = (f" at {where.tb_frame.f_code.co_filename}:{where.tb_lineno}"
+                  if where is not None else "")
+            log.error("internal error on connection %s: %r%s", self.name, exc, at)
+            log.debug("internal error on connection %s", self.name, exc_info=True)
             self._fail(ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
 
     def _bad_header(self) -> None:
@@ -300,15 +359,15 @@ class Connection:
                 self._closed()
             return
         if number == 0:
-            if index >> 16 != 10:
+            if class_of(index) != 10:
                 raise ConnectionError_(CHANNEL_ERROR,
                                        f"unexpected method in connection state {STATE_NAMES[state]}",
-                                       (index >> 16, index & 0xFFFF))
+                                       class_and_method(index))
             self._connection_method(decode_method(payload, index), index)
             return
         if state != RUNNING:
             raise ConnectionError_(COMMAND_INVALID, "channel method before connection.open-ok",
-                                   (index >> 16, index & 0xFFFF))
+                                   class_and_method(index))
         if number in self._closing_channels:
             if index == _CHANNEL_CLOSE_OK:
                 self._closing_channels.discard(number)
@@ -325,17 +384,19 @@ class Connection:
                     NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
                     f"the negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
+            self.broker.churn.channel_created += 1
             self.write(_CHANNEL_OPEN_OK.pack(1, number, 8, 20, 11, 0, 0xCE))
             return
         if channel is None:
             raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'",
-                                   (index >> 16, index & 0xFFFF))
-        if index >> 16 == 20:
+                                   class_and_method(index))
+        class_id = index >> 16  # inline: every publish passes here
+        if class_id == 20:
             self._channel_method(channel, decode_method(payload, index), index)
             return
-        if index >> 16 == 10:
+        if class_id == 10:
             raise ConnectionError_(COMMAND_INVALID, "unimplemented method",
-                                   (index >> 16, index & 0xFFFF))
+                                   class_and_method(index))
         try:
             channel.handle_method(payload, index)
         except ChannelError as exc:
@@ -354,7 +415,7 @@ class Connection:
             pass  # a close we did not start: ignore, as RabbitMQ
         else:
             raise ConnectionError_(COMMAND_INVALID, f"unexpected {method.name.lower()}",
-                                   (index >> 16, index & 0xFFFF))
+                                   class_and_method(index))
 
     def close_channel(self, channel: Channel, exc: ChannelError) -> None:
         """Close ``channel`` with a soft error from outside frame handling (e.g. a failed commit)."""
@@ -375,7 +436,7 @@ class Connection:
 
     def _send_start(self) -> None:
         self.state = START
-        props = {
+        props: dict[str, Any] = {
             "product": "Leveret",
             "version": leveret.__version__,
             "platform": f"Python {platform.python_version()}",
@@ -400,48 +461,48 @@ class Connection:
         if index == _CONNECTION_CLOSE_OK:
             self._closed()
             return
-        if state == START and isinstance(method, commands.Connection.StartOk):
-            self.client_properties = dict(method.client_properties or {})
-            user = auth.authenticate(method.mechanism, method.response, self.broker.users,
-                                     self.peer, self.config)
-            if user is None:
-                if not self.client_capability("authentication_failure_close"):
-                    # Clients that cannot handle the close method just see the socket close.
-                    self._closed()
-                    return
-                raise ConnectionError_(
-                    ACCESS_REFUSED,
-                    f"Login was refused using authentication mechanism {method.mechanism}. "
-                    "For details see the broker logfile.")
-            self.user = user
-            self.state = TUNE
-            self.write(encode_method(0, commands.Connection.Tune(
-                channel_max=self.config.channel_max, frame_max=self.config.frame_max,
-                heartbeat=self.config.heartbeat)))
-            return
-        if state == TUNE and isinstance(method, commands.Connection.TuneOk):
-            self._tune(method)
-            self.state = OPEN
-            return
-        if state == OPEN and isinstance(method, commands.Connection.Open):
-            vhost = self.broker.vhosts.get(method.virtual_host)
-            if vhost is None:
-                raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
-                                       (10, 40))
-            self.vhost = vhost
-            self.state = RUNNING
-            self.broker.connections.add(self)
-            self.write(encode_method(0, commands.Connection.OpenOk()))
-            log.info("connection %s opened (user %r, vhost %r)", self.name, self.user, vhost.name)
-            return
-        if state == RUNNING and isinstance(method, commands.Connection.UpdateSecret):
-            self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
-            return
-        raise ConnectionError_(CHANNEL_ERROR,
-                               f"unexpected method in connection state {STATE_NAMES[state]}",
-                               (index >> 16, index & 0xFFFF))
+        step = HANDSHAKE.get((state, index))
+        if step is None:
+            raise ConnectionError_(CHANNEL_ERROR,
+                                   f"unexpected method in connection state {STATE_NAMES[state]}",
+                                   class_and_method(index))
+        handler, next_state = step
+        handler(self, method)
+        if self.state == state:  # a handler that closed the connection has moved it already
+            self.state = next_state
 
-    def _tune(self, m: commands.Connection.TuneOk) -> None:
+    def _start_ok(self, method: commands.Connection.StartOk) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        user = auth.authenticate(method.mechanism, method.response, self.broker.users,
+                                 self.peer, self.config)
+        if user is None:
+            if not self.client_capability("authentication_failure_close"):
+                # Clients that cannot handle the close method just see the socket close.
+                self._closed()
+                return
+            raise ConnectionError_(
+                ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {method.mechanism}. "
+                "For details see the broker logfile.")
+        self.user = user
+        self.write(encode_method(0, commands.Connection.Tune(
+            channel_max=self.config.channel_max, frame_max=self.config.frame_max,
+            heartbeat=self.config.heartbeat)))
+
+    def _open(self, method: commands.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
+                                   (10, 40))
+        self.vhost = vhost
+        self.broker.connections.add(self)
+        self.write(encode_method(0, commands.Connection.OpenOk()))
+        log.info("connection %s opened (user %r, vhost %r)", self.name, self.user, vhost.name)
+
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+        self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
+
+    def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
         # As rabbit_reader's validate_negotiated_integer_value: 0 means "no limit",
         # which is above any limit we proposed, so it is refused like a larger value.
         _check_negotiated("frame_max", m.frame_max, 4096, self.config.frame_max)
@@ -457,16 +518,28 @@ class Connection:
         """Hard error: send connection.close and wait for close-ok."""
         if self.state in (CLOSING, CLOSED):
             return
-        log.warning("connection %s: closing with %s", self.name, exc.reply_text)
+        text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
+        log.warning("connection %s: closing with %s", self.name, text)
         class_id, method_id = exc.method
         if self.state == HEADER:
             self._closed()
             return
         self.write(encode_method(0, commands.Connection.Close(
-            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            reply_code=int(exc.code), reply_text=text,
             class_id=class_id, method_id=method_id)))
         self._release_all()
+        if self.state == RUNNING:
+            grace = min(self.heartbeat, CLOSING_TIMEOUT) if self.heartbeat else CLOSING_TIMEOUT
+        else:
+            grace = SILENT_CLOSE_DELAY
+        self.close_deadline = self.clock() + grace
         self.state = CLOSING
+
+    def _stop_reading(self) -> None:
+        """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
+        if self.state == CLOSING:
+            self.reading = False
+            self.close_deadline = min(self.close_deadline, self.clock() + SILENT_CLOSE_DELAY)
 
     def close(self, code: int = CONNECTION_FORCED,
               text: str = "broker forced connection closure with reason 'shutdown'") -> None:
@@ -482,6 +555,9 @@ class Connection:
         self.want_close = True
 
     def _release_all(self) -> None:
+        if not self._released:
+            self._released = True
+            self.broker.churn.connection_closed += 1
         for queue in self.flow_queues:
             queue.flow_waiters.discard(self)
         self.flow_queues.clear()
@@ -526,5 +602,16 @@ class Connection:
             self.want_close = True
             return False
         if now - self.last_sent >= self.heartbeat / 2 and not self.out:
-            self.write(fastpath.HEARTBEAT_FRAME)
+            self.write(HEARTBEAT_FRAME)
         return True
+
+
+# The handshake as data: (state, connection-class method) -> (handler, next state).
+# Anything not here (except close/close-ok, accepted everywhere) is 504 "unexpected
+# method in connection state ...", as RabbitMQ's rabbit_reader answers.
+HANDSHAKE: dict[tuple[int, int], tuple[Callable[[Connection, Any], None], int]] = {
+    (START, commands.Connection.StartOk.index): (Connection._start_ok, TUNE),
+    (TUNE, commands.Connection.TuneOk.index): (Connection._tune_ok, OPEN),
+    (OPEN, commands.Connection.Open.index): (Connection._open, RUNNING),
+    (RUNNING, commands.Connection.UpdateSecret.index): (Connection._update_secret, RUNNING),
+}

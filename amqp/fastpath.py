@@ -33,27 +33,22 @@ Conventions
   the large positive number RabbitMQ would see, and as negative in pamqp.
 * Message properties stay in the publisher's wire form (``raw_properties``:
   the property-flag words followed by the property list) and are relayed to
-  consumers unchanged; ``decode_properties``/``encode_properties`` (via pamqp)
-  are for the slow paths that need TTL, priority, headers or dead-lettering.
+  consumers unchanged; ``leveret.model.properties`` decodes them (via pamqp)
+  for the slow paths that need TTL, priority, headers or dead-lettering.
 """
 
 from __future__ import annotations
 
 import struct
 
-from pamqp import commands
-
-# --- frame constants -------------------------------------------------------
-
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
-# Bytes a frame adds around its payload: type(1) channel(2) size(4) end(1).
-FRAME_OVERHEAD = 8
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_END_BYTE,
+    FRAME_HEADER,
+    FRAME_METHOD,
+    FRAME_OVERHEAD,
+)
 
 # --- method ids: (class_id << 16) | method_id, as pamqp's ``index`` ---------
 
@@ -439,49 +434,3 @@ def encode_deliver_with_content(
         )
     except struct.error as exc:
         raise ValueError(f"Basic.Deliver field out of range: {exc}") from exc
-
-
-# --- properties (slow path, via pamqp) -------------------------------------
-
-# What pamqp's property decoders raise on hostile input: struct/type errors
-# are mostly converted by pamqp itself; timestamps can overflow datetime.
-_PROPERTY_DECODE_ERRORS = (
-    struct.error,
-    ValueError,
-    TypeError,
-    IndexError,
-    KeyError,
-    OverflowError,
-    OSError,
-)
-
-
-def decode_properties(raw_properties: bytes | memoryview) -> commands.Basic.Properties:
-    """Decode raw property flags + list (as from decode_content_header)."""
-    data = bytes(raw_properties)
-    flags = 0
-    offset = 0
-    word_index = 0
-    while True:
-        if len(data) < offset + 2:
-            raise ValueError("content header property flags are truncated")
-        word = (data[offset] << 8) | data[offset + 1]
-        flags |= word << (16 * word_index)
-        offset += 2
-        word_index += 1
-        if not word & 1:  # low bit set means another flag word follows
-            break
-    props = commands.Basic.Properties()
-    try:
-        props.unmarshal(flags, data[offset:])
-    except _PROPERTY_DECODE_ERRORS as exc:
-        raise ValueError(f"malformed content properties: {exc}") from exc
-    return props
-
-
-def encode_properties(props: commands.Basic.Properties) -> bytes:
-    """Encode properties to raw flags + list (pamqp's own marshal)."""
-    try:
-        return props.marshal()
-    except (TypeError, struct.error) as exc:
-        raise ValueError(f"cannot encode content properties: {exc}") from exc

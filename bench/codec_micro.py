@@ -16,6 +16,7 @@ import timeit
 from collections.abc import Callable
 
 from leveret.amqp import fastpath as fp
+from leveret.model import properties as props_codec
 from pamqp import base, commands, frame, header
 from pamqp import body as pbody
 
@@ -29,7 +30,7 @@ TAG = 123_456
 FRAME_MAX = 131_072
 BODY = bytes(range(256))
 PROPS = Basic.Properties(content_type="application/json", delivery_mode=2)
-RAW_PROPS = fp.encode_properties(PROPS)
+RAW_PROPS = props_codec.encode_properties(PROPS)
 
 PUBLISH_PAYLOAD = frame.marshal(Basic.Publish(0, EXCHANGE, ROUTING_KEY, True, False), 1)[7:-1]
 ACK_PAYLOAD = frame.marshal(Basic.Ack(TAG, True), 1)[7:-1]
@@ -147,8 +148,8 @@ CASES: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
     ),
     (
         "decode_properties (pamqp both)",
-        lambda: fp.decode_properties(RAW_PROPS),
-        lambda: fp.decode_properties(RAW_PROPS),
+        lambda: props_codec.decode_properties(RAW_PROPS),
+        lambda: props_codec.decode_properties(RAW_PROPS),
     ),
 ]
 

@@ -29,7 +29,7 @@ from typing import TypeAlias
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import QueueDef
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 PROPS = b"\x10\x00\x02"  # delivery-mode 2
 BATCH_SIZES = (1, 10, 100, 1000)

@@ -18,7 +18,7 @@ Confirm = tuple[int, bool, bool]  # (delivery_tag, multiple, is_ack)
 
 
 class ConfirmTracker:
-    __slots__ = ("next_seq", "_held", "_held_order", "_acked", "_nacked")
+    __slots__ = ("_acked", "_held", "_held_order", "_nacked", "confirmed", "next_seq")
 
     def __init__(self) -> None:
         self.next_seq = 1
@@ -26,6 +26,7 @@ class ConfirmTracker:
         self._held_order: deque[int] = deque()
         self._acked: list[int] = []
         self._nacked: list[int] = []
+        self.confirmed = 0  # acks drained so far (the channel's ``confirm`` counter)
 
     def publish(self, hold: bool = False) -> int:
         """Number the next published message; ``hold`` defers its confirm until ``settle``."""
@@ -90,5 +91,6 @@ class ConfirmTracker:
             out.append((highest_below, True, True))
         above.sort()
         out.extend((seq, False, True) for seq in above)
+        self.confirmed += len(acked)
         acked.clear()
         return out

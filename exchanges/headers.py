@@ -35,7 +35,7 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
-from ..amqp.errors import PRECONDITION_FAILED, ChannelError
+from ..model.errors import PRECONDITION_FAILED, ChannelError
 from .binding import BindingSetOwner, BindingSet, timestamp_seconds
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")

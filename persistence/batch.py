@@ -29,7 +29,7 @@ from typing import Any
 
 from leveret.persistence.records import binding_identity
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 
 @dataclass(slots=True)

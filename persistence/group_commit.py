@@ -44,7 +44,7 @@ from leveret.persistence.store import (
     StoredEntry,
     StoreError,
 )
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,9 @@ class GroupCommit:
         ok = exc is None
         if ok:
             self.commits += 1
+            # One line per synced write; `leveret lab run fsync` counts these (no metrics yet).
+            log.debug("group commit %d: %d confirm(s) released by one synced write",
+                      self.commits, len(held))
         else:
             self.failures += 1
             log.error("store write failed; %d confirm(s) become nacks: %s", len(held), exc)

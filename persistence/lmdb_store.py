@@ -116,7 +116,7 @@ class LmdbStore(RecordingStore):
         try:
             self._env = lmdb.open(str(self.path), map_size=map_size, subdir=True, create=True,
                                   max_dbs=len(_DB_NAMES), lock=True, sync=True, metasync=True,
-                                  readahead=False)
+                                  readahead=False, mode=0o600)  # bodies: owner only
         except lmdb.Error as exc:
             raise self._error("cannot open as an LMDB environment", exc) from exc
         try:
@@ -137,7 +137,7 @@ class LmdbStore(RecordingStore):
         if self.path.exists() and not self.path.is_dir():
             raise self._error("exists and is not a directory")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             names = set(os.listdir(self.path))
         except OSError as exc:
             raise self._error("cannot create or list the directory", exc) from exc

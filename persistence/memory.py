@@ -37,7 +37,7 @@ from leveret.persistence.store import (
     StoredEntry,
     StoreError,
 )
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 # Lazily deleted seqs are compacted away once they outnumber the live ones
 # (and are more than this many, so small queues never bother).

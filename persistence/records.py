@@ -29,7 +29,7 @@ import struct
 from typing import Any, TypeAlias
 
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef, StoreError
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 
 class StoreError(Exception):

@@ -8,11 +8,32 @@ together (checked through ``channel.has_room()``). Both may apply at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from leveret.amqp.channel import Channel
     from leveret.queues.queue import Queue, QueueEntry
+
+
+class Writable(Protocol):
+    @property
+    def writable(self) -> bool: ...
+
+
+class Channel(Protocol):
+    """What a consumer needs from the channel it delivers on (an AMQP channel in practice)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def connection(self) -> Writable: ...
+
+    def has_room(self) -> bool: ...
+
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None: ...
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away under ``consumer`` (deleted): tell the client."""
 
 
 class Consumer:

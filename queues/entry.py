@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.queues import priority
 
 if TYPE_CHECKING:
-    from leveret.queues.message import Message
+    from leveret.model.message import Message
 
 
 class PublishResult(enum.Enum):

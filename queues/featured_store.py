@@ -31,7 +31,7 @@ from collections import deque
 
 from leveret.queues import dead_letter, limits, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.message import FLAG_EXPIRATION, Message
+from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues.ready import Owner, Tail
 
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8

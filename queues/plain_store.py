@@ -26,7 +26,7 @@ import heapq
 from collections import deque
 
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.message import Message
+from leveret.model.message import Message
 from leveret.queues.ready import Owner, Tail
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,

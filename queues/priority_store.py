@@ -16,7 +16,7 @@ import heapq
 
 from leveret.queues.entry import PriorityEntry, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 
 class PriorityStore(FeaturedStore):

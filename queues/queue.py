@@ -46,11 +46,11 @@ import operator
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues import dead_letter, limits, ttl
 from leveret.queues.consumer_ring import ConsumerRing
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
-from leveret.queues.message import FLAG_EXPIRATION, Message
 from leveret.queues.plain_store import PAGE_BATCH, PAGE_HIGH, PlainStore
 from leveret.queues.priority_store import PriorityStore
 from leveret.queues.ready import ReadyStore

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from leveret.persistence.store import StoredEntry
     from leveret.queues.entry import PublishResult, QueueEntry
-    from leveret.queues.message import Message
+    from leveret.model.message import Message
     from leveret.queues.settings import QueueSettings
     from leveret.queues.ttl import Timekeeping
 
@@ -65,6 +65,9 @@ class Owner(Protocol):
 
 
 class ReadyStore(Protocol):
+    # Entries may expire (TTL): publish and settings changes call ``after_change``.
+    expires: bool
+
     def __len__(self) -> int:
         """Ready entries, paged-out ones included (queue.declare-ok's message_count)."""
 
@@ -119,7 +122,7 @@ class Tail:
     def read(self, want: int) -> list[StoredEntry]:
         """Up to ``want`` committed entries from the front of the tail (removed from it)."""
         owner = self._owner
-        stored = owner.log.read_queue(owner.qid, self.first, want)
+        stored: list[StoredEntry] = owner.log.read_queue(owner.qid, self.first, want)
         if stored:
             self.count -= len(stored)
             self.first = stored[-1].seq + 1

@@ -1,4 +1,10 @@
-"""Imports happen at import time: a missing module fails when the broker starts.
+"""The import graph: layered packages, and imports that happen at import time.
+
+Packages form layers; each may import only the layers below it, so there is no
+cycle between packages and each front door (AMQP, HTTP, ctl, metrics) reaches
+the broker model through ``leveret.broker``. ``TYPE_CHECKING`` imports count
+too: a seam typed by importing the other side's class is a cycle in disguise
+(use a small ``typing.Protocol`` instead).
 
 A function-local import once hid a subpackage missing from the wheel until a
 client's first ``queue.declare``. Imports inside functions are allowed only for
@@ -20,6 +26,57 @@ ALLOWED = {
     ("spark_sink/publisher.py", "pyspark"): "pyspark is an optional extra",
     ("spark_sink/publisher.py", "."): "runs on Spark executors, registers lazily",
 }
+
+
+# Bottom to top. Root modules (config, cli, ctl) sit above all packages, except
+# ``config``, a leaf that anything may import.
+LAYERS = ["model", "exchanges", "confirms", "persistence", "queues", "broker", "amqp",
+          "management_ui", "spark_sink", "labs"]
+LEAVES = {"config"}
+
+
+def _imported_packages(path: Path) -> set[str]:
+    """The leveret packages (or root modules) ``path`` imports, TYPE_CHECKING included."""
+    rel = path.relative_to(ROOT)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(rel))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(rel.parts[:-1])[: len(rel.parts) - node.level]
+                names = [".".join(["leveret", *base, *([node.module] if node.module else [])])]
+            else:
+                names = [node.module or ""]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "leveret" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_packages_import_only_the_layers_below_them() -> None:
+    offenders = []
+    for path in _shipped_modules():
+        rel = path.relative_to(ROOT)
+        if len(rel.parts) == 1:
+            continue  # root modules: the top, checked below for config
+        own = LAYERS.index(rel.parts[0])
+        for target in _imported_packages(path) - {rel.parts[0]} - LEAVES:
+            if target not in LAYERS or LAYERS.index(target) > own:
+                offenders.append(f"{rel.as_posix()} imports leveret.{target}")
+    assert not offenders, "\n".join(sorted(offenders))
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.relative_to(ROOT).parts[0] for p in _shipped_modules()
+                if len(p.relative_to(ROOT).parts) > 1}
+    assert packages == set(LAYERS)
+
+
+def test_config_is_a_leaf() -> None:
+    assert _imported_packages(ROOT / "config.py") == set()
 
 
 def _shipped_modules() -> list[Path]:

@@ -7,11 +7,12 @@ they are merged here into the one table ``Channel`` dispatches through.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from leveret.amqp.handlers import basic, confirm, exchange, queue, tx
 
-Handler = Callable[[Any, Any], None]
+# A handler takes the channel and the decoded method; typed loosely here because each
+# module's handlers name their own method class.
+Handler = Callable[..., None]
 
 HANDLERS: dict[int, Handler] = {
     **exchange.HANDLERS,

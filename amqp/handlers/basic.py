@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     ChannelError,
     ConnectionError_,
 )
 from leveret.amqp.handlers.queue import lookup
-from leveret.amqp.reply_to import PSEUDO_QUEUE
+from leveret.broker.reply_to import PSEUDO_QUEUE
+from leveret.queues.arguments import check_integer_argument
 from leveret.queues.consumer import Consumer
 
 if TYPE_CHECKING:
@@ -49,13 +50,8 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
             f"queue '{queue.name}' in vhost '{ch.vhost.name}' in exclusive use",
         )
     arguments = dict(m.arguments or {})
-    priority = arguments.get("x-priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ChannelError(
-            PRECONDITION_FAILED,
-            f"invalid arg 'x-priority' for queue '{queue.name}' in vhost '{ch.vhost.name}': "
-            f"expected an integer, got {priority!r}",
-        )
+    priority = check_integer_argument("x-priority", arguments.get("x-priority", 0),
+                                      ch.vhost.describe_queue(queue.name))
     consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,
                         arguments)
     ch.consumers[tag] = consumer
@@ -81,7 +77,7 @@ def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
         if not m.nowait:
             ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
         return
-    consumer = ch.consumers.get(m.consumer_tag)
+    consumer = ch.consumers.get(m.consumer_tag or "")
     if not m.nowait:
         ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
     if consumer is not None:
@@ -92,6 +88,7 @@ def get(ch: Channel, m: commands.Basic.Get) -> None:
     queue = lookup(ch, m.queue)
     entry = queue.take()
     if entry is None:
+        ch.stats.get_empty += 1
         ch.send_method(commands.Basic.GetEmpty())
         return
     ch.deliver_get(queue, entry, m.no_ack)
@@ -110,7 +107,7 @@ def recover_async(ch: Channel, m: commands.Basic.RecoverAsync) -> None:
     ch.recover()
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Basic.Qos.index: qos,
     commands.Basic.Consume.index: consume,
     commands.Basic.Cancel.index: cancel,

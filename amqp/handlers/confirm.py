@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.confirms.tracker import ConfirmTracker
 
 if TYPE_CHECKING:
@@ -22,4 +23,4 @@ def select(ch: Channel, m: commands.Confirm.Select) -> None:
         ch.send_method(commands.Confirm.SelectOk())
 
 
-HANDLERS = {commands.Confirm.Select.index: select}
+HANDLERS: dict[int, Callable[..., None]] = {commands.Confirm.Select.index: select}

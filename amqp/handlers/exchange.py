@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
+from leveret.model.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
 from leveret.exchanges import EXCHANGE_TYPES
 
 if TYPE_CHECKING:
@@ -18,15 +19,16 @@ RESERVED_PREFIX = "amq."
 def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
     vhost = ch.vhost
     name = m.exchange
+    if name == "":  # even passive, as RabbitMQ
+        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
     if m.passive:
         vhost.get_exchange(name)
     else:
-        if name.startswith(RESERVED_PREFIX) or name == "":
-            if name not in vhost.exchanges or name == "":
-                raise ChannelError(
-                    ACCESS_REFUSED,
-                    f"exchange name '{name}' contains reserved prefix 'amq.*'",
-                )
+        if name.startswith(RESERVED_PREFIX) and name not in vhost.exchanges:
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"exchange name '{name}' contains reserved prefix 'amq.*'",
+            )
         if m.exchange_type not in EXCHANGE_TYPES:
             raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'",
                                    (40, 10))
@@ -72,7 +74,7 @@ def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
         ch.send_method(commands.Exchange.UnbindOk())
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Exchange.Declare.index: declare,
     commands.Exchange.Delete.index: delete,
     commands.Exchange.Bind.index: bind,

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import (
-    ACCESS_REFUSED,
+from leveret.model.errors import (
     NOT_FOUND,
-    PRECONDITION_FAILED,
-    RESOURCE_LOCKED,
     ChannelError,
 )
-from leveret.amqp.reply_to import PSEUDO_QUEUE
-from leveret.amqp.vhost import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
-from leveret.queues import queue_types
-from leveret.queues.arguments import validate_queue_arguments
+from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
-
-RESERVED_PREFIX = "amq."
 
 
 def generate_name(prefix: str = "amq.gen-") -> str:
@@ -41,23 +34,8 @@ def resolve_name(ch: Channel, name: str) -> str:
     return ch.last_queue_name
 
 
-def check_exclusive(ch: Channel, queue: Queue) -> None:
-    """Only the declaring connection may use an exclusive queue (405 for the others)."""
-    owner = queue.exclusive_owner
-    if owner is not None and owner is not ch.connection:
-        raise ChannelError(RESOURCE_LOCKED, locked_text(ch, queue))
-
-
-def locked_text(ch: Channel, queue: Queue) -> str:
-    return (f"cannot obtain exclusive access to locked {ch.vhost.describe_queue(queue.name)}. "
-            "It could be originally declared on another connection or the exclusive "
-            "property value does not match that of the original declaration.")
-
-
 def lookup(ch: Channel, name: str) -> Queue:
-    queue = ch.vhost.get_queue(resolve_name(ch, name))
-    check_exclusive(ch, queue)
-    return queue
+    return ch.vhost.queue_for(resolve_name(ch, name), ch.connection)
 
 
 def declare(ch: Channel, m: commands.Queue.Declare) -> None:
@@ -74,63 +52,19 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
     if m.passive:
         # No "last declared queue" shortcut here: RabbitMQ 3.10 answers a passive
         # declare of "" with 404 "no queue '' in vhost '/'".
-        queue = vhost.get_queue(name)
-        check_exclusive(ch, queue)
+        queue = vhost.queue_for(name, ch.connection)
     else:
-        server_named = not name
-        if not name:
-            name = generate_name()
-        elif name.startswith(RESERVED_PREFIX):
-            raise ChannelError(ACCESS_REFUSED,
-                               f"queue name '{name}' contains reserved prefix 'amq.*'")
-        arguments = dict(m.arguments or {})
-        validate_queue_arguments(arguments, vhost.describe_queue(name))
-        queue = vhost.queues.get(name)
-        if queue is not None:
-            check_exclusive(ch, queue)
-            _check_equivalent(ch, queue, m, arguments)
-        else:
-            # Only for new queues: RabbitMQ checks an existing one's equivalence first.
-            queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
-                                      durable=m.durable, exclusive=m.exclusive,
-                                      auto_delete=m.auto_delete, arguments=arguments,
-                                      what=vhost.describe_queue(name))
-            # Exclusive + durable: RabbitMQ makes an exclusive transient queue.
-            durable = m.durable and not m.exclusive
-            queue = Queue(vhost, name, durable=durable,
-                          exclusive_owner=ch.connection if m.exclusive else None,
-                          auto_delete=m.auto_delete, arguments=arguments)
-            vhost.add_queue(queue)
-            if m.exclusive:
-                ch.connection.exclusive_queues.append(queue)
+        queue, created = vhost.declare_queue(
+            name or generate_name(), durable=m.durable, exclusive=m.exclusive,
+            auto_delete=m.auto_delete, arguments=dict(m.arguments or {}),
+            owner=ch.connection, server_named=not name)
+        if created and m.exclusive:
+            ch.connection.exclusive_queues.append(queue)
     queue.touch()  # renews an x-expires lease (RabbitMQ: the stat in every declare)
     ch.last_queue_name = queue.name
     if not m.nowait:
         ch.send_method(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
                                                 consumer_count=queue.consumer_count))
-
-
-def _check_equivalent(ch: Channel, queue: Queue, m: commands.Queue.Declare,
-                      arguments: dict) -> None:
-    what = ch.vhost.describe_queue(queue.name)
-    if m.exclusive != queue.exclusive:
-        raise ChannelError(RESOURCE_LOCKED, locked_text(ch, queue))
-    durable = m.durable and not m.exclusive
-    for arg, received, current in (
-        ("durable", durable, queue.durable),
-        ("auto_delete", m.auto_delete, queue.auto_delete),
-    ):
-        if received != current:
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"inequivalent arg '{arg}' for {what}: received '{str(received).lower()}' "
-                f"but current is '{str(current).lower()}'",
-            )
-    names = QUEUE_EQUIVALENCE_ARGS
-    if queue_types.queue_type(arguments) == queue_types.queue_type(queue.arguments):
-        # No x-queue-type means classic: 3.10 lets "classic" and none redeclare each other.
-        names = tuple(n for n in names if n != "x-queue-type")
-    check_arguments_equivalent(names, arguments, queue.arguments, what)
 
 
 def bind(ch: Channel, m: commands.Queue.Bind) -> None:
@@ -146,14 +80,13 @@ def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
     queue = vhost.queues.get(resolve_name(ch, m.queue))
     exchange = vhost.exchanges.get(m.exchange)
     if queue is not None and exchange is not None:
-        check_exclusive(ch, queue)
+        vhost.check_exclusive(queue, ch.connection)
         vhost.unbind(exchange, queue, m.routing_key, dict(m.arguments or {}))
     ch.send_method(commands.Queue.UnbindOk())
 
 
 def purge(ch: Channel, m: commands.Queue.Purge) -> None:
-    queue = lookup(ch, m.queue)
-    count = queue.purge()
+    count = ch.vhost.purge_queue(lookup(ch, m.queue))
     if not m.nowait:
         ch.send_method(commands.Queue.PurgeOk(message_count=count))
 
@@ -163,18 +96,13 @@ def delete(ch: Channel, m: commands.Queue.Delete) -> None:
     queue = vhost.queues.get(resolve_name(ch, m.queue))
     count = 0
     if queue is not None:
-        check_exclusive(ch, queue)
-        if m.if_unused and queue.consumers:
-            raise ChannelError(PRECONDITION_FAILED, f"{vhost.describe_queue(queue.name)} in use")
-        if m.if_empty and queue.message_count:
-            raise ChannelError(PRECONDITION_FAILED,
-                               f"{vhost.describe_queue(queue.name)} not empty")
-        count = vhost.delete_queue(queue)
+        vhost.check_exclusive(queue, ch.connection)
+        count = vhost.delete_queue_checked(queue, m.if_unused, m.if_empty)
     if not m.nowait:
         ch.send_method(commands.Queue.DeleteOk(message_count=count))
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Queue.Declare.index: declare,
     commands.Queue.Bind.index: bind,
     commands.Queue.Unbind.index: unbind,

@@ -8,11 +8,12 @@ before commit-ok.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.errors import INTERNAL_ERROR, PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import INTERNAL_ERROR, PRECONDITION_FAILED, ChannelError
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -62,7 +63,7 @@ def rollback(ch: Channel, m: commands.Tx.Rollback) -> None:
     ch.send_method(commands.Tx.RollbackOk())
 
 
-HANDLERS = {
+HANDLERS: dict[int, Callable[..., None]] = {
     commands.Tx.Select.index: select,
     commands.Tx.Commit.index: commit,
     commands.Tx.Rollback.index: rollback,

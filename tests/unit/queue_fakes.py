@@ -6,7 +6,7 @@ from typing import Any
 
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
-from leveret.queues.message import Message
+from leveret.model.message import Message
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 
@@ -112,7 +112,7 @@ class FakeConsumer:
 
 def props(expiration: str | None = None, priority: int | None = None,
           headers: dict[str, Any] | None = None, persistent: bool = False) -> bytes:
-    from leveret.amqp.fastpath import encode_properties
+    from leveret.model.properties import encode_properties
     from pamqp import commands
 
     return encode_properties(commands.Basic.Properties(

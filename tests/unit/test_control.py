@@ -10,8 +10,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from leveret.amqp import control
-from leveret.amqp.broker import Broker
+from leveret.broker import control
+from leveret.broker.broker import Broker
 from leveret.cli import main
 from leveret.config import Config
 

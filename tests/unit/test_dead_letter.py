@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from leveret.amqp.fastpath import decode_properties
+from leveret.model.properties import decode_properties
 from leveret.queues.dead_letter import is_cycle, make_message, update_x_death
 
 from .queue_fakes import FakeClock, FakeVhost, msg

@@ -6,7 +6,7 @@ import datetime
 from decimal import Decimal
 
 import pytest
-from leveret.amqp.errors import PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.exchanges import HeadersMatcher
 
 

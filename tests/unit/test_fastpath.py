@@ -16,6 +16,8 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from leveret.amqp import fastpath as fp
+from leveret.amqp import frames as fr
+from leveret.model import properties as props_codec
 from pamqp import base, commands, frame, header, heartbeat
 from pamqp import body as pbody
 from pamqp.exceptions import UnmarshalingException
@@ -121,9 +123,9 @@ def test_method_ids_match_pamqp() -> None:
 
 
 def test_frame_constants() -> None:
-    assert fp.HEARTBEAT_FRAME == frame.marshal(heartbeat.Heartbeat(), 0)
-    assert fp.FRAME_END_BYTE == bytes([fp.FRAME_END])
-    assert (fp.FRAME_METHOD, fp.FRAME_HEADER, fp.FRAME_BODY, fp.FRAME_HEARTBEAT) == (1, 2, 3, 8)
+    assert fr.HEARTBEAT_FRAME == frame.marshal(heartbeat.Heartbeat(), 0)
+    assert fr.FRAME_END_BYTE == bytes([fr.FRAME_END])
+    assert (fr.FRAME_METHOD, fr.FRAME_HEADER, fr.FRAME_BODY, fr.FRAME_HEARTBEAT) == (1, 2, 3, 8)
 
 
 # --- encoders vs pamqp ------------------------------------------------------
@@ -190,7 +192,7 @@ def test_encoders_roundtrip_through_pamqp_for_any_exchange_name(
 
 @given(channels, properties, bodies, frame_maxes)
 def test_encode_content(channel: int, props: Basic.Properties, body: bytes, frame_max: int) -> None:
-    raw = fp.encode_properties(props)
+    raw = props_codec.encode_properties(props)
     frames = fp.encode_content(channel, raw, body, frame_max)
     assert all(type(f) is bytes for f in frames)
     expected_header = frame.marshal(header.ContentHeader(0, len(body), props), channel)
@@ -231,7 +233,7 @@ def test_encode_deliver_with_content_is_the_concatenation(
     body: bytes,
     frame_max: int,
 ) -> None:
-    raw = fp.encode_properties(props)
+    raw = props_codec.encode_properties(props)
     joined = fp.encode_deliver_with_content(
         channel, ctag, tag, redelivered, exchange, rkey, raw, body, frame_max
     )
@@ -255,7 +257,7 @@ def test_body_split_at_frame_max_boundaries(size: int) -> None:
     assert len(frames) == 1 + -(-size // chunk)
     assert all(len(f) == 4096 for f in frames[1:-1])
     assert b"".join(f[7:-1] for f in frames[1:]) == body
-    assert [f[0] for f in frames] == [fp.FRAME_HEADER] + [fp.FRAME_BODY] * (len(frames) - 1)
+    assert [f[0] for f in frames] == [fr.FRAME_HEADER] + [fr.FRAME_BODY] * (len(frames) - 1)
 
 
 def test_encoders_reject_out_of_range_values() -> None:
@@ -343,9 +345,9 @@ def test_decode_content_header(props: Basic.Properties, size: int, as_view: bool
     assert isinstance(pamqp_header, header.ContentHeader)
     assert (class_id, body_size) == (pamqp_header.class_id, pamqp_header.body_size) == (60, size)
     assert type(raw) is bytes
-    assert raw == payload[12:] == fp.encode_properties(props)
-    assert fp.decode_properties(raw) == pamqp_header.properties == props
-    assert fp.decode_properties(memoryview(raw)) == props
+    assert raw == payload[12:] == props_codec.encode_properties(props)
+    assert props_codec.decode_properties(raw) == pamqp_header.properties == props
+    assert props_codec.decode_properties(memoryview(raw)) == props
 
 
 def test_decode_publish_invalid_utf8_raises_like_pamqp() -> None:
@@ -375,7 +377,7 @@ _DECODERS = [
     fp.decode_nack,
     fp.decode_reject,
     fp.decode_content_header,
-    fp.decode_properties,
+    props_codec.decode_properties,
 ]
 
 
@@ -396,7 +398,7 @@ def valid_payloads(draw: st.DrawFn) -> bytes:
     props = draw(properties)
     if kind == "header":
         return header.ContentHeader(0, draw(st.integers(0, 2**40)), props).marshal()
-    return fp.encode_properties(props)
+    return props_codec.encode_properties(props)
 
 
 @st.composite

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.amqp.errors import FRAME_ERROR, ConnectionError_
+from leveret.model.errors import FRAME_ERROR, ConnectionError_
 from leveret.amqp.frames import (
     FRAME_BODY,
     FRAME_HEADER,

@@ -8,7 +8,7 @@ import pytest
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import StoreError
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 
 class FailingStore(MemoryStore):

@@ -17,7 +17,7 @@ import pytest
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.records import U32
 from leveret.persistence.store import QueueDef, QueueStats, StoreError
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 PROPS = b"\x10\x00\x02"
 
@@ -249,7 +249,7 @@ import sys
 from pathlib import Path
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.store import QueueDef
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 store = LmdbStore(Path(sys.argv[1]))
 qid = store.put_queue(QueueDef("/", "q"))

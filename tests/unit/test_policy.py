@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from leveret.amqp.vhost import VirtualHost
+from leveret.broker.vhost import VirtualHost
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.queues.policy import Policy, PolicyError, queue_settings, select, validate

@@ -371,11 +371,15 @@ def test_channel_max_bounds_the_open_channel_count_not_numbers() -> None:
     assert "has reached the negotiated channel_max (2)" in close.reply_text
 
 
-def test_heartbeat_on_nonzero_channel_is_ignored() -> None:
-    """The spec asks for 501, but RabbitMQ 3.10 ignores it (tests/integration's recorded table)."""
+def test_heartbeat_on_nonzero_channel_is_505() -> None:
+    """RabbitMQ 3.10, sent a raw heartbeat frame on channel 1, answers 505 (0,0).
+
+    (An older differential case sent it with pamqp, which always puts heartbeats on channel 0.)
+    """
     client = running()
-    assert client.send(b"\x08\x00\x01\x00\x00\x00\x00\xce") == []
-    assert client.conn.state == RUNNING
+    close = expect_connection_close(client, client.send(b"\x08\x00\x01\x00\x00\x00\x00\xce"),
+                                    505, (0, 0))
+    assert close.reply_text == "UNEXPECTED_FRAME - type 8, all octets = <<>>"
 
 
 def test_heartbeat_on_channel_zero_is_accepted() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.queues.message import Message
+from leveret.model.message import Message
 from leveret.queues.queue import Queue, QueueEntry
 
 

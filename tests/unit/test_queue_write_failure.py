@@ -9,7 +9,7 @@ from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import QueueDef, StoreError
 from leveret.queues import plain_store
-from leveret.queues.message import Message
+from leveret.model.message import Message
 from leveret.queues.queue import PublishResult, Queue
 
 

@@ -28,7 +28,7 @@ from leveret.persistence.store import (
     QueueStats,
     StoreError,
 )
-from leveret.queues.message import Message
+from leveret.model.message import Message
 
 AnyStore: TypeAlias = MemoryStore | LmdbStore
 PERSISTENT_PROPS = b"\x10\x00\x02"  # flags: delivery-mode present; delivery-mode = 2

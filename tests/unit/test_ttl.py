@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leveret.queues.message import parse_expiration
+from leveret.model.message import parse_expiration
 from leveret.queues.settings import QueueSettings
 from leveret.queues.ttl import effective_ttl, expiry_of
 

@@ -18,7 +18,7 @@ from pamqp import commands, frame
 from pamqp import header as pheader
 from pamqp.exceptions import UnmarshalingException
 
-from leveret.amqp.broker import Broker
+from leveret.broker.broker import Broker
 from leveret.amqp.connection import Connection
 from leveret.config import Config
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.queues.policy import PolicyError, validate
 
 if TYPE_CHECKING:
-    from leveret.amqp.broker import Broker
+    from leveret.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 

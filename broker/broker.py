@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp.vhost import VirtualHost
+from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
+from leveret.model.stats import Churn, MessageStats
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
@@ -42,6 +44,27 @@ class Broker:
         self.protocols: set[Any] = set()  # transports' adapters, for shutdown and alarms
         self.alarms: set[str] = set()
         self.data_dir_lock: Any = None  # held open while the broker owns its data dir
+        self.churn = Churn()  # connections and channels; queues count per vhost
+        self.started_at = time.time()
+
+    def message_stats(self, vhost: str | None = None) -> MessageStats:
+        """Channel message counters summed: closed channels' plus live ones' (one vhost or all)."""
+        total = MessageStats()
+        for vh in self.vhosts.values():
+            if vhost is None or vh.name == vhost:
+                total.add(vh.closed_channel_stats)
+        for conn in self.connections:
+            if vhost is None or (conn.vhost is not None and conn.vhost.name == vhost):
+                for channel in conn.channels.values():
+                    total.add(channel.stats)
+        return total
+
+    def churn_totals(self) -> Churn:
+        total = Churn()
+        total.add(self.churn)
+        for vh in self.vhosts.values():
+            total.add(vh.churn)
+        return total
 
     def recover(self) -> None:
         """Rebuild durable definitions from the store (their messages stay on disk)."""

@@ -1,7 +1,12 @@
-"""A virtual host: its exchanges, queues and bindings (no I/O, no protocol).
+"""A virtual host: its exchanges, queues and bindings, and the operations on them.
 
-Operations raise ``ChannelError`` with RabbitMQ's texts; checks that depend on
-who is asking (exclusive-queue ownership) stay with the channel handlers.
+This is the broker model's operations API for one vhost: declare, bind,
+unbind, route, purge and delete, with RabbitMQ's checks and texts. Every front
+door calls these (AMQP handlers, the control socket, later the HTTP API), so a
+rule such as "inequivalent arg" or "exclusive queue locked" lives once. No I/O
+and no protocol: operations raise ``ChannelError`` with RabbitMQ's texts, which
+each front door maps to its own reply (channel.close, an HTTP 4xx). Who is
+asking is an opaque ``owner`` (the AMQP connection) for exclusive queues.
 Durable definitions, and durable queues' messages, are recorded through the
 injected group commit (``log``).
 """
@@ -9,25 +14,36 @@ injected group commit (``log``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import Any, cast
 
-from leveret.amqp.errors import (
+from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
     PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
     ChannelError,
 )
-from leveret.amqp.field_types import amqp_type_name
-from leveret.amqp.reply_to import ReplyTo
-from leveret.exchanges import Exchange
+from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
+from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
+from leveret.broker.reply_to import ReplyTo
+from leveret.exchanges import Exchange, route
+from leveret.model.message import Message
+from leveret.model.stats import Churn, MessageStats
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
+from leveret.queues import queue_types
+from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 
 log = logging.getLogger(__name__)
 
+# Names clients may not declare: RabbitMQ reserves them for itself.
+RESERVED_PREFIX = "amq."
+
+TRACE_EXCHANGE = "amq.rabbitmq.trace"
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
     ("amq.fanout", "fanout"),
@@ -45,12 +61,19 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.policies = PolicySet()
         self.reply_to = ReplyTo()  # direct reply-to consumers
+        # Counters: what closed channels left behind, and queue churn (model/stats.py).
+        self.closed_channel_stats = MessageStats()
+        self.churn = Churn()
         # Clocks and timers of its queues (TTL, x-expires); the server sets the scheduler.
         self.time = Timekeeping(scheduler=log.loop)
         self.default_exchange = Exchange("", "direct", durable=True, vhost=name)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in DEFAULT_EXCHANGES:
             self.exchanges[ex_name] = Exchange(ex_name, ex_type, durable=True, vhost=name)
+        # RabbitMQ pre-declares its firehose exchange in every vhost (internal: clients may
+        # bind to it but not publish to it). Leveret's tracing is its own (issue 13).
+        self.exchanges[TRACE_EXCHANGE] = Exchange(TRACE_EXCHANGE, "topic", durable=True,
+                                                  internal=True, vhost=name)
 
     # -- lookups ------------------------------------------------------------
 
@@ -78,6 +101,7 @@ class VirtualHost:
         self, name: str, type_: str, durable: bool, auto_delete: bool, internal: bool,
         arguments: dict[str, Any],
     ) -> Exchange:
+        check_alternate_exchange(arguments, self.describe_exchange(name))
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)
@@ -174,7 +198,134 @@ class VirtualHost:
         return [(ex, rk, args) for ex in self.exchanges.values()
                 for dest, rk, args in ex.matcher.bindings() if dest is queue]
 
+    # -- routing --------------------------------------------------------------
+
+    def route(self, message: Message, extra_routing_keys: tuple[str, ...] = ()) -> Sequence[Queue]:
+        """The queues ``message`` goes to, through its exchange (basic.publish, HTTP publish).
+
+        404 for an unknown exchange, 403 for an internal one. Direct reply-to
+        names on the default exchange are delivered here and, as in RabbitMQ
+        3.10, do not count as routes. Headers are decoded only when an exchange
+        on the way may match on them; malformed properties raise ``ValueError``
+        (the caller's protocol error).
+        """
+        name = message.exchange
+        if not name:
+            queue = self.queues.get(message.routing_key)
+            if extra_routing_keys or (
+                    queue is None and message.routing_key.startswith(REPLY_TO_PREFIX)):
+                return self._route_default(message, extra_routing_keys)
+            return (queue,) if queue is not None else ()
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
+        if exchange.internal:
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"cannot publish to internal exchange '{name}' in vhost '{self.name}'")
+        headers = None
+        if (exchange.type == "headers" or exchange.matcher.exchange_bindings
+                or "alternate-exchange" in exchange.arguments
+                or exchange.policy_alternate_exchange is not None):
+            headers = message.headers
+        # Matchers hold whatever was bound: in a vhost, queues and exchanges; the router
+        # resolves exchanges, so what comes back are queues.
+        return cast("list[Queue]", route(exchange, message.routing_key, headers,
+                                         self.exchanges.get, extra_routing_keys))
+
+    def _route_default(self, message: Message, extra: tuple[str, ...]) -> list[Queue]:
+        """The default exchange with CC/BCC keys or direct reply-to names: each queue once."""
+        queues: dict[str, Queue] = {}
+        for key in dict.fromkeys((message.routing_key, *extra)):
+            queue = self.queues.get(key)
+            if queue is not None:
+                queues[key] = queue
+            elif key.startswith(REPLY_TO_PREFIX):
+                self.reply_to.deliver(key, message)
+        return list(queues.values())
+
     # -- queues -------------------------------------------------------------
+
+    def declare_queue(
+        self, name: str, *, durable: bool, exclusive: bool, auto_delete: bool,
+        arguments: dict[str, Any], owner: Hashable | None = None, server_named: bool = False,
+    ) -> tuple[Queue, bool]:
+        """queue.declare (not passive): ``(queue, created)``.
+
+        An existing queue must be usable by ``owner`` and equivalent to the
+        request; a new one passes argument and queue-type validation first
+        (RabbitMQ checks an existing queue's equivalence before its arguments'
+        queue type). Exclusive + durable makes an exclusive transient queue,
+        as in RabbitMQ.
+        """
+        if not server_named and name.startswith(RESERVED_PREFIX):
+            raise ChannelError(ACCESS_REFUSED,
+                               f"queue name '{name}' contains reserved prefix 'amq.*'")
+        validate_queue_arguments(arguments, self.describe_queue(name))
+        self.churn.queue_declared += 1
+        queue = self.queues.get(name)
+        if queue is not None:
+            self.check_exclusive(queue, owner)
+            self._check_queue_equivalent(queue, durable, exclusive, auto_delete, arguments)
+            return queue, False
+        queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
+                                  durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                                  arguments=arguments, what=self.describe_queue(name))
+        queue = Queue(self, name, durable=durable and not exclusive,
+                      exclusive_owner=owner if exclusive else None,
+                      auto_delete=auto_delete, arguments=arguments)
+        self.add_queue(queue)
+        self.churn.queue_created += 1
+        return queue, True
+
+    def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
+                                auto_delete: bool, arguments: dict[str, Any]) -> None:
+        if exclusive != queue.exclusive:
+            raise ChannelError(RESOURCE_LOCKED, self._locked_text(queue))
+        what = self.describe_queue(queue.name)
+        for arg, received, current in (
+            ("durable", durable and not exclusive, queue.durable),
+            ("auto_delete", auto_delete, queue.auto_delete),
+        ):
+            if received != current:
+                raise ChannelError(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg '{arg}' for {what}: received '{str(received).lower()}' "
+                    f"but current is '{str(current).lower()}'",
+                )
+        names = QUEUE_EQUIVALENCE_ARGS
+        if queue_types.queue_type(arguments) == queue_types.queue_type(queue.arguments):
+            # No x-queue-type means classic: 3.10 lets "classic" and none redeclare each other.
+            names = tuple(n for n in names if n != "x-queue-type")
+        check_arguments_equivalent(names, arguments, queue.arguments, what)
+
+    def check_exclusive(self, queue: Queue, owner: Hashable | None) -> None:
+        """Only the declaring connection may use an exclusive queue (405 for the others)."""
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
+            raise ChannelError(RESOURCE_LOCKED, self._locked_text(queue))
+
+    def _locked_text(self, queue: Queue) -> str:
+        return (f"cannot obtain exclusive access to locked {self.describe_queue(queue.name)}. "
+                "It could be originally declared on another connection or the exclusive "
+                "property value does not match that of the original declaration.")
+
+    def queue_for(self, name: str, owner: Hashable | None) -> Queue:
+        """An existing queue that ``owner`` may use (404, 405 otherwise)."""
+        queue = self.get_queue(name)
+        self.check_exclusive(queue, owner)
+        return queue
+
+    def purge_queue(self, queue: Queue) -> int:
+        """queue.purge: drop the ready messages; returns how many."""
+        return queue.purge()
+
+    def delete_queue_checked(self, queue: Queue, if_unused: bool, if_empty: bool) -> int:
+        """queue.delete with its conditions (406 if they do not hold); returns the ready count."""
+        if if_unused and queue.consumers:
+            raise ChannelError(PRECONDITION_FAILED, f"{self.describe_queue(queue.name)} in use")
+        if if_empty and queue.message_count:
+            raise ChannelError(PRECONDITION_FAILED, f"{self.describe_queue(queue.name)} not empty")
+        return self.delete_queue(queue)
 
     def add_queue(self, queue: Queue, qid: int = 0) -> None:
         """Register ``queue``; a durable one gets its store id (``qid`` when recovering)."""
@@ -194,6 +345,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        self.churn.queue_deleted += 1
         queue.deleted = True
         count = queue.purge()
         queue.release_flow(force=True)
@@ -235,48 +387,3 @@ class VirtualHost:
             if exchange is not self.default_exchange:  # no AE on the default exchange
                 exchange.policy_alternate_exchange = alternate_exchange(
                     self.policies.for_exchange(exchange.name))
-
-
-# Arguments RabbitMQ compares when a queue or exchange is redeclared; others are ignored.
-QUEUE_EQUIVALENCE_ARGS = (
-    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-expires", "x-max-length",
-    "x-max-length-bytes", "x-max-priority", "x-message-ttl", "x-overflow", "x-queue-mode",
-    "x-queue-type", "x-single-active-consumer", "x-delivery-limit", "x-queue-version",
-    "x-queue-leader-locator", "x-max-age", "x-dead-letter-strategy",
-)
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
-def check_arguments_equivalent(
-    names: tuple[str, ...], received: dict[str, Any], current: dict[str, Any], what: str
-) -> None:
-    for name in names:
-        new, old = received.get(name), current.get(name)
-        if _normalise(new) == _normalise(old):
-            continue
-        if new is not None and old is not None:
-            # Both present: RabbitMQ's assert_field_equivalence shows bare values
-            # ("received '1000' but current is '60000'"), with no type names.
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"inequivalent arg '{name}' for {what}: "
-                f"received '{_shown(new)}' but current is '{_shown(old)}'")
-        got = ("none" if new is None
-               else f"the value '{_shown(new)}' of type '{amqp_type_name(new)}'")
-        now = ("none" if old is None
-               else f"the value '{_shown(old)}' of type '{amqp_type_name(old)}'")
-        raise ChannelError(PRECONDITION_FAILED,
-                           f"inequivalent arg '{name}' for {what}: received {got} but current is {now}")
-
-
-def _normalise(value: object) -> object:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value

@@ -31,14 +31,19 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from leveret.amqp import fastpath
-from leveret.amqp.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
 
-if TYPE_CHECKING:
-    from leveret.amqp.channel import Channel
-    from leveret.queues.message import Message
+from leveret.model.message import Message
+
+
+class Channel(Protocol):
+    """What reply-to needs from an AMQP channel: identity, state, and a way to deliver."""
+
+    closing: bool
+
+    def deliver_reply(self, consumer_tag: str, message: Message) -> None: ...
 
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
@@ -109,8 +114,5 @@ class ReplyTo:
         channel = consumer.channel
         if channel.closing:
             return
-        conn = channel.connection
         # The channel's next tag, not consumed: see the module header.
-        conn.write(fastpath.encode_deliver_with_content(
-            channel.number, consumer.tag, channel._next_tag, False, message.exchange,
-            message.routing_key, message.raw_properties, message.body, conn.frame_max))
+        channel.deliver_reply(consumer.tag, message)
