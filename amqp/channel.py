@@ -48,7 +48,7 @@ from leveret.amqp.handlers import HANDLERS
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.model.message import Message, parse_expiration
 from leveret.model.stats import MessageStats
-from leveret.queues.queue import REFUSED
+from leveret.queues.entry import PublishResult
 from pamqp import commands
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ DELIVERY_BATCH_BYTES = 1 << 20
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
+_ACCEPTED = PublishResult.ACCEPTED
+_HELD = PublishResult.HELD
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
@@ -98,6 +100,7 @@ class Channel:
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         self._global_unacked = 0
+        self._global_full = False  # a consumer met the global prefetch limit
         # modes
         self.confirms: ConfirmTracker | None = None
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
@@ -276,13 +279,13 @@ class Channel:
             return
         held = refused = False
         for queue in queues:
-            accepted = queue.publish(message)
-            if accepted:
-                if accepted == REFUSED:  # reject-publish overflow (queues/limits.py)
-                    refused = True
-                else:
+            result = queue.publish(message)
+            if result is not _ACCEPTED:
+                if result is _HELD:
                     held = True
-            if queue.consumers and queue.behind():
+                else:  # reject-publish overflow (queues/limits.py)
+                    refused = True
+            if queue.behind():
                 self.connection.flow_wait(queue)
         if self.tx_durable is not None and held:
             self.tx_durable = True
@@ -327,7 +330,11 @@ class Channel:
         if conn.batch_bytes >= DELIVERY_BATCH_BYTES:
             conn.batch_full = True  # resumed when the batch is taken for the wire
             return False
-        return not self.global_prefetch or self._global_unacked < self.global_prefetch
+        if self.global_prefetch and self._global_unacked >= self.global_prefetch:
+            # Consumers found no room here are parked by their queues: wake them on an ack.
+            self._global_full = True
+            return False
+        return True
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         tag = self._next_tag
@@ -381,7 +388,6 @@ class Channel:
         else:
             stats.get += 1
         entry.delivery_count += 1
-        queue.unacked += 1
         if no_ack:
             queue.settle(entry)
             return
@@ -428,12 +434,14 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple, _ACK)
         self.stats.ack += len(taken)
+        # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in taken:
-            queue.settle(entry)
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
-        self._resume_consumers()
+            queue.settle(entry)
+        if self._global_full:
+            self._resume_consumers()
 
     def reject(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         if self.tx is not None:
@@ -445,17 +453,19 @@ class Channel:
     def reject_now(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         touched = set()
         for entry, queue, consumer in self._take(tag, multiple, index):
+            if consumer is not None:
+                consumer.unacked -= 1
+                self._global_unacked -= 1
             if requeue:
                 queue.requeue(entry)
                 touched.add(queue)
             else:
                 queue.reject(entry)  # dead-lettered if the queue has a DLX
-            if consumer is not None:
-                consumer.unacked -= 1
-                self._global_unacked -= 1
+        # Delivered again only once all are back in place: the oldest goes first.
         for queue in touched:
-            queue.dispatch()
-        self._resume_consumers()
+            queue.deliver_ready()
+        if self._global_full:
+            self._resume_consumers()
 
     def recover(self) -> None:
         """basic.recover(requeue=true): every unacked delivery goes back to its queue."""
@@ -474,11 +484,17 @@ class Channel:
         self._tag_order.clear()
         self._global_unacked = 0
         for queue in touched:
-            queue.dispatch()
+            queue.deliver_ready()
 
     def _resume_consumers(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.queue.dispatch()
+        """Room may be back for every consumer of the channel (qos, flow, global prefetch).
+
+        O(consumers of the channel), as RabbitMQ's unblock of a channel's consumers;
+        an ack of a delivery resumes only its consumer (``Queue.settle``).
+        """
+        self._global_full = False
+        for consumer in list(self.consumers.values()):
+            consumer.queue.resume(consumer)
 
     # -- consumers ------------------------------------------------------------
 
@@ -494,7 +510,7 @@ class Channel:
         self.consumers.pop(consumer.tag, None)
         queue = consumer.queue
         queue.remove_consumer(consumer)
-        if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+        if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
             self.vhost.delete_queue(queue)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -516,7 +532,7 @@ class Channel:
         self.requeue_all()
         for consumer in consumers:
             queue = consumer.queue
-            if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+            if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
                 self.vhost.delete_queue(queue)
         self.tx = None
         self.content.reset()

@@ -6,6 +6,9 @@ Theory of operation
 accumulate in ``out`` and the adapter is told once (``on_output``) that it
 should flush at the end of the loop turn, so many deliveries share one
 ``writelines``. The adapter also owns the clock and calls ``heartbeat_tick``.
+One call handles at most ``FRAMES_PER_TURN`` frames; ``input_pending`` then
+asks the adapter to stop reading and call again (with ``b""``) on the next
+loop turn, so that no client's burst stalls the others.
 
 States follow the handshake: ``HEADER`` (waiting for ``AMQP\\0\\0\\9\\1``) →
 ``START`` (sent connection.start, waiting for start-ok) → ``TUNE`` →
@@ -125,6 +128,12 @@ def _check_negotiated(field: str, value: int, minimum: int, maximum: int) -> Non
             f"allowed value ({maximum})", (10, 30))
 
 
+# Frames handled per ``receive_data`` call. A client that sends a burst (thousands of acks,
+# each handing out a delivery) is served in slices of a few ms, other clients in between:
+# the adapter stops reading and calls again on the next loop turn (``input_pending``).
+FRAMES_PER_TURN = 1000
+
+
 class Connection:
     def __init__(
         self,
@@ -143,6 +152,7 @@ class Connection:
         self.state = HEADER
         self.out: list[bytes] = []
         self._frames = FrameBuffer()
+        self.input_pending = False  # frames left unhandled: call receive_data(b"") again
         self._header = bytearray()
         self.channels: dict[int, Channel] = {}
         self._closing_channels: set[int] = set()
@@ -260,6 +270,7 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         if self.state == CLOSED or not self.reading:
+            self.input_pending = False
             return
         self.recv_oct += len(data)
         self.recv_cnt += 1
@@ -277,11 +288,17 @@ class Connection:
                 data = bytes(self._header[8:])
                 self._header = bytearray()
                 self._send_start()
+            self.input_pending = False
+            budget = FRAMES_PER_TURN
             frames = self._frames
             for ftype, channel, payload in (frames.feed(data) if self.state != CLOSING
                                             else frames.feed_closing(data)):
                 if self.state == CLOSED:
+                    self.input_pending = False
                     return
+                budget -= 1
+                if not budget:
+                    self.input_pending = True  # after this frame: the rest next turn
                 # Per frame, so the frames after an error in the same chunk still reach
                 # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
                 try:
@@ -295,6 +312,8 @@ class Connection:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
                     self._fail(exc)
+                if not budget:
+                    break
         except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             self._fail(exc)
             self._stop_reading()

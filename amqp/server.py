@@ -95,6 +95,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.on_flow_release = self._flow_release
         self._flow_paused = False
         self._store_paused = False
+        self._input_paused = False  # a burst is handled over several loop turns
         self._output_paused = False  # unsent output over OUTPUT_PAUSE_BYTES
         self._reading_stopped = False  # closing: the core reads no more of this stream
         self._close_timer: asyncio.TimerHandle | None = None
@@ -116,12 +117,27 @@ class AMQPProtocol(asyncio.Protocol):
             self._store_paused = True
             self.transport.pause_reading()
             self.broker.log.when_caught_up(self._store_release)
+        if conn.input_pending and self.transport is not None:
+            # Frames left for the next turn (Connection.FRAMES_PER_TURN): read no more meanwhile.
+            if not self._input_paused:
+                self._input_paused = True
+                self.transport.pause_reading()
+            self.loop.call_soon(self._more_input)
         self._flush()
+
+    def _more_input(self) -> None:
+        if self.conn is None or self.transport is None:
+            return
+        self.data_received(b"")
+        if not self.conn.input_pending and self._input_paused:
+            self._input_paused = False
+            self._resume_if_free()
 
     def _may_read(self) -> bool:
         """Reading resumes only when no reason to pause is left (flow, alarm, store)."""
         return not (self._flow_paused or self._store_paused or self._output_paused
-                    or self._reading_stopped or (self.conn is not None and self.conn.blocked))
+                    or self._input_paused or self._reading_stopped
+                    or (self.conn is not None and self.conn.blocked))
 
     def _resume_if_free(self) -> None:
         if (self._may_read() and self.transport is not None

@@ -69,6 +69,9 @@ class GroupCommit:
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
         self.failures = 0
+        # Number of the batch being recorded: what is recorded now is released (its
+        # after_commit callbacks run) together, with the same ``ok``.
+        self.batch = 0
         self._recorded = 0  # operations recorded since the last batch was taken
         self._caught_up: list[Callable[[], None]] = []
 
@@ -187,6 +190,7 @@ class GroupCommit:
 
     def _write_now(self) -> None:
         ok = True
+        self.batch += 1
         try:
             self.store.write_batch(self.store.take_batch())
         except StoreError as exc:
@@ -203,6 +207,7 @@ class GroupCommit:
             self._set_idle()
             return
         batch = self.store.take_batch()
+        self.batch += 1
         self._recorded = 0
         held, self._held = self._held, []
         callbacks, self._callbacks = self._callbacks, []

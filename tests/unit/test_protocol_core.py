@@ -606,3 +606,18 @@ def test_dying_connection_does_not_redeliver_to_its_own_consumers(how: str) -> N
         client.conn.connection_lost()
         assert client.drain() == []
     assert queue.message_count == 4 and queue.unacked == 0 and not queue.consumers
+
+
+def test_a_burst_is_handled_in_slices_of_frames_per_turn() -> None:
+    from leveret.amqp.connection import FRAMES_PER_TURN
+
+    client = running()
+    burst = client.publish_bytes(1, b"x", routing_key="nowhere") * FRAMES_PER_TURN  # 3 frames each
+    client.conn.receive_data(burst)
+    assert client.conn.input_pending  # a third of it handled: the rest waits for the next turn
+    turns = 1
+    while client.conn.input_pending:
+        client.conn.receive_data(b"")
+        turns += 1
+    assert turns in (3, 4)  # 4 when the last slice ends exactly on the budget
+    client.call(1, commands.Confirm.Select())  # the connection is intact after the slices
