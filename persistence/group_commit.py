@@ -3,9 +3,11 @@
 Theory of operation
 -------------------
 Queues, the vhost and channels record what must become durable through this
-object (it forwards to the store's pending batch) and say who is waiting for
-it: a confirm held for a publisher (``hold``) or any callback
-(``after_commit``). Recording schedules a flush for the end of the current
+object: it *is* the recorder of the pending batch (``batch.Recorder``: ops,
+folding, ids), plus the writer that takes batches and hands them to the
+store. Recorders say who is waiting for durability: a confirm held for a
+publisher (``hold``), or any callback (``after_commit``, e.g. a definition's
+"-ok" or a control-socket reply). Recording schedules a flush for the end of the current
 event-loop turn. The flush detaches the batch and writes it on a dedicated
 thread (LMDB releases the GIL while it writes and fsyncs), so the loop keeps
 serving clients; everything recorded meanwhile forms the next batch, started
@@ -33,18 +35,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from leveret.persistence.store import (
-    BindingDef,
-    Definitions,
-    ExchangeDef,
-    PolicyDef,
-    QueueDef,
-    QueueStats,
-    Store,
-    StoredEntry,
-    StoreError,
-)
-from leveret.model.message import Message
+from leveret.persistence.batch import Recorder
+from leveret.persistence.store import StoredEntry, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +46,9 @@ Waiter = Callable[[bool], None]
 MAX_PENDING = 50_000
 
 
-class GroupCommit:
+class GroupCommit(Recorder):
     def __init__(self, store: Store, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(store.state())
         self.store = store
         self.loop = loop
         self.deferred = loop is not None  # confirms wait for a later commit
@@ -68,13 +61,12 @@ class GroupCommit:
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
         self.failures = 0
-        self._recorded = 0  # operations recorded since the last batch was taken
+        self._recorded_ops = 0  # operations recorded since the last batch was taken
         self._caught_up: list[Callable[[], None]] = []
 
-    # -- recording (forwarded to the store's pending batch) ---------------------
-
-    def _dirty(self) -> None:
-        self._recorded += 1
+    def _recorded(self) -> None:
+        """Every recorded operation: write it now, or schedule a write for this loop turn."""
+        self._recorded_ops += 1
         if not self.deferred:
             self._write_now()
         elif not self._scheduled and not self._writing:
@@ -82,66 +74,8 @@ class GroupCommit:
             assert self.loop is not None
             self.loop.call_soon(self._start)
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        self.store.enqueue(qid, seq, message, transient, expires_at)
-        self._dirty()
-
-    def mark_delivered(self, qid: int, seq: int, message: Message, count: int) -> None:
-        self.store.mark_delivered(qid, seq, message, count)
-        self._dirty()
-
-    def remove(self, qid: int, seq: int, message: Message) -> None:
-        self.store.remove(qid, seq, message)
-        self._dirty()
-
-    def purge(self, qid: int, from_seq: int = 0) -> None:
-        """Remove the queue's stored entries with seq >= from_seq (its paged-out tail)."""
-        self.store.purge(qid, from_seq)
-        self._dirty()
-
-    def put_exchange(self, exchange: ExchangeDef) -> None:
-        self.store.put_exchange(exchange)
-        self._dirty()
-
-    def delete_exchange(self, vhost: str, name: str) -> None:
-        self.store.delete_exchange(vhost, name)
-        self._dirty()
-
-    def put_queue(self, queue: QueueDef) -> int:
-        qid = self.store.put_queue(queue)
-        self._dirty()
-        return qid
-
-    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        self.store.delete_queue(vhost, name, qid)
-        self._dirty()
-
-    def put_binding(self, binding: BindingDef) -> None:
-        self.store.put_binding(binding)
-        self._dirty()
-
-    def delete_binding(self, binding: BindingDef) -> None:
-        self.store.delete_binding(binding)
-        self._dirty()
-
-    def put_policy(self, policy: PolicyDef) -> None:
-        self.store.put_policy(policy)
-        self._dirty()
-
-    def delete_policy(self, vhost: str, name: str) -> None:
-        self.store.delete_policy(vhost, name)
-        self._dirty()
-
-    # -- reads ------------------------------------------------------------------
-
-    def load_definitions(self) -> Definitions:
-        return self.store.load_definitions()
-
-    def queue_stats(self, qid: int) -> QueueStats:
-        return self.store.queue_stats(qid)
-
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
+        """Committed entries (queues page their tails back through here)."""
         return self.store.read_queue(qid, from_seq, limit)
 
     # -- waiting for durability ---------------------------------------------------
@@ -156,12 +90,15 @@ class GroupCommit:
             callback(True)
             return
         self._callbacks.append(callback)
-        self._dirty()
+        if not self._scheduled and not self._writing:
+            self._scheduled = True
+            assert self.loop is not None
+            self.loop.call_soon(self._start)
 
     @property
     def backlogged(self) -> bool:
         """Too much is waiting for the writer: clients should pause."""
-        return self._writing and self._recorded > MAX_PENDING
+        return self._writing and self._recorded_ops > MAX_PENDING
 
     def when_caught_up(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the write in flight returns (the backlog becomes its batch)."""
@@ -172,14 +109,14 @@ class GroupCommit:
 
     @property
     def busy(self) -> bool:
-        return self._writing or self._scheduled or self.store.has_pending()
+        return self._writing or self._scheduled or self.has_pending()
 
     # -- the write cycle ------------------------------------------------------------
 
     def _write_now(self) -> None:
         ok = True
         try:
-            self.store.write_batch(self.store.take_batch())
+            self.store.write_batch(self.take_batch())
         except StoreError as exc:
             log.error("store write failed: %s", exc)
             ok = False
@@ -190,11 +127,11 @@ class GroupCommit:
         self._scheduled = False
         if self._writing:
             return
-        if not self.store.has_pending() and not self._held and not self._callbacks:
+        if not self.has_pending() and not self._held and not self._callbacks:
             self._set_idle()
             return
-        batch = self.store.take_batch()
-        self._recorded = 0
+        batch = self.take_batch()
+        self._recorded_ops = 0
         held, self._held = self._held, []
         callbacks, self._callbacks = self._callbacks, []
         self._writing = True

@@ -44,26 +44,16 @@ from typing import Any
 
 import lmdb
 
+from leveret.persistence.apply import apply_batch
+from leveret.persistence.batch import Batch, Enqueue
 from leveret.persistence.mapped_memory import mapped_ranges, release
-from leveret.persistence.batch import (
-    Batch,
-    DeleteDef,
-    DeleteExchange,
-    DeleteQueue,
-    Enqueue,
-    MarkDelivered,
-    Purge,
-    PutDef,
-    Recorder,
-    RecordingStore,
-    Remove,
-)
 from leveret.persistence.records import (
     COUNTER,
     FLAG_TRANSIENT,
     INDEX_KEY,
     U32,
     U64,
+    Definition,
     decode_definition,
     decode_index_value,
     decode_message,
@@ -73,6 +63,7 @@ from leveret.persistence.records import (
     encode_message,
 )
 from leveret.persistence.store import (
+    BindingDef,
     Definitions,
     ExchangeDef,
     PolicyDef,
@@ -80,6 +71,7 @@ from leveret.persistence.store import (
     QueueStats,
     StoredEntry,
     StoreError,
+    StoreState,
 )
 
 log = logging.getLogger(__name__)
@@ -95,6 +87,7 @@ _META_FORMAT = b"format"
 _META_VERSION = b"version"
 _META_NEXT_MSG = b"next_msg_id"
 _META_NEXT_QID = b"next_qid"
+_META_LAST_SEQ = b"last_batch_seq"
 _COUNTER_PREFIX = b"c"
 
 # Above this many queue entries, startup logs at INFO (else DEBUG).
@@ -106,7 +99,7 @@ TRANSIENT_DROP_CHUNK = 50_000
 _DATA_ERRORS = (lmdb.Error, StructError, ValueError, KeyError)
 
 
-class LmdbStore(RecordingStore):
+class LmdbStore:
     def __init__(self, path: Path, map_size: int = 1 << 40, *,
                  logger: logging.Logger | None = None) -> None:
         self.path = Path(path)
@@ -121,7 +114,7 @@ class LmdbStore(RecordingStore):
             raise self._error("cannot open as an LMDB environment", exc) from exc
         try:
             self._dbs = self._open_databases()
-            self._recorder, self._qids = self._load_state()
+            self._log_contents()
             self._drop_transient()
         except BaseException:
             self.close()
@@ -184,17 +177,11 @@ class LmdbStore(RecordingStore):
         except lmdb.Error as exc:
             raise self._error("cannot read the store (corrupt?)", exc) from exc
 
-    def _load_state(self) -> tuple[Recorder, dict[tuple[str, str], int]]:
+    def _log_contents(self) -> None:
         dbs = self._dbs
+        qids = self.state().qids
         try:
             with self._env.begin() as txn:
-                next_msg = txn.get(_META_NEXT_MSG, db=dbs[b"meta"])
-                next_qid = txn.get(_META_NEXT_QID, db=dbs[b"meta"])
-                qids = {}
-                for _, raw in txn.cursor(db=dbs[b"defs"]):
-                    d = decode_definition(raw)
-                    if isinstance(d, QueueDef):
-                        qids[d.vhost, d.name] = d.qid
                 stats = {name.decode(): txn.stat(dbs[name])["entries"]
                          for name in (b"messages", b"index", b"transient")}
         except _DATA_ERRORS as exc:
@@ -202,9 +189,24 @@ class LmdbStore(RecordingStore):
         level = logging.INFO if stats["index"] >= LARGE_STORE_ENTRIES else logging.DEBUG
         self._log.log(level, "store %s: %d messages, %d queue entries (%d transient) in %d queues",
                       self.path, stats["messages"], stats["index"], stats["transient"], len(qids))
-        recorder = Recorder(U64.unpack(next_msg)[0] if next_msg else 1,
-                            U64.unpack(next_qid)[0] if next_qid else 1)
-        return recorder, qids
+
+    def state(self) -> StoreState:
+        dbs = self._dbs
+        try:
+            with self._require_env().begin() as txn:
+                next_msg = txn.get(_META_NEXT_MSG, db=dbs[b"meta"])
+                next_qid = txn.get(_META_NEXT_QID, db=dbs[b"meta"])
+                last_seq = txn.get(_META_LAST_SEQ, db=dbs[b"meta"])
+                qids = {}
+                for _, raw in txn.cursor(db=dbs[b"defs"]):
+                    d = decode_definition(raw)
+                    if isinstance(d, QueueDef):
+                        qids[d.vhost, d.name] = d.qid
+        except _DATA_ERRORS as exc:
+            raise self._error("cannot read the store (corrupt?)", exc) from exc
+        return StoreState(U64.unpack(next_msg)[0] if next_msg else 1,
+                          U64.unpack(next_qid)[0] if next_qid else 1,
+                          U64.unpack(last_seq)[0] if last_seq else 0, qids)
 
     def _drop_transient(self) -> None:
         """Transient entries were only on disk because their queue paged them out."""
@@ -217,7 +219,7 @@ class LmdbStore(RecordingStore):
                     keys = list(islice(cursor.iternext(keys=True, values=False),
                                        TRANSIENT_DROP_CHUNK))
                     for key in keys:
-                        writer.remove(*INDEX_KEY.unpack(key))
+                        writer.remove_entry(*INDEX_KEY.unpack(key))
                         txn.delete(key, db=self._dbs[b"transient"])
                     writer.finish()
                 if not keys:
@@ -250,12 +252,6 @@ class LmdbStore(RecordingStore):
         except _DATA_ERRORS as exc:
             raise self._error("cannot read definitions", exc) from exc
         return result
-
-
-    def _definition(self, definition: Any) -> Any:
-        return encode_definition(definition)
-
-    # -- queue entries -------------------------------------------------------------------------
 
     # -- reads (committed data only) --------------------------------------------------------------
 
@@ -311,9 +307,8 @@ class LmdbStore(RecordingStore):
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
                 writer = _Writer(txn, self._dbs)
-                for op in batch.ops:
-                    writer.apply(op)
-                writer.finish(batch.next_msg_id, batch.next_qid)
+                apply_batch(batch, writer)
+                writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
 
@@ -345,7 +340,7 @@ class LmdbStore(RecordingStore):
 
 
 class _Writer:
-    """Applies operations inside one write transaction.
+    """The ``apply.Applier`` primitives inside one write transaction.
 
     Reference counts and queue counters are cached for the transaction and
     written once in ``finish`` (a message routed to many queues in one batch
@@ -359,31 +354,6 @@ class _Writer:
         self.index, self.transient = dbs[b"index"], dbs[b"transient"]
         self.refs: dict[int, int] = {}
         self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
-
-    def apply(self, op: Any) -> None:
-        cls = type(op)
-        if cls is Enqueue:
-            if not op.cancelled:
-                self.enqueue(op)
-        elif cls is Remove:
-            self.remove(op.qid, op.seq)
-        elif cls is MarkDelivered:
-            if not op.cancelled:
-                self.mark_delivered(op.qid, op.seq, op.delivery_count)
-        elif cls is Purge:
-            self.purge(op.qid, op.from_seq)
-        elif cls is DeleteQueue:
-            self.delete_queue(op)
-        elif cls is DeleteExchange:
-            self.txn.delete(definition_key("x", (op.vhost, op.name)), db=self.defs)
-            self.drop_bindings(lambda b: b.vhost == op.vhost and (b.source == op.name or (
-                b.destination_type == "exchange" and b.destination == op.name)))
-        elif cls is PutDef:
-            self.txn.put(definition_key(op.kind, op.identity), op.payload, db=self.defs)
-        elif cls is DeleteDef:
-            self.txn.delete(definition_key(op.kind, op.identity), db=self.defs)
-        else:
-            raise TypeError(f"unknown store operation {op!r}")
 
     def refcount(self, msg_id: int) -> int:
         refs = self.refs.get(msg_id)
@@ -402,7 +372,7 @@ class _Writer:
         counter = self.counters[qid] = list(COUNTER.unpack(raw)) if raw else [0, 0]
         return counter
 
-    def enqueue(self, op: Enqueue) -> None:
+    def put_entry(self, op: Enqueue) -> None:
         message = op.message
         msg_id = message.store_id
         refs = self.refcount(msg_id)
@@ -422,14 +392,14 @@ class _Writer:
         if op.transient:
             self.txn.put(key, b"", db=self.transient)
 
-    def remove(self, qid: int, seq: int) -> None:
+    def remove_entry(self, qid: int, seq: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.pop(key, db=self.index)
         if old is not None:  # absent: its enqueue was in a batch that failed
             self._forget_entry(key, old)
             self.counter(qid)[0] -= 1
 
-    def mark_delivered(self, qid: int, seq: int, delivery_count: int) -> None:
+    def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.get(key, db=self.index)
         if old is not None:
@@ -437,7 +407,7 @@ class _Writer:
             self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at),
                          db=self.index)
 
-    def purge(self, qid: int, from_seq: int) -> None:
+    def remove_entries(self, qid: int, from_seq: int) -> None:
         cursor = self.txn.cursor(db=self.index)
         removed = 0
         if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
@@ -452,26 +422,29 @@ class _Writer:
         if removed:
             self.counter(qid)[0] -= removed
 
-    def delete_queue(self, op: DeleteQueue) -> None:
-        self.purge(op.qid, 0)
-        self.counters[op.qid] = None
-        def_key = definition_key("q", (op.vhost, op.name))
-        raw = self.txn.get(def_key, db=self.defs)
-        if raw is not None and getattr(decode_definition(raw), "qid", None) == op.qid:
-            self.txn.delete(def_key, db=self.defs)
-        self.drop_bindings(lambda b: b.vhost == op.vhost and b.destination_type == "queue"
-                           and b.destination == op.name)
+    def forget_queue(self, qid: int) -> None:
+        self.counters[qid] = None
 
-    def drop_bindings(self, matches: Any) -> None:
+    def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
+        raw = self.txn.get(definition_key(kind, identity), db=self.defs)
+        return decode_definition(raw) if raw is not None else None
+
+    def put_definition(self, kind: str, identity: tuple[str, ...],
+                       definition: Definition) -> None:
+        self.txn.put(definition_key(kind, identity), encode_definition(definition), db=self.defs)
+
+    def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
+        self.txn.delete(definition_key(kind, identity), db=self.defs)
+
+    def bindings(self) -> list[BindingDef]:
         cursor = self.txn.cursor(db=self.defs)
-        if not cursor.set_range(b"b"):
-            return
-        while cursor.key()[:1] == b"b":
-            if matches(decode_definition(cursor.value())):
-                if not cursor.delete():
+        out: list[BindingDef] = []
+        if cursor.set_range(b"b"):
+            for key, value in cursor.iternext():
+                if key[:1] != b"b":
                     break
-            elif not cursor.next():
-                break
+                out.append(decode_definition(value))  # type: ignore[arg-type]
+        return out
 
     def _forget_entry(self, key: bytes, value: bytes) -> None:
         msg_id, _, flags, _ = decode_index_value(value)
@@ -479,7 +452,7 @@ class _Writer:
             self.txn.delete(key, db=self.transient)
         self.refs[msg_id] = self.refcount(msg_id) - 1
 
-    def finish(self, next_msg_id: int = 0, next_qid: int = 0) -> None:
+    def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
         txn = self.txn
         for msg_id, refs in self.refs.items():
             key = U64.pack(msg_id)
@@ -495,7 +468,8 @@ class _Writer:
             else:
                 txn.put(key, COUNTER.pack(*counter), db=self.meta)
         for meta_key, fmt, value in ((_META_NEXT_MSG, U64, next_msg_id),
-                                     (_META_NEXT_QID, U64, next_qid)):
+                                     (_META_NEXT_QID, U64, next_qid),
+                                     (_META_LAST_SEQ, U64, last_seq)):
             if value:
                 raw = txn.get(meta_key, db=self.meta)
                 if raw is None or fmt.unpack(raw)[0] < value:
