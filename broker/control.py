@@ -10,7 +10,10 @@ exactly one response, ``{"ok": true, "result": ...}`` or ``{"ok": false,
 "error": "..."}``; a connection may send several requests.
 
 ``ControlHandler`` is the sans-IO part: a line in, a line out, applied to the
-broker on the event loop thread (so it needs no locking). ``start_server``
+broker on the event loop thread (so it needs no locking). A command that
+changes durable state (``CHANGES``) is answered only after the group commit
+that records the change (``respond``), as AMQP's "-ok" replies are: an
+``ok`` the broker loses in a crash would be a lie. ``start_server``
 is the thin asyncio adapter and ``request`` the blocking client the CLI uses.
 
 Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
@@ -45,6 +48,10 @@ MAX_LINE = 1 << 20
 _SUN_PATH_MAX = 100
 
 
+# Commands that change durable state: answered after the commit that records it.
+CHANGES = frozenset({"set_policy", "clear_policy"})
+
+
 class ControlError(Exception):
     """A request the broker refused; ``str()`` is the message for the user."""
 
@@ -63,6 +70,25 @@ class ControlHandler:
             "clear_policy": self.clear_policy,
             "list_policies": self.list_policies,
         }
+        self.changed = False  # a command in CHANGES succeeded: its reply waits for the commit
+
+    async def respond(self, line: bytes) -> bytes:
+        """``handle_line``, answered once what it changed is committed."""
+        response = self.handle_line(line)
+        if self.changed:
+            self.changed = False
+            if not await self._committed():
+                response = json.dumps({"ok": False, "error": "the change was applied but could "
+                                       "not be written to the message store"}).encode() + b"\n"
+        return response
+
+    async def _committed(self) -> bool:
+        log = self.broker.log
+        if not log.deferred:
+            return True
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        log.after_commit(lambda ok: done.done() or done.set_result(ok))
+        return await done
 
     def handle_line(self, line: bytes) -> bytes:
         try:
@@ -80,7 +106,9 @@ class ControlHandler:
         if command is None:
             return {"ok": False, "error": f"unknown command {request.get('command')!r}"}
         try:
-            return {"ok": True, "result": command(request)}
+            result = {"ok": True, "result": command(request)}
+            self.changed = self.changed or request.get("command") in CHANGES
+            return result
         except ControlError as exc:
             return {"ok": False, "error": str(exc)}
         except (KeyError, TypeError) as exc:
@@ -151,7 +179,7 @@ async def start_server(broker: Broker, data_dir: Path) -> asyncio.AbstractServer
     async def serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
-                writer.write(handler.handle_line(line))
+                writer.write(await handler.respond(line))
                 await writer.drain()
         except (ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass

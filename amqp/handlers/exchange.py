@@ -19,7 +19,7 @@ def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
     vhost = ch.vhost
     name = m.exchange
     if m.passive:
-        vhost.get_exchange(name)
+        exchange = vhost.get_exchange(name)
     else:
         if name.startswith(RESERVED_PREFIX) or name == "":
             if name not in vhost.exchanges or name == "":
@@ -30,10 +30,10 @@ def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
         if m.exchange_type not in EXCHANGE_TYPES:
             raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'",
                                    (40, 10))
-        vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete, m.internal,
-                               dict(m.arguments or {}))
+        exchange = vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete,
+                                          m.internal, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_method(commands.Exchange.DeclareOk())
+        ch.send_durable(commands.Exchange.DeclareOk(), exchange.durable, (40, 10))
 
 
 def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
@@ -48,7 +48,9 @@ def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
     if exchange is not None:
         vhost.delete_exchange(exchange, m.if_unused)
     if not m.nowait:
-        ch.send_method(commands.Exchange.DeleteOk())
+        # Not found: its deletion may be in a batch not yet committed, so wait as well.
+        durable = exchange.durable if exchange is not None else True
+        ch.send_durable(commands.Exchange.DeleteOk(), durable, (40, 20))
 
 
 def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
@@ -58,18 +60,20 @@ def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
     vhost.check_not_default(dest)
     vhost.bind(source, dest, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_method(commands.Exchange.BindOk())
+        ch.send_durable(commands.Exchange.BindOk(), source.durable and dest.durable, (40, 30))
 
 
 def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
     vhost = ch.vhost
     dest = vhost.exchanges.get(m.destination)
     source = vhost.exchanges.get(m.source)
+    durable = True  # not found: the binding may be gone in a batch not yet committed
     if dest is not None and source is not None:
         vhost.check_not_default(dest)
         vhost.unbind(source, dest, m.routing_key, dict(m.arguments or {}))
+        durable = source.durable and dest.durable
     if not m.nowait:
-        ch.send_method(commands.Exchange.UnbindOk())
+        ch.send_durable(commands.Exchange.UnbindOk(), durable, (40, 40))
 
 
 HANDLERS = {
