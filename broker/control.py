@@ -18,7 +18,9 @@ is the thin asyncio adapter and ``request`` the blocking client the CLI uses.
 
 Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
 definition, priority, apply_to), ``clear_policy`` (vhost, name),
-``list_policies`` (vhost).
+``list_policies`` (vhost); and ``compact``: rewrite the message store without
+its free pages while the broker runs (between two group-commit batches; the
+file shrinks to the live data).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.persistence.store import StoreError
 from leveret.queues.policy import PolicyError, validate
 
 if TYPE_CHECKING:
@@ -73,13 +76,19 @@ class ControlHandler:
         self.changed = False  # a command in CHANGES succeeded: its reply waits for the commit
 
     async def respond(self, line: bytes) -> bytes:
-        """``handle_line``, answered once what it changed is committed."""
-        response = self.handle_line(line)
+        """``handle_line``, answered once what it changed is committed; ``compact`` too."""
+        try:
+            request = json.loads(line)
+        except ValueError:
+            request = None
+        if isinstance(request, dict) and request.get("command") == "compact":
+            return _line(await self.compact())
+        response = self.handle_line(line)  # parses again: control lines are tiny
         if self.changed:
             self.changed = False
             if not await self._committed():
-                response = json.dumps({"ok": False, "error": "the change was applied but could "
-                                       "not be written to the message store"}).encode() + b"\n"
+                response = _line({"ok": False, "error": "the change was applied but could not "
+                                  "be written to the message store"})
         return response
 
     async def _committed(self) -> bool:
@@ -90,6 +99,15 @@ class ControlHandler:
         log.after_commit(lambda ok: done.done() or done.set_result(ok))
         return await done
 
+    async def compact(self) -> dict[str, Any]:
+        """Rewrite the store without its free pages (``GroupCommit.compact``)."""
+        try:
+            before, after = await self.broker.log.compact()
+        except StoreError as exc:
+            return {"ok": False, "error": str(exc)}
+        log.info("store compacted: %d -> %d bytes", before, after)
+        return {"ok": True, "result": {"before": before, "after": after}}
+
     def handle_line(self, line: bytes) -> bytes:
         try:
             request = json.loads(line)
@@ -99,7 +117,7 @@ class ControlHandler:
             response = self.handle(request)
         else:
             response = {"ok": False, "error": f"malformed request (not a JSON object): {request}"}
-        return json.dumps(response, separators=(",", ":")).encode() + b"\n"
+        return _line(response)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         command = self.commands.get(request.get("command", ""))
@@ -143,6 +161,10 @@ class ControlHandler:
         return [{"vhost": p.vhost, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
                  "definition": p.definition, "priority": p.priority}
                 for p in sorted(vhost.policies, key=lambda p: p.name)]
+
+
+def _line(response: dict[str, Any]) -> bytes:
+    return json.dumps(response, separators=(",", ":")).encode() + b"\n"
 
 
 # -- asyncio adapter ---------------------------------------------------------------------

@@ -63,6 +63,11 @@ class GroupCommit(Recorder):
         self.failures = 0
         self._recorded_ops = 0  # operations recorded since the last batch was taken
         self._caught_up: list[Callable[[], None]] = []
+        # Called on the loop thread after each successful commit (the disk-space check).
+        self.on_commit: Callable[[], None] | None = None
+        # An exclusive job (compaction) waiting for its turn between two batches.
+        self._turn: asyncio.Future[None] | None = None
+        self._compacting = False
 
     def _recorded(self) -> None:
         """Every recorded operation: write it now, or schedule a write for this loop turn."""
@@ -120,12 +125,20 @@ class GroupCommit(Recorder):
         except StoreError as exc:
             log.error("store write failed: %s", exc)
             ok = False
+        else:
+            if self.on_commit is not None:
+                self.on_commit()
         self._release(self._held, self._callbacks, ok)
         self._held, self._callbacks = [], []
 
     def _start(self) -> None:
         self._scheduled = False
         if self._writing:
+            return
+        if self._turn is not None:  # an exclusive job runs between this batch and the next
+            turn, self._turn = self._turn, None
+            self._writing = True
+            turn.set_result(None)
             return
         if not self.has_pending() and not self._held and not self._callbacks:
             self._set_idle()
@@ -146,15 +159,52 @@ class GroupCommit(Recorder):
         ok = exc is None
         if ok:
             self.commits += 1
+            if self.on_commit is not None:
+                self.on_commit()
         else:
             self.failures += 1
             log.error("store write failed; %d confirm(s) become nacks: %s", len(held), exc)
         self._release(held, callbacks, ok)
         self._start()
+        self._resume_clients()
+
+    def _resume_clients(self) -> None:
         if self._caught_up:
             waiting, self._caught_up = self._caught_up, []
             for callback in waiting:
                 callback()
+
+    async def compact(self) -> tuple[int, int]:
+        """Rewrite the store without its free pages, between two batches; returns the
+        file size before and after. Meanwhile operations are recorded for the next
+        batch as during any write (clients pause if too many pile up)."""
+        if self._compacting:
+            raise StoreError("a compaction is already running")
+        self._compacting = True
+        try:
+            if self.loop is None:
+                before = self.store.file_bytes()
+                copy = self.store.compact_copy()
+                if copy is not None:
+                    self.store.compact_swap(copy)
+                return before, self.store.file_bytes()
+            if self._writing or self._scheduled:
+                self._turn = self.loop.create_future()
+                await self._turn  # _start handed us the writer (self._writing is set)
+            else:
+                self._writing = True
+            try:
+                before = self.store.file_bytes()
+                copy = await self.loop.run_in_executor(self._executor, self.store.compact_copy)
+                if copy is not None:
+                    self.store.compact_swap(copy)  # loop thread: no read is open
+                return before, self.store.file_bytes()
+            finally:
+                self._writing = False
+                self._start()
+                self._resume_clients()
+        finally:
+            self._compacting = False
 
     @staticmethod
     def _release(held: list[tuple[Any, int]], callbacks: list[Waiter], ok: bool) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from itertools import islice
 from pathlib import Path
 from struct import error as StructError
@@ -71,6 +72,7 @@ from leveret.persistence.store import (
     QueueStats,
     StoredEntry,
     StoreError,
+    StoreSpace,
     StoreState,
 )
 
@@ -97,6 +99,16 @@ LARGE_STORE_ENTRIES = 100_000
 TRANSIENT_DROP_CHUNK = 50_000
 
 _DATA_ERRORS = (lmdb.Error, StructError, ValueError, KeyError)
+# A compaction writes its copy in <store>.compact/, beside the store directory.
+COMPACT_SUFFIX = ".compact"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class LmdbStore:
@@ -106,12 +118,11 @@ class LmdbStore:
         self._log = logger or log
         self._env: Any = None
         self._prepare_directory()
-        try:
-            self._env = lmdb.open(str(self.path), map_size=map_size, subdir=True, create=True,
-                                  max_dbs=len(_DB_NAMES), lock=True, sync=True, metasync=True,
-                                  readahead=False)
-        except lmdb.Error as exc:
-            raise self._error("cannot open as an LMDB environment", exc) from exc
+        self._map_size = map_size
+        self._compact_dir = self.path.parent / (self.path.name + COMPACT_SUFFIX)
+        shutil.rmtree(self._compact_dir, ignore_errors=True)  # a compaction cut short
+        self._env = self._open_env()
+        self._psize = int(self._env.stat()["psize"])
         try:
             self._dbs = self._open_databases()
             self._log_contents()
@@ -121,6 +132,14 @@ class LmdbStore:
             raise
 
     # -- opening --------------------------------------------------------------------------
+
+    def _open_env(self) -> Any:
+        try:
+            return lmdb.open(str(self.path), map_size=self._map_size, subdir=True, create=True,
+                             max_dbs=len(_DB_NAMES), lock=True, sync=True, metasync=True,
+                             readahead=False)
+        except lmdb.Error as exc:
+            raise self._error("cannot open as an LMDB environment", exc) from exc
 
     def _error(self, problem: str, exc: BaseException | None = None) -> StoreError:
         detail = f": {exc}" if exc is not None else ""
@@ -311,6 +330,69 @@ class LmdbStore:
                 writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
+
+    # -- space ---------------------------------------------------------------------------------
+
+    def space(self) -> StoreSpace:
+        """The file's size and its free pages (a few microseconds: meta and DB headers only).
+
+        LMDB never shrinks its file: pages freed by deletes go to its freelist and
+        are reused before the file grows, so for the disk alarm they are free space.
+        Free = pages up to the last one used, minus the pages every database holds
+        (and the two meta pages). The freelist's own pages and pages still pinned by
+        an open reader count as free: a small overestimate.
+        """
+        env = self._require_env()
+        try:
+            info = env.info()
+            main = env.stat()
+            psize = main["psize"]
+            used = 2 + main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
+            with env.begin() as txn:
+                for db in self._dbs.values():
+                    st = txn.stat(db)
+                    used += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        except lmdb.Error as exc:
+            raise self._error("cannot read its size", exc) from exc
+        pages = info["last_pgno"] + 1
+        return StoreSpace(pages * psize, max(0, pages - used) * psize)
+
+    def file_bytes(self) -> int:
+        """The file's size as LMDB sees it (about a microsecond: for a check after each commit)."""
+        env = self._require_env()
+        return int((env.info()["last_pgno"] + 1) * self._psize)
+
+    def compact_copy(self) -> Path:
+        """Copy the committed data, without free pages, next to the store (and sync it)."""
+        env = self._require_env()
+        target = self._compact_dir
+        try:
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(mode=0o700)
+            env.copy(str(target), compact=True)
+            _fsync(target / "data.mdb")
+            _fsync(target)
+        except (lmdb.Error, OSError) as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            raise self._error("compaction failed, store unchanged", exc) from exc
+        return target
+
+    def compact_swap(self, copy: Path) -> None:
+        """Put the compacted copy in place of the data file and reopen on it.
+
+        ``rename`` is atomic: a crash leaves either the old file or the copy, both
+        complete; a leftover copy directory is removed at the next open.
+        """
+        self.close()
+        try:
+            os.replace(copy / "data.mdb", self.path / "data.mdb")
+            _fsync(self.path)
+        except OSError as exc:
+            raise self._error("cannot swap in the compacted copy", exc) from exc
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+            self._env = self._open_env()
+        self._dbs = self._open_databases()
 
     def release_memory(self) -> None:
         """Unmap the data file's resident pages so they stop counting in RSS (see

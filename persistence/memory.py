@@ -26,6 +26,7 @@ from leveret.persistence.store import (
     QueueStats,
     StoredEntry,
     StoreError,
+    StoreSpace,
     StoreState,
 )
 
@@ -146,6 +147,18 @@ class MemoryStore:
 
     def close(self) -> None:
         self._closed = True
+
+    def space(self) -> StoreSpace:
+        return StoreSpace()  # takes no disk
+
+    def file_bytes(self) -> int:
+        return 0
+
+    def compact_copy(self) -> None:
+        return None
+
+    def compact_swap(self, copy: None) -> None:
+        pass
 
     # -- the apply.Applier primitives (under _lock) ----------------------------------------
 

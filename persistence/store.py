@@ -102,6 +102,14 @@ class StoreState:
 
 
 @dataclass(frozen=True)
+class StoreSpace:
+    """How much disk the store takes, and how much of that it can reuse before growing."""
+
+    file_bytes: int = 0  # size of the store's file(s)
+    free_bytes: int = 0  # inside them, free for new data (counts as free disk space)
+
+
+@dataclass(frozen=True)
 class QueueStats:
     """What a recovered queue needs to know at startup, without reading its messages."""
 
@@ -146,3 +154,21 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # -- space --
+    def space(self) -> StoreSpace:
+        """File size and free space inside it (tens of microseconds)."""
+        ...
+
+    def file_bytes(self) -> int:
+        """The file's size alone, cheap enough to call after every commit."""
+        ...
+
+    def compact_copy(self) -> Any:
+        """Write a compacted copy of the committed data (no write may run meanwhile; any
+        thread); returns what ``compact_swap`` needs, or None if there is nothing to do."""
+        ...
+
+    def compact_swap(self, copy: Any) -> None:
+        """Replace the store by the copy (loop thread, no write running, no read open)."""
+        ...
