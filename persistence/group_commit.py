@@ -23,6 +23,11 @@ server stops reading its clients until the write returns (``when_caught_up``).
 That keeps each write transaction, and the memory it takes, bounded when the
 disk is slower than the clients.
 
+``compact`` (``leveret ctl compact``) takes the writer's turn between two
+batches: it copies the store on the writer thread, swaps it in on the loop
+thread, and recording goes on meanwhile as during any write. ``on_commit`` runs
+after each successful commit (the server's disk-space check).
+
 Without an event loop (unit tests of the sans-IO core, in-memory store) the
 batch is written synchronously as it is recorded, and nothing is ever held.
 """

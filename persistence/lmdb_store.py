@@ -14,7 +14,8 @@ writes and fsyncs).
 
 Named databases (``records.py`` has the byte layouts):
 
-* ``meta``: format marker and version, next message id, next queue id, and
+* ``meta``: format marker and version, next message id, next queue id, the
+  sequence number of the last batch applied, and
   per-queue counters ``b"c" + qid`` -> (entry count, next seq), kept up to
   date inside the write transactions so ``queue_stats`` never scans;
 * ``defs``: exchanges, queues and bindings as JSON, keyed by kind + hash;
@@ -27,6 +28,10 @@ Named databases (``records.py`` has the byte layouts):
 
 Message and queue ids are handed out on the loop thread and persisted with
 each batch (the highest issued), so they never repeat after a restart.
+
+``compact_copy`` / ``compact_swap`` rewrite the file without its free pages
+(``env.copy(compact=True)`` into ``<store>.compact/``, then an atomic rename);
+group commit runs them between two batches.
 
 A directory that holds anything but a Leveret store (other files, a foreign
 or corrupt LMDB, a newer format) is refused with a one-line ``StoreError``:
