@@ -105,6 +105,9 @@ class Config:
     # Users that may only connect from localhost, as RabbitMQ's loopback_users.
     loopback_users: tuple[str, ...] = ("guest",)
     disk_free_limit: int = 50_000_000
+    # 0: free disk space is the filesystem's. Otherwise the data dir behaves as a disk of
+    # this many bytes for the disk alarm (a quota; tests use it to fake a small disk).
+    disk_capacity: int = 0
     # Fraction of RAM above which publishers are blocked (RabbitMQ's vm_memory_high_watermark).
     memory_high_watermark: float = 0.6
     log_level: str = "info"
@@ -293,6 +296,7 @@ _FIELDS: dict[str, _Field] = {
     "default_vhost": _Field("str", _non_empty),
     "loopback_users": _Field("strs", _names("user")),
     "disk_free_limit": _Field("int", _int_range(0, 2**63 - 1)),
+    "disk_capacity": _Field("int", _int_range(0, 2**63 - 1)),
     "memory_high_watermark": _Field("float", _positive_float),
     "log_level": _Field("str", _log_level),
     "handshake_timeout": _Field("float", _positive_float),

@@ -16,6 +16,12 @@
     leveret ctl ... set_vhost_limits [-p VHOST] JSON | set_user_limits USER JSON
 
 List commands take ``--json`` (rabbitmqctl's ``--formatter json``) for scripts.
+    leveret ctl ... compact
+
+``compact`` rewrites the message store without its free pages while the broker
+runs (LMDB reuses freed pages but never shrinks its file; after a large queue
+is deleted this gives the disk space back). It needs free disk space for a copy
+of the live data and pauses store writes while it copies.
 
 The broker is found like ``serve`` finds its data dir (flag > LEVERET_DATA_DIR >
 config file > default) and reached over ``<data_dir>/ctl.sock``
@@ -41,6 +47,9 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_REFUSED = 65  # EX_DATAERR
 EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE, as rabbitmqctl for a node that is down
+
+# Compaction copies the live data: allow for a large store on a slow disk.
+COMPACT_TIMEOUT = 3600.0
 
 COLUMNS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
 
@@ -134,6 +143,8 @@ def add_parser(commands: Any) -> None:
         if name == "add_user":
             p.add_argument("--pre-hashed-password", action="store_true",
                            help="PASSWORD is a RabbitMQ password hash (base64)")
+    p = sub.add_parser("compact", help="shrink the message store file to its live data")
+    vhost_arg(p)
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
@@ -160,10 +171,13 @@ def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: Text
     elif command == "clear_policy":
         print(f'Clearing policy "{args.name}" on vhost "{args.vhost}" ...', file=out)
         request["name"] = args.name
+    elif command == "compact":
+        print("Compacting the message store ...", file=out)
     else:
         print(f'Listing policies for vhost "{args.vhost}" ...', file=out)
     try:
-        result = control.request(Path(config.data_dir), request)
+        result = control.request(Path(config.data_dir), request,
+                                 timeout=COMPACT_TIMEOUT if command == "compact" else 10.0)
     except control.BrokerUnreachable as exc:
         print(f"Error:\n{exc}", file=err)
         return EXIT_UNREACHABLE
@@ -172,6 +186,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: Text
         return EXIT_REFUSED
     if command == "list_policies":
         print(format_policies(result), file=out, end="")
+    elif command == "compact":
+        print(f"{result['before']} bytes -> {result['after']} bytes", file=out)
     return EXIT_OK
 
 

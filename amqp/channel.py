@@ -11,6 +11,13 @@ makes the channel expect a content header, then body frames until the
 announced size is reached; any other frame in between is 505
 UNEXPECTED_FRAME, as in RabbitMQ's command assembler.
 
+Replies that promise durability (a durable definition's "-ok", ``tx.commit-ok``)
+are sent only after the group commit that records the change (``send_durable``).
+While one waits, everything the channel would send after it (later replies,
+returns, confirms, a close) queues behind it in ``_held``, so the wire order
+is the order in which methods were handled; deliveries to the channel's
+consumers wait too (``has_room`` is false) instead of piling up.
+
 Deliveries get per-channel tags from 1. Unacked deliveries are kept in a
 dict by tag plus a deque in tag order, so ``multiple`` acks pop from the left
 and single acks pop from the dict (the deque is compacted lazily).
@@ -37,6 +44,7 @@ from leveret.amqp.codec import (
 from leveret.model.errors import (
     CHANNEL_ERROR,
     FRAME_ERROR,
+    INTERNAL_ERROR,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
@@ -70,6 +78,17 @@ _HELD = PublishResult.HELD
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
+
+
+class _HeldReply:
+    """A reply waiting for its commit, in the channel's output queue."""
+
+    __slots__ = ("frame", "ready", "failure")
+
+    def __init__(self, frame: bytes, failure: ChannelError) -> None:
+        self.frame = frame
+        self.ready = False
+        self.failure = failure  # how the channel closes if the commit fails
 
 
 def decoded_properties(message: Message) -> Any:
@@ -106,6 +125,8 @@ class Channel:
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
         self.tx_durable: bool | None = None  # during tx.commit: did it write to the store?
         self.last_queue_name: str | None = None
+        # Output queued behind replies that wait for a commit (None: nothing waits).
+        self._held: list[bytes | _HeldReply] | None = None
 
     def __repr__(self) -> str:
         return f"<Channel {self.number} of {self.connection}>"
@@ -264,10 +285,10 @@ class Channel:
         if not queues:
             if mandatory:
                 stats.return_unroutable += 1
-                self.connection.write(
+                self._write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
                 )
-                self.connection.writelines(
+                self._writelines(
                     fastpath.encode_content(self.number, message.raw_properties, message.body,
                                             self.connection.frame_max)
                 )
@@ -309,8 +330,8 @@ class Channel:
 
     def flush_confirms(self) -> None:
         confirms = self.confirms
-        if confirms is None or self.closing:
-            return
+        if confirms is None or self.closing or self._held is not None:
+            return  # behind a held reply: flushed when it goes out
         write = self.connection.write
         confirmed = confirms.confirmed
         for tag, multiple, ok in confirms.drain():
@@ -323,9 +344,10 @@ class Channel:
     # -- deliveries -------------------------------------------------------------
 
     def has_room(self) -> bool:
-        """Channel-wide (global) prefetch, channel.flow, and room in this turn's output batch."""
+        """Channel-wide (global) prefetch, channel.flow, room in this turn's output batch,
+        and no reply held for a commit (deliveries must not overtake it)."""
         conn = self.connection
-        if not self.active or not conn.writable:
+        if not self.active or not conn.writable or self._held is not None:
             return False
         if conn.batch_bytes >= DELIVERY_BATCH_BYTES:
             conn.batch_full = True  # resumed when the batch is taken for the wire
@@ -345,7 +367,10 @@ class Channel:
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max)
         conn.batch_bytes += len(frame)
-        conn.write(frame)
+        if self._held is None:
+            conn.write(frame)
+        else:
+            self._held.append(frame)
         stats = self.stats
         if entry.delivery_count:
             stats.redeliver += 1
@@ -366,7 +391,7 @@ class Channel:
         """A direct reply-to delivery: no ack expected, so the tag is not consumed
         (``broker/reply_to.py`` explains why, as RabbitMQ does)."""
         conn = self.connection
-        conn.write(fastpath.encode_deliver_with_content(
+        self._write(fastpath.encode_deliver_with_content(
             self.number, consumer_tag, self._next_tag, False, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max))
 
@@ -375,11 +400,11 @@ class Channel:
         self._next_tag = tag + 1
         message = entry.message
         conn = self.connection
-        conn.write(fastpath.encode_get_ok(self.number, tag, entry.delivery_count > 0,
-                                          message.exchange, message.routing_key,
-                                          queue.message_count))
-        conn.writelines(fastpath.encode_content(self.number, message.raw_properties, message.body,
-                                                conn.frame_max))
+        self._write(fastpath.encode_get_ok(self.number, tag, entry.delivery_count > 0,
+                                           message.exchange, message.routing_key,
+                                           queue.message_count))
+        self._writelines(fastpath.encode_content(self.number, message.raw_properties,
+                                                 message.body, conn.frame_max))
         stats = self.stats
         if entry.delivery_count:
             stats.redeliver += 1
@@ -503,7 +528,7 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.connection.client_capability("consumer_cancel_notify") and not self.closing:
-            self.connection.write(encode_method(
+            self._write(encode_method(
                 self.number, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)))
 
     def cancel_consumer(self, consumer: Consumer) -> None:
@@ -516,7 +541,75 @@ class Channel:
     # -- lifecycle ----------------------------------------------------------------
 
     def send_method(self, method: Method) -> None:
-        self.connection.write(encode_method(self.number, method))
+        self._write(encode_method(self.number, method))
+
+    def _write(self, frame: bytes) -> None:
+        if self._held is None:
+            self.connection.write(frame)
+        else:
+            self._held.append(frame)
+
+    def _writelines(self, frames: list[bytes]) -> None:
+        if self._held is None:
+            self.connection.writelines(frames)
+        else:
+            self._held.extend(frames)
+
+    def send_durable(self, method: Method, durable: bool, request: tuple[int, int]) -> None:
+        """Send ``method`` (the reply to ``request``) once everything recorded so far is
+        committed, if it concerns a durable object and anything is still uncommitted.
+
+        If the commit fails the reply is not sent: the channel closes with 541
+        INTERNAL_ERROR, as for a failed ``tx.commit``.
+        """
+        log = self.vhost.log
+        if not (durable and log.deferred and log.busy):
+            self.send_method(method)
+            return
+        name = method.name.lower()
+        reply = _HeldReply(encode_method(self.number, method), ChannelError(
+            INTERNAL_ERROR, f"{name.removesuffix('ok').rstrip('-_')} failed: the message store "
+            "could not write", request))
+        if self._held is None:
+            self._held = []
+        self._held.append(reply)
+        log.after_commit(lambda ok: self._committed(reply, ok))
+
+    def _committed(self, reply: _HeldReply, ok: bool) -> None:
+        held = self._held
+        if held is None or self.connection.closing:  # nothing goes out any more
+            self._held = None
+            return
+        failure = None
+        if ok:
+            reply.ready = True
+        else:
+            del held[held.index(reply):]  # the reply and what followed it
+            failure = None if self.closing else reply.failure
+        out: list[bytes] = []
+        for item in held:
+            if isinstance(item, _HeldReply):
+                if not item.ready:
+                    break  # replies are committed in order: the rest waits for a later batch
+                out.append(item.frame)
+            else:
+                out.append(item)
+        del held[:len(out)]
+        if out:
+            self.connection.writelines(out)
+        if held:
+            return
+        self._held = None
+        if failure is not None:
+            self.connection.close_channel(self, failure)
+        elif not self.closing:
+            if self.confirms is not None:
+                self.connection.want_flush(self)
+            self._resume_consumers()
+
+    def drop_output(self) -> None:
+        """The connection is closing or gone: held replies will never be sent."""
+        self._held = None
 
     def release(self) -> None:
         """The channel is gone (closed or its connection dropped): requeue and cancel."""

@@ -194,6 +194,11 @@ class Connection:
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
 
+    @property
+    def closing(self) -> bool:
+        """connection.close was sent or received, or the socket is gone: no more output."""
+        return self.state in (CLOSING, CLOSED)
+
     # -- output ---------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
@@ -409,7 +414,7 @@ class Connection:
         if index == _CHANNEL_CLOSE:
             del self.channels[channel.number]
             channel.release()
-            self.write(encode_method(channel.number, commands.Channel.CloseOk()))
+            channel.send_method(commands.Channel.CloseOk())  # after any reply held for a commit
         elif index == _CHANNEL_FLOW:
             if not method.active:
                 raise ConnectionError_(NOT_IMPLEMENTED, "active=false", (20, 20))
@@ -431,9 +436,9 @@ class Connection:
         channel.release()
         self._closing_channels.add(channel.number)
         class_id, method_id = exc.method
-        self.write(encode_method(channel.number, commands.Channel.Close(
+        channel.send_method(commands.Channel.Close(  # after any reply held for a commit
             reply_code=int(exc.code), reply_text=exc.reply_text[:255],
-            class_id=class_id, method_id=method_id)))
+            class_id=class_id, method_id=method_id))
 
     # -- connection class -------------------------------------------------------
 
@@ -583,6 +588,7 @@ class Connection:
         self.writable = False
         for channel in channels:
             channel.release()
+            channel.drop_output()
         queues, self.exclusive_queues = self.exclusive_queues, []
         for queue in queues:
             if self.vhost is not None:

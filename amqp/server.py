@@ -28,7 +28,6 @@ import errno
 import fcntl
 import logging
 import os
-import shutil
 import signal
 import socket
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.amqp import tls
 from leveret.amqp.connection import CLOSED, CLOSING, RUNNING, Connection
 from leveret.broker import control
-from leveret.broker.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
+from leveret.broker.alarms import DISK, MEMORY, DiskMonitor, MemoryMonitor, trim_heap
 from leveret.broker.broker import Broker
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.store import StoreError
@@ -399,15 +398,25 @@ async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) ->
 
 
 async def watch_disk(broker: Broker, config: Config, interval: float = 5.0) -> None:
-    """Block publishers while free disk space is under ``disk_free_limit`` (RabbitMQ: 50 MB)."""
-    path = Path(config.data_dir)
-    while True:
-        try:
-            free = shutil.disk_usage(path).free
-        except OSError:
-            free = config.disk_free_limit + 1
-        broker.set_alarm(DISK, free < config.disk_free_limit)
-        await asyncio.sleep(interval)
+    """Block publishers while free disk space is under ``disk_free_limit`` (RabbitMQ: 50 MB).
+
+    Measured every ``interval`` s and after commits that grew the store (``DiskMonitor``)."""
+    loop = asyncio.get_running_loop()
+    store = broker.store
+    monitor = DiskMonitor(Path(config.data_dir), config.disk_free_limit, store.space,
+                          store.file_bytes, loop.time, config.disk_capacity)
+
+    def after_commit() -> None:
+        if monitor.due():
+            broker.set_alarm(DISK, monitor.check())
+
+    broker.log.on_commit = after_commit
+    try:
+        while True:
+            broker.set_alarm(DISK, monitor.check())
+            await asyncio.sleep(interval)
+    finally:
+        broker.log.on_commit = None
 
 
 async def main(config: Config) -> None:

@@ -166,7 +166,7 @@ class Accounts:
         self._put_user(user)
 
     def _put_user(self, user: User) -> None:
-        self.broker.log.put_access(AccessDef("user", (user.name,), user.record()))
+        self.broker.log.put_definition(AccessDef("user", (user.name,), user.record()))
 
     # -- vhosts -----------------------------------------------------------------------
 
@@ -212,7 +212,7 @@ class Accounts:
         self._put_vhost(vhost)
 
     def _put_vhost(self, vhost: VirtualHost) -> None:
-        self.broker.log.put_access(AccessDef("vhost", (vhost.name,), vhost_record(vhost)))
+        self.broker.log.put_definition(AccessDef("vhost", (vhost.name,), vhost_record(vhost)))
 
     # -- permissions ----------------------------------------------------------------
 
@@ -241,7 +241,7 @@ class Accounts:
             self._refresh(user, vhost)
 
     def _put_permission(self, p: Permission) -> None:
-        self.broker.log.put_access(AccessDef("permission", (p.user, p.vhost), p.record()))
+        self.broker.log.put_definition(AccessDef("permission", (p.user, p.vhost), p.record()))
 
     def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
                               read: str) -> None:
@@ -251,7 +251,7 @@ class Accounts:
         except ValueError as exc:
             raise AccountError(str(exc)) from None
         self.control.set_topic(topic)
-        self.broker.log.put_access(AccessDef("topic_permission", (user, vhost, exchange),
+        self.broker.log.put_definition(AccessDef("topic_permission", (user, vhost, exchange),
                                              topic.record()))
         self._refresh(user, vhost)
 

@@ -5,6 +5,15 @@ stops reading their sockets (and tells clients that advertise the
 ``connection.blocked`` capability with ``connection.blocked``); consumers keep
 going, which is what frees memory. ``connection.unblocked`` is sent when every
 alarm has cleared. The disk-free alarm (``DISK``) works the same way.
+
+Free disk space (``DiskMonitor``) is the filesystem's free space plus the
+free pages inside the store's file: LMDB never gives its file back to the
+filesystem, it reuses freed pages first, so after a big queue is deleted the
+disk is effectively free again although ``df`` does not show it (RabbitMQ
+measures only the filesystem; its message store files do shrink). The check
+runs on a timer and also whenever the store's file has grown by
+``GROWTH_STEP`` since the last check, so a fast publisher is blocked before
+the disk fills, not up to a timer period later.
 """
 
 from __future__ import annotations
@@ -13,6 +22,9 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -69,3 +81,73 @@ class MemoryMonitor:
     def check(self) -> bool:
         """True while memory use is above the limit."""
         return bool(self.limit) and resident_memory() > self.limit
+
+
+# Check free disk space each time the store's file has grown by this much: well under
+# any sensible disk_free_limit, so the alarm is raised before the disk fills.
+GROWTH_STEP = 1 << 20
+# While the disk alarm is on, re-check after commits at most this often (s): freeing
+# space (deleting a queue) unblocks publishers without waiting for the timer.
+ALARM_RECHECK = 0.2
+
+
+def filesystem_free(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def directory_bytes(path: Path) -> int:
+    """Disk blocks used by the files under ``path``."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+class DiskMonitor:
+    """Free space = the filesystem's + the store's reusable pages; alarm under ``limit``.
+
+    ``capacity`` (config ``disk_capacity``) makes the data dir behave as a disk of
+    that size (free = capacity - bytes under the data dir, or the filesystem's free
+    space if smaller): a quota, and a small disk for tests.
+    """
+
+    def __init__(self, path: Path, limit: int, store_space: Callable[[], Any],
+                 store_file_bytes: Callable[[], int], clock: Callable[[], float],
+                 capacity: int = 0,
+                 filesystem_free: Callable[[Path], int] = filesystem_free) -> None:
+        self.path = Path(path)
+        self.limit = limit
+        self.capacity = capacity
+        self._store_space = store_space
+        self._store_file_bytes = store_file_bytes
+        self._clock = clock
+        self._filesystem_free = filesystem_free
+        self.alarm = False
+        self._checked_size = -1
+        self._checked_at = float("-inf")
+
+    def free(self) -> int:
+        try:
+            free = self._filesystem_free(self.path)
+            if self.capacity:
+                free = min(free, self.capacity - directory_bytes(self.path))
+        except OSError:
+            return self.limit + 1  # cannot tell: no alarm, as before
+        return free + self._store_space().free_bytes
+
+    def check(self) -> bool:
+        """Measure now; True while free space is under the limit."""
+        self._checked_size = self._store_file_bytes()
+        self._checked_at = self._clock()
+        self.alarm = bool(self.limit) and self.free() < self.limit
+        return self.alarm
+
+    def due(self) -> bool:
+        """After a commit: has the store grown enough (or is the alarm on) to measure again?"""
+        if self.alarm:
+            return self._clock() - self._checked_at >= ALARM_RECHECK
+        return self._store_file_bytes() - self._checked_size >= GROWTH_STEP

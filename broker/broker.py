@@ -73,7 +73,7 @@ class Broker:
 
     def recover(self) -> None:
         """Rebuild durable definitions from the store (their messages stay on disk)."""
-        defs = self.log.load_definitions()
+        defs = self.store.load_definitions()
         self.accounts.recover(defs.access)  # first: it decides which vhosts exist
         for p in defs.policies:  # first: queues and exchanges get theirs as they are added
             vhost = self.vhosts.get(p.vhost)
@@ -96,7 +96,7 @@ class Broker:
             queue = Queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
                           arguments=dict(q.arguments))
             vhost.add_queue(queue, q.qid)
-            stats = self.log.queue_stats(q.qid)
+            stats = self.store.queue_stats(q.qid)
             queue.recover(stats.count, stats.first_seq, stats.next_seq)
             messages += stats.count
         for b in defs.bindings:

@@ -10,7 +10,10 @@ exactly one response, ``{"ok": true, "result": ...}`` or ``{"ok": false,
 "error": "..."}``; a connection may send several requests.
 
 ``ControlHandler`` is the sans-IO part: a line in, a line out, applied to the
-broker on the event loop thread (so it needs no locking). ``start_server``
+broker on the event loop thread (so it needs no locking). A command that
+changes durable state (``CHANGES``) is answered only after the group commit
+that records the change (``respond``), as AMQP's "-ok" replies are: an
+``ok`` the broker loses in a crash would be a lie. ``start_server``
 is the thin asyncio adapter and ``request`` the blocking client the CLI uses.
 
 Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
@@ -18,6 +21,9 @@ definition, priority, apply_to), ``clear_policy`` (vhost, name),
 ``list_policies`` (vhost), and the users / vhosts / permissions / limits
 commands of ``control_access.py``. A refusal may carry rabbitmqctl's exit
 code: ``{"ok": false, "error": "...", "exit_code": 67}``.
+``list_policies`` (vhost); and ``compact``: rewrite the message store without
+its free pages while the broker runs (between two group-commit batches; the
+file shrinks to the live data).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import control_access
 from leveret.broker.accounts import AccountError
+from leveret.persistence.store import StoreError
 from leveret.queues.policy import PolicyError, validate
 
 if TYPE_CHECKING:
@@ -47,6 +54,10 @@ SOCKET_MODE = 0o600
 MAX_LINE = 1 << 20
 # sun_path is 108 bytes on Linux; longer paths are reached through /proc/self/fd.
 _SUN_PATH_MAX = 100
+
+
+# Commands that change durable state: answered after the commit that records it.
+CHANGES = frozenset({"set_policy", "clear_policy"})
 
 
 class ControlError(Exception):
@@ -72,6 +83,45 @@ class ControlHandler:
             "list_policies": self.list_policies,
             **control_access.commands(broker.accounts),
         }
+        self.changed = False  # a command in CHANGES succeeded: its reply waits for the commit
+
+    async def respond(self, line: bytes) -> bytes:
+        """``handle_line``, answered once what it changed is committed; ``compact`` too."""
+        try:
+            request = json.loads(line)
+        except ValueError:
+            request = None
+        if isinstance(request, dict) and request.get("command") == "compact":
+            return _line(await self.compact())
+        response = self.handle_line(line)  # parses again: control lines are tiny
+        if self.changed:
+            self.changed = False
+            if not await self._committed():
+                response = _line({"ok": False, "error": "the change was applied but could not "
+                                  "be written to the message store"})
+        return response
+
+    async def _committed(self) -> bool:
+        log = self.broker.log
+        if not log.deferred:
+            return True
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def settle(ok: bool) -> None:
+            if not done.done():
+                done.set_result(ok)
+
+        log.after_commit(settle)
+        return await done
+
+    async def compact(self) -> dict[str, Any]:
+        """Rewrite the store without its free pages (``GroupCommit.compact``)."""
+        try:
+            before, after = await self.broker.log.compact()
+        except StoreError as exc:
+            return {"ok": False, "error": str(exc)}
+        log.info("store compacted: %d -> %d bytes", before, after)
+        return {"ok": True, "result": {"before": before, "after": after}}
 
     def handle_line(self, line: bytes) -> bytes:
         try:
@@ -82,14 +132,16 @@ class ControlHandler:
             response = self.handle(request)
         else:
             response = {"ok": False, "error": f"malformed request (not a JSON object): {request}"}
-        return json.dumps(response, separators=(",", ":")).encode() + b"\n"
+        return _line(response)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         command = self.commands.get(request.get("command", ""))
         if command is None:
             return {"ok": False, "error": f"unknown command {request.get('command')!r}"}
         try:
-            return {"ok": True, "result": command(request)}
+            result = {"ok": True, "result": command(request)}
+            self.changed = self.changed or request.get("command") in CHANGES
+            return result
         except ControlError as exc:
             return {"ok": False, "error": str(exc)}
         except AccountError as exc:
@@ -128,6 +180,10 @@ class ControlHandler:
                 for p in sorted(vhost.policies, key=lambda p: p.name)]
 
 
+def _line(response: dict[str, Any]) -> bytes:
+    return json.dumps(response, separators=(",", ":")).encode() + b"\n"
+
+
 # -- asyncio adapter ---------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -162,7 +218,7 @@ async def start_server(broker: Broker, data_dir: Path) -> asyncio.AbstractServer
     async def serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
-                writer.write(handler.handle_line(line))
+                writer.write(await handler.respond(line))
                 await writer.drain()
         except (ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass

@@ -118,7 +118,7 @@ class VirtualHost:
             exchange.policy_alternate_exchange = alternate_exchange(
                 self.policies.for_exchange(name))
         if durable:
-            self.log.put_exchange(ExchangeDef(self.name, name, type_, durable, auto_delete,
+            self.log.put_definition(ExchangeDef(self.name, name, type_, durable, auto_delete,
                                                 internal, dict(arguments)))
         log.debug("declared %s", exchange)
         return exchange
@@ -180,7 +180,7 @@ class VirtualHost:
         self.check_not_default(source)
         source.matcher.validate_binding(routing_key, arguments)
         if source.matcher.bind(dest, routing_key, arguments) and source.durable and dest.durable:
-            self.log.put_binding(self._binding_def(source, dest, routing_key, arguments))
+            self.log.put_definition(self._binding_def(source, dest, routing_key, arguments))
 
     def unbind(self, source: Exchange, dest: Exchange | Queue, routing_key: str,
                arguments: dict[str, Any]) -> None:
@@ -388,7 +388,7 @@ class VirtualHost:
     def set_policy(self, policy: Policy) -> None:
         """Add or replace a policy; it applies to existing entities at once."""
         self.policies.put(policy)
-        self.log.put_policy(PolicyDef(self.name, policy.name, policy.pattern, policy.apply_to,
+        self.log.put_definition(PolicyDef(self.name, policy.name, policy.pattern, policy.apply_to,
                                       dict(policy.definition), policy.priority))
         self.apply_policies()
 

@@ -1,9 +1,19 @@
-"""The pending batch: what the loop thread recorded, waiting for ``write_batch``.
+"""The pending batch: operations recorded on the loop thread, waiting to be written.
 
-Shared by every store so that they agree on batch semantics. Operations are
-kept in order and applied in order (a purge followed by an enqueue to the same
-queue keeps the new entry). Two things are folded while recording, because on
-a busy broker most messages are published and acked within one commit window:
+Theory of operation
+-------------------
+A ``Batch`` is the unit of durability, and later of replication
+(``/work/shared/CLUSTER-DIRECTION.md``): a self-contained record of plain
+operations (``Op``) plus a sequence number that grows by one per non-empty
+batch and is stored with it, so a store knows which batch it applied last.
+It refers to no live broker object: definitions are frozen ``*Def`` values,
+messages are ``Message`` values; ``records.encode_batch`` turns it into bytes
+and ``apply.apply_batch`` is the one function that applies it to a store.
+
+``Recorder`` builds the batch. Operations are kept in order and applied in
+order (a purge followed by an enqueue to the same queue keeps the new entry).
+Two things are folded while recording, because on a busy broker most
+messages are published and acked within one commit window:
 
 * ``remove`` of an entry enqueued in the same batch cancels the enqueue: the
   entry never reaches disk, and a message all of whose entries cancel is never
@@ -13,23 +23,26 @@ a busy broker most messages are published and acked within one commit window:
 
 A ``purge`` or ``delete_queue`` cancels the pending enqueues it covers.
 
+The recorder also hands out the ids that must never repeat (message ids and
+queue ids); each batch carries the next ones so the store persists them.
+Definitions are checked for storability (``records.encode_definition``) when
+recorded, so a bad argument is refused on the loop thread, never inside a
+write.
+
 Appliers must tolerate operations on entries that are not on disk (a remove
 or mark_delivered whose enqueue was in a batch that failed): they are no-ops,
 and reference counts come from the entries actually found, never from the
-caller, so a failed batch cannot unbalance them.
-
-Batches must be written in the order they were taken (group commit writes
-them one at a time, so they are).
+caller, so a failed batch cannot unbalance them. Batches must be written in
+the order they were taken (group commit writes them one at a time, so they are).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from leveret.persistence.records import binding_identity
-from leveret.persistence.store import AccessDef, BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.model.message import Message
+from leveret.persistence.records import Definition, binding_identity, encode_definition
+from leveret.persistence.store import BindingDef, QueueDef, StoreState
 
 
 @dataclass(slots=True)
@@ -65,7 +78,7 @@ class Purge:
 
 @dataclass(slots=True)
 class DeleteQueue:
-    """Drop the queue's definition, every entry it has and the bindings to it."""
+    """Drop the queue's definition (if it still has this qid), its entries and the bindings to it."""
 
     vhost: str
     name: str
@@ -81,19 +94,20 @@ class DeleteExchange:
 
 
 @dataclass(slots=True)
-class PutDef:
-    kind: str  # "x" | "q" | "b"
-    identity: tuple[str, ...]
-    payload: Any  # whatever the store keeps (the def itself, or its encoding)
+class PutDefinition:
+    """Add or replace an exchange, queue, binding or policy."""
+
+    definition: Definition
 
 
 @dataclass(slots=True)
-class DeleteDef:
-    kind: str
+class DeleteDefinition:
+    kind: str  # records.KINDS: "x" | "q" | "b" | "p"
     identity: tuple[str, ...]
 
 
-Op = Enqueue | MarkDelivered | Remove | Purge | DeleteQueue | DeleteExchange | PutDef | DeleteDef
+Op = (Enqueue | MarkDelivered | Remove | Purge | DeleteQueue | DeleteExchange | PutDefinition
+      | DeleteDefinition)
 
 
 @dataclass(slots=True)
@@ -102,37 +116,55 @@ class Batch:
     next_msg_id: int = 1  # to persist: ids below it may have been handed out
     next_qid: int = 1
     live: int = 0  # ops not cancelled; 0 means there is nothing to write
+    seq: int = 0  # 1, 2, 3... per non-empty batch (0: empty, nothing to apply)
 
 
 class Recorder:
-    """Builds the pending batch (loop thread only)."""
+    """Builds the pending batch (loop thread only); ``take_batch`` detaches it.
 
-    def __init__(self, next_msg_id: int = 1, next_qid: int = 1) -> None:
-        self.next_msg_id = next_msg_id
-        self.next_qid = next_qid
+    Subclasses learn of every recorded operation through ``_recorded`` (group
+    commit schedules its write there).
+    """
+
+    def __init__(self, state: StoreState | None = None) -> None:
+        state = state or StoreState()
+        self.next_msg_id = state.next_msg_id
+        self.next_qid = state.next_qid
+        self.last_seq = state.last_seq
+        self._qids = dict(state.qids)  # (vhost, name) -> qid, pending included
         self._ops: list[Op] = []
         self._live = 0
         # Entries enqueued / marked in this batch, by (qid, seq), for folding.
         self._enqueued: dict[tuple[int, int], Enqueue] = {}
         self._delivered: dict[tuple[int, int], MarkDelivered] = {}
 
+    def _recorded(self) -> None:
+        """Called after each operation added to the batch."""
+
     def has_pending(self) -> bool:
         return self._live > 0
 
-    def take(self) -> Batch:
-        batch = Batch(self._ops, self.next_msg_id, self.next_qid, self._live)
+    def take_batch(self) -> Batch:
+        seq = 0
+        if self._live:
+            seq = self.last_seq = self.last_seq + 1
+        batch = Batch(self._ops, self.next_msg_id, self.next_qid, self._live, seq)
         self._ops = []
         self._live = 0
         self._enqueued = {}
         self._delivered = {}
         return batch
 
-    def add(self, op: Op) -> None:
+    def _add(self, op: Op) -> None:
         self._ops.append(op)
         self._live += 1
+        self._recorded()
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool,
+    # -- queue entries (the hot path) ------------------------------------------------
+
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
                 expires_at: int = 0) -> None:
+        """Add entry (qid, seq) for ``message``, assigning its ``store_id`` if new."""
         if message.store_id == 0:
             message.store_id = self.next_msg_id
             self.next_msg_id += 1
@@ -140,10 +172,11 @@ class Recorder:
         if key in self._enqueued or key in self._delivered:
             self._cancel(key)  # a re-used (qid, seq) replaces the entry
         op = Enqueue(qid, seq, message, 0, transient, False, expires_at)
-        self._enqueued[key] = op
-        self.add(op)
+        self._enqueued[key] = op  # before _add: a synchronous write takes the batch there
+        self._add(op)
 
-    def mark_delivered(self, qid: int, seq: int, delivery_count: int) -> None:
+    def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
+        """Persist an entry's delivery count (its ``redelivered`` flag after a restart)."""
         key = (qid, seq)
         pending = self._enqueued.get(key) or self._delivered.get(key)
         if pending is not None:
@@ -151,23 +184,63 @@ class Recorder:
             return
         op = MarkDelivered(qid, seq, delivery_count)
         self._delivered[key] = op
-        self.add(op)
+        self._add(op)
 
-    def remove(self, qid: int, seq: int) -> None:
+    def remove(self, qid: int, seq: int, message: Message) -> None:
+        """The entry is gone (acked, rejected, dropped); the message goes with its last entry."""
         key = (qid, seq)
         if key in self._enqueued:
             self._cancel(key)  # never reached disk: nothing to remove
             return
         self._cancel(key)
-        self.add(Remove(qid, seq))
+        self._add(Remove(qid, seq))
 
-    def purge(self, qid: int, from_seq: int) -> None:
+    def purge(self, qid: int, from_seq: int = 0) -> None:
+        """Remove the queue's entries with seq >= from_seq (a purge drops the paged tail;
+        entries of unacked deliveries, which are older, stay until settled)."""
         self._cancel_queue(qid, from_seq)
-        self.add(Purge(qid, from_seq))
+        self._add(Purge(qid, from_seq))
+
+    # -- definitions ---------------------------------------------------------------------
+
+    def put_definition(self, definition: Definition) -> None:
+        """Record an exchange, binding, policy or access record (queues: ``put_queue``)."""
+        encode_definition(definition)  # raises StoreError now, not inside a write
+        self._add(PutDefinition(definition))
+
+    def put_queue(self, queue: QueueDef) -> int:
+        """Record a durable queue; returns its qid (stable across restarts)."""
+        key = (queue.vhost, queue.name)
+        qid = self._qids.get(key, self.next_qid)
+        queue = replace(queue, qid=qid)
+        encode_definition(queue)  # may raise: allocate after
+        if qid == self.next_qid:
+            self._qids[key] = qid
+            self.next_qid += 1
+        self._add(PutDefinition(queue))
+        return qid
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        self._add(DeleteExchange(vhost, name))
 
     def delete_queue(self, vhost: str, name: str, qid: int) -> None:
+        """Forget the queue and every entry it has on disk."""
+        if self._qids.get((vhost, name)) == qid:
+            del self._qids[vhost, name]
         self._cancel_queue(qid, 0)
-        self.add(DeleteQueue(vhost, name, qid))
+        self._add(DeleteQueue(vhost, name, qid))
+
+    def delete_binding(self, binding: BindingDef) -> None:
+        self._add(DeleteDefinition("b", binding_identity(binding)))
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._add(DeleteDefinition("p", (vhost, name)))
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None:
+        """Forget a user, vhost, permission or topic permission (``AccessDef``)."""
+        self._add(DeleteDefinition("a", (kind, *key)))
+
+    # -- folding ----------------------------------------------------------------------------
 
     def _cancel(self, key: tuple[int, int]) -> None:
         for pending in (self._enqueued.pop(key, None), self._delivered.pop(key, None)):
@@ -180,81 +253,3 @@ class Recorder:
         for key in keys:
             self._cancel(key)
 
-
-class RecordingStore:
-    """The part both stores share: every change goes to the pending batch
-    (``self._recorder``), which ``take_batch`` detaches for ``write_batch``.
-
-    A store says only what a definition becomes in its batch (``_definition``:
-    encoded bytes for LMDB, the object itself in memory) and keeps ``_qids``,
-    the queue ids it has handed out.
-    """
-
-    _recorder: Recorder
-    _qids: dict[tuple[str, str], int]
-
-    def _definition(self, definition: Any) -> Any:
-        raise NotImplementedError
-
-    # -- definitions --
-
-    def put_exchange(self, exchange: ExchangeDef) -> None:
-        self._recorder.add(PutDef("x", (exchange.vhost, exchange.name),
-                                  self._definition(exchange)))
-
-    def delete_exchange(self, vhost: str, name: str) -> None:
-        self._recorder.add(DeleteExchange(vhost, name))
-
-    def put_queue(self, queue: QueueDef) -> int:
-        key = (queue.vhost, queue.name)
-        qid = self._qids.get(key, self._recorder.next_qid)
-        payload = self._definition(replace(queue, qid=qid))  # may raise: allocate after
-        if qid == self._recorder.next_qid:
-            self._qids[key] = qid
-            self._recorder.next_qid += 1
-        self._recorder.add(PutDef("q", key, payload))
-        return qid
-
-    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        if self._qids.get((vhost, name)) == qid:
-            del self._qids[vhost, name]
-        self._recorder.delete_queue(vhost, name, qid)
-
-    def put_binding(self, binding: BindingDef) -> None:
-        self._recorder.add(PutDef("b", binding_identity(binding), self._definition(binding)))
-
-    def delete_binding(self, binding: BindingDef) -> None:
-        self._recorder.add(DeleteDef("b", binding_identity(binding)))
-
-    def put_policy(self, policy: PolicyDef) -> None:
-        self._recorder.add(PutDef("p", (policy.vhost, policy.name), self._definition(policy)))
-
-    def delete_policy(self, vhost: str, name: str) -> None:
-        self._recorder.add(DeleteDef("p", (vhost, name)))
-
-    def put_access(self, access: AccessDef) -> None:
-        self._recorder.add(PutDef("a", (access.kind, *access.key), self._definition(access)))
-
-    def delete_access(self, kind: str, key: tuple[str, ...]) -> None:
-        self._recorder.add(DeleteDef("a", (kind, *key)))
-
-    # -- queue entries --
-
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        self._recorder.enqueue(qid, seq, message, transient, expires_at)
-
-    def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
-        self._recorder.mark_delivered(qid, seq, delivery_count)
-
-    def remove(self, qid: int, seq: int, message: Message) -> None:
-        self._recorder.remove(qid, seq)
-
-    def purge(self, qid: int, from_seq: int = 0) -> None:
-        self._recorder.purge(qid, from_seq)
-
-    def has_pending(self) -> bool:
-        return self._recorder.has_pending()
-
-    def take_batch(self) -> Batch:
-        return self._recorder.take()

@@ -3,9 +3,11 @@
 Theory of operation
 -------------------
 Queues, the vhost and channels record what must become durable through this
-object (it forwards to the store's pending batch) and say who is waiting for
-it: a confirm held for a publisher (``hold``) or any callback
-(``after_commit``). Recording schedules a flush for the end of the current
+object: it *is* the recorder of the pending batch (``batch.Recorder``: ops,
+folding, ids), plus the writer that takes batches and hands them to the
+store. Recorders say who is waiting for durability: a confirm held for a
+publisher (``hold``), or any callback (``after_commit``, e.g. a definition's
+"-ok" or a control-socket reply). Recording schedules a flush for the end of the current
 event-loop turn. The flush detaches the batch and writes it on a dedicated
 thread (LMDB releases the GIL while it writes and fsyncs), so the loop keeps
 serving clients; everything recorded meanwhile forms the next batch, started
@@ -21,6 +23,11 @@ server stops reading its clients until the write returns (``when_caught_up``).
 That keeps each write transaction, and the memory it takes, bounded when the
 disk is slower than the clients.
 
+``compact`` (``leveret ctl compact``) takes the writer's turn between two
+batches: it copies the store on the writer thread, swaps it in on the loop
+thread, and recording goes on meanwhile as during any write. ``on_commit`` runs
+after each successful commit (the server's disk-space check).
+
 Without an event loop (unit tests of the sans-IO core, in-memory store) the
 batch is written synchronously as it is recorded, and nothing is ever held.
 """
@@ -33,19 +40,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from leveret.persistence.store import (
-    AccessDef,
-    BindingDef,
-    Definitions,
-    ExchangeDef,
-    PolicyDef,
-    QueueDef,
-    QueueStats,
-    Store,
-    StoredEntry,
-    StoreError,
-)
-from leveret.model.message import Message
+from leveret.persistence.batch import Batch, Recorder
+from leveret.persistence.store import StoredEntry, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +51,9 @@ Waiter = Callable[[bool], None]
 MAX_PENDING = 50_000
 
 
-class GroupCommit:
+class GroupCommit(Recorder):
     def __init__(self, store: Store, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(store.state())
         self.store = store
         self.loop = loop
         self.deferred = loop is not None  # confirms wait for a later commit
@@ -69,16 +66,20 @@ class GroupCommit:
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
         self.failures = 0
-        # Number of the batch being recorded: what is recorded now is released (its
-        # after_commit callbacks run) together, with the same ``ok``.
+        self._recorded_ops = 0  # operations recorded since the last batch was taken
+        # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
+        # and is released (its after_commit callbacks run) with that batch's ``ok``.
         self.batch = 0
-        self._recorded = 0  # operations recorded since the last batch was taken
         self._caught_up: list[Callable[[], None]] = []
+        # Called on the loop thread after each successful commit (the disk-space check).
+        self.on_commit: Callable[[], None] | None = None
+        # An exclusive job (compaction) waiting for its turn between two batches.
+        self._turn: asyncio.Future[None] | None = None
+        self._compacting = False
 
-    # -- recording (forwarded to the store's pending batch) ---------------------
-
-    def _dirty(self) -> None:
-        self._recorded += 1
+    def _recorded(self) -> None:
+        """Every recorded operation: write it now, or schedule a write for this loop turn."""
+        self._recorded_ops += 1
         if not self.deferred:
             self._write_now()
         elif not self._scheduled and not self._writing:
@@ -86,74 +87,8 @@ class GroupCommit:
             assert self.loop is not None
             self.loop.call_soon(self._start)
 
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        self.store.enqueue(qid, seq, message, transient, expires_at)
-        self._dirty()
-
-    def mark_delivered(self, qid: int, seq: int, message: Message, count: int) -> None:
-        self.store.mark_delivered(qid, seq, message, count)
-        self._dirty()
-
-    def remove(self, qid: int, seq: int, message: Message) -> None:
-        self.store.remove(qid, seq, message)
-        self._dirty()
-
-    def purge(self, qid: int, from_seq: int = 0) -> None:
-        """Remove the queue's stored entries with seq >= from_seq (its paged-out tail)."""
-        self.store.purge(qid, from_seq)
-        self._dirty()
-
-    def put_exchange(self, exchange: ExchangeDef) -> None:
-        self.store.put_exchange(exchange)
-        self._dirty()
-
-    def delete_exchange(self, vhost: str, name: str) -> None:
-        self.store.delete_exchange(vhost, name)
-        self._dirty()
-
-    def put_queue(self, queue: QueueDef) -> int:
-        qid = self.store.put_queue(queue)
-        self._dirty()
-        return qid
-
-    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        self.store.delete_queue(vhost, name, qid)
-        self._dirty()
-
-    def put_binding(self, binding: BindingDef) -> None:
-        self.store.put_binding(binding)
-        self._dirty()
-
-    def delete_binding(self, binding: BindingDef) -> None:
-        self.store.delete_binding(binding)
-        self._dirty()
-
-    def put_policy(self, policy: PolicyDef) -> None:
-        self.store.put_policy(policy)
-        self._dirty()
-
-    def delete_policy(self, vhost: str, name: str) -> None:
-        self.store.delete_policy(vhost, name)
-        self._dirty()
-
-    def put_access(self, access: AccessDef) -> None:
-        self.store.put_access(access)
-        self._dirty()
-
-    def delete_access(self, kind: str, key: tuple[str, ...]) -> None:
-        self.store.delete_access(kind, key)
-        self._dirty()
-
-    # -- reads ------------------------------------------------------------------
-
-    def load_definitions(self) -> Definitions:
-        return self.store.load_definitions()
-
-    def queue_stats(self, qid: int) -> QueueStats:
-        return self.store.queue_stats(qid)
-
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
+        """Committed entries (queues page their tails back through here)."""
         return self.store.read_queue(qid, from_seq, limit)
 
     # -- waiting for durability ---------------------------------------------------
@@ -168,12 +103,15 @@ class GroupCommit:
             callback(True)
             return
         self._callbacks.append(callback)
-        self._dirty()
+        if not self._scheduled and not self._writing:
+            self._scheduled = True
+            assert self.loop is not None
+            self.loop.call_soon(self._start)
 
     @property
     def backlogged(self) -> bool:
         """Too much is waiting for the writer: clients should pause."""
-        return self._writing and self._recorded > MAX_PENDING
+        return self._writing and self._recorded_ops > MAX_PENDING
 
     def when_caught_up(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the write in flight returns (the backlog becomes its batch)."""
@@ -184,18 +122,20 @@ class GroupCommit:
 
     @property
     def busy(self) -> bool:
-        return self._writing or self._scheduled or self.store.has_pending()
+        return self._writing or self._scheduled or self.has_pending()
 
     # -- the write cycle ------------------------------------------------------------
 
     def _write_now(self) -> None:
         ok = True
-        self.batch += 1
         try:
-            self.store.write_batch(self.store.take_batch())
+            self.store.write_batch(self._take())
         except StoreError as exc:
             log.error("store write failed: %s", exc)
             ok = False
+        else:
+            if self.on_commit is not None:
+                self.on_commit()
         self._release(self._held, self._callbacks, ok)
         self._held, self._callbacks = [], []
 
@@ -203,12 +143,16 @@ class GroupCommit:
         self._scheduled = False
         if self._writing:
             return
-        if not self.store.has_pending() and not self._held and not self._callbacks:
+        if self._turn is not None:  # an exclusive job runs between this batch and the next
+            turn, self._turn = self._turn, None
+            self._writing = True
+            turn.set_result(None)
+            return
+        if not self.has_pending() and not self._held and not self._callbacks:
             self._set_idle()
             return
-        batch = self.store.take_batch()
-        self.batch += 1
-        self._recorded = 0
+        batch = self._take()
+        self._recorded_ops = 0
         held, self._held = self._held, []
         callbacks, self._callbacks = self._callbacks, []
         self._writing = True
@@ -226,15 +170,52 @@ class GroupCommit:
             # One line per synced write; `leveret lab run fsync` counts these (no metrics yet).
             log.debug("group commit %d: %d confirm(s) released by one synced write",
                       self.commits, len(held))
+            if self.on_commit is not None:
+                self.on_commit()
         else:
             self.failures += 1
             log.error("store write failed; %d confirm(s) become nacks: %s", len(held), exc)
         self._release(held, callbacks, ok)
         self._start()
+        self._resume_clients()
+
+    def _resume_clients(self) -> None:
         if self._caught_up:
             waiting, self._caught_up = self._caught_up, []
             for callback in waiting:
                 callback()
+
+    async def compact(self) -> tuple[int, int]:
+        """Rewrite the store without its free pages, between two batches; returns the
+        file size before and after. Meanwhile operations are recorded for the next
+        batch as during any write (clients pause if too many pile up)."""
+        if self._compacting:
+            raise StoreError("a compaction is already running")
+        self._compacting = True
+        try:
+            if self.loop is None:
+                before = self.store.file_bytes()
+                copy = self.store.compact_copy()
+                if copy is not None:
+                    self.store.compact_swap(copy)
+                return before, self.store.file_bytes()
+            if self._writing or self._scheduled:
+                self._turn = self.loop.create_future()
+                await self._turn  # _start handed us the writer (self._writing is set)
+            else:
+                self._writing = True
+            try:
+                before = self.store.file_bytes()
+                copy = await self.loop.run_in_executor(self._executor, self.store.compact_copy)
+                if copy is not None:
+                    self.store.compact_swap(copy)  # loop thread: no read is open
+                return before, self.store.file_bytes()
+            finally:
+                self._writing = False
+                self._start()
+                self._resume_clients()
+        finally:
+            self._compacting = False
 
     @staticmethod
     def _release(held: list[tuple[Any, int]], callbacks: list[Waiter], ok: bool) -> None:
@@ -268,3 +249,8 @@ class GroupCommit:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self.store.close()
+
+    def _take(self) -> Batch:
+        """Detach the pending batch for writing; later records start the next one."""
+        self.batch += 1
+        return self.take_batch()

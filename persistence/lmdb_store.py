@@ -14,7 +14,8 @@ writes and fsyncs).
 
 Named databases (``records.py`` has the byte layouts):
 
-* ``meta``: format marker and version, next message id, next queue id, and
+* ``meta``: format marker and version, next message id, next queue id, the
+  sequence number of the last batch applied, and
   per-queue counters ``b"c" + qid`` -> (entry count, next seq), kept up to
   date inside the write transactions so ``queue_stats`` never scans;
 * ``defs``: exchanges, queues and bindings as JSON, keyed by kind + hash;
@@ -28,6 +29,10 @@ Named databases (``records.py`` has the byte layouts):
 Message and queue ids are handed out on the loop thread and persisted with
 each batch (the highest issued), so they never repeat after a restart.
 
+``compact_copy`` / ``compact_swap`` rewrite the file without its free pages
+(``env.copy(compact=True)`` into ``<store>.compact/``, then an atomic rename);
+group commit runs them between two batches.
+
 A directory that holds anything but a Leveret store (other files, a foreign
 or corrupt LMDB, a newer format) is refused with a one-line ``StoreError``:
 starting empty over someone's data would silently lose it.
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from itertools import islice
 from pathlib import Path
 from struct import error as StructError
@@ -44,26 +50,16 @@ from typing import Any
 
 import lmdb
 
+from leveret.persistence.apply import apply_batch
+from leveret.persistence.batch import Batch, Enqueue
 from leveret.persistence.mapped_memory import mapped_ranges, release
-from leveret.persistence.batch import (
-    Batch,
-    DeleteDef,
-    DeleteExchange,
-    DeleteQueue,
-    Enqueue,
-    MarkDelivered,
-    Purge,
-    PutDef,
-    Recorder,
-    RecordingStore,
-    Remove,
-)
 from leveret.persistence.records import (
     COUNTER,
     FLAG_TRANSIENT,
     INDEX_KEY,
     U32,
     U64,
+    Definition,
     decode_definition,
     decode_index_value,
     decode_message,
@@ -73,14 +69,17 @@ from leveret.persistence.records import (
     encode_message,
 )
 from leveret.persistence.store import (
-    AccessDef,
+    BindingDef,
     Definitions,
     ExchangeDef,
+    AccessDef,
     PolicyDef,
     QueueDef,
     QueueStats,
     StoredEntry,
     StoreError,
+    StoreSpace,
+    StoreState,
 )
 
 log = logging.getLogger(__name__)
@@ -96,6 +95,7 @@ _META_FORMAT = b"format"
 _META_VERSION = b"version"
 _META_NEXT_MSG = b"next_msg_id"
 _META_NEXT_QID = b"next_qid"
+_META_LAST_SEQ = b"last_batch_seq"
 _COUNTER_PREFIX = b"c"
 
 # Above this many queue entries, startup logs at INFO (else DEBUG).
@@ -105,30 +105,47 @@ LARGE_STORE_ENTRIES = 100_000
 TRANSIENT_DROP_CHUNK = 50_000
 
 _DATA_ERRORS = (lmdb.Error, StructError, ValueError, KeyError)
+# A compaction writes its copy in <store>.compact/, beside the store directory.
+COMPACT_SUFFIX = ".compact"
 
 
-class LmdbStore(RecordingStore):
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LmdbStore:
     def __init__(self, path: Path, map_size: int = 1 << 40, *,
                  logger: logging.Logger | None = None) -> None:
         self.path = Path(path)
         self._log = logger or log
         self._env: Any = None
         self._prepare_directory()
-        try:
-            self._env = lmdb.open(str(self.path), map_size=map_size, subdir=True, create=True,
-                                  max_dbs=len(_DB_NAMES), lock=True, sync=True, metasync=True,
-                                  readahead=False, mode=0o600)  # bodies: owner only
-        except lmdb.Error as exc:
-            raise self._error("cannot open as an LMDB environment", exc) from exc
+        self._map_size = map_size
+        self._compact_dir = self.path.parent / (self.path.name + COMPACT_SUFFIX)
+        shutil.rmtree(self._compact_dir, ignore_errors=True)  # a compaction cut short
+        self._env = self._open_env()
+        self._psize = int(self._env.stat()["psize"])
         try:
             self._dbs = self._open_databases()
-            self._recorder, self._qids = self._load_state()
+            self._log_contents()
             self._drop_transient()
         except BaseException:
             self.close()
             raise
 
     # -- opening --------------------------------------------------------------------------
+
+    def _open_env(self) -> Any:
+        try:
+            return lmdb.open(str(self.path), map_size=self._map_size, subdir=True, create=True,
+                             max_dbs=len(_DB_NAMES), lock=True, sync=True, metasync=True,
+                             readahead=False, mode=0o600)  # bodies: owner only
+        except lmdb.Error as exc:
+            raise self._error("cannot open as an LMDB environment", exc) from exc
 
     def _error(self, problem: str, exc: BaseException | None = None) -> StoreError:
         detail = f": {exc}" if exc is not None else ""
@@ -185,17 +202,11 @@ class LmdbStore(RecordingStore):
         except lmdb.Error as exc:
             raise self._error("cannot read the store (corrupt?)", exc) from exc
 
-    def _load_state(self) -> tuple[Recorder, dict[tuple[str, str], int]]:
+    def _log_contents(self) -> None:
         dbs = self._dbs
+        qids = self.state().qids
         try:
             with self._env.begin() as txn:
-                next_msg = txn.get(_META_NEXT_MSG, db=dbs[b"meta"])
-                next_qid = txn.get(_META_NEXT_QID, db=dbs[b"meta"])
-                qids = {}
-                for _, raw in txn.cursor(db=dbs[b"defs"]):
-                    d = decode_definition(raw)
-                    if isinstance(d, QueueDef):
-                        qids[d.vhost, d.name] = d.qid
                 stats = {name.decode(): txn.stat(dbs[name])["entries"]
                          for name in (b"messages", b"index", b"transient")}
         except _DATA_ERRORS as exc:
@@ -203,9 +214,24 @@ class LmdbStore(RecordingStore):
         level = logging.INFO if stats["index"] >= LARGE_STORE_ENTRIES else logging.DEBUG
         self._log.log(level, "store %s: %d messages, %d queue entries (%d transient) in %d queues",
                       self.path, stats["messages"], stats["index"], stats["transient"], len(qids))
-        recorder = Recorder(U64.unpack(next_msg)[0] if next_msg else 1,
-                            U64.unpack(next_qid)[0] if next_qid else 1)
-        return recorder, qids
+
+    def state(self) -> StoreState:
+        dbs = self._dbs
+        try:
+            with self._require_env().begin() as txn:
+                next_msg = txn.get(_META_NEXT_MSG, db=dbs[b"meta"])
+                next_qid = txn.get(_META_NEXT_QID, db=dbs[b"meta"])
+                last_seq = txn.get(_META_LAST_SEQ, db=dbs[b"meta"])
+                qids = {}
+                for _, raw in txn.cursor(db=dbs[b"defs"]):
+                    d = decode_definition(raw)
+                    if isinstance(d, QueueDef):
+                        qids[d.vhost, d.name] = d.qid
+        except _DATA_ERRORS as exc:
+            raise self._error("cannot read the store (corrupt?)", exc) from exc
+        return StoreState(U64.unpack(next_msg)[0] if next_msg else 1,
+                          U64.unpack(next_qid)[0] if next_qid else 1,
+                          U64.unpack(last_seq)[0] if last_seq else 0, qids)
 
     def _drop_transient(self) -> None:
         """Transient entries were only on disk because their queue paged them out."""
@@ -218,7 +244,7 @@ class LmdbStore(RecordingStore):
                     keys = list(islice(cursor.iternext(keys=True, values=False),
                                        TRANSIENT_DROP_CHUNK))
                     for key in keys:
-                        writer.remove(*INDEX_KEY.unpack(key))
+                        writer.remove_entry(*INDEX_KEY.unpack(key))
                         txn.delete(key, db=self._dbs[b"transient"])
                     writer.finish()
                 if not keys:
@@ -253,12 +279,6 @@ class LmdbStore(RecordingStore):
         except _DATA_ERRORS as exc:
             raise self._error("cannot read definitions", exc) from exc
         return result
-
-
-    def _definition(self, definition: Any) -> Any:
-        return encode_definition(definition)
-
-    # -- queue entries -------------------------------------------------------------------------
 
     # -- reads (committed data only) --------------------------------------------------------------
 
@@ -314,11 +334,74 @@ class LmdbStore(RecordingStore):
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
                 writer = _Writer(txn, self._dbs)
-                for op in batch.ops:
-                    writer.apply(op)
-                writer.finish(batch.next_msg_id, batch.next_qid)
+                apply_batch(batch, writer)
+                writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
+
+    # -- space ---------------------------------------------------------------------------------
+
+    def space(self) -> StoreSpace:
+        """The file's size and its free pages (a few microseconds: meta and DB headers only).
+
+        LMDB never shrinks its file: pages freed by deletes go to its freelist and
+        are reused before the file grows, so for the disk alarm they are free space.
+        Free = pages up to the last one used, minus the pages every database holds
+        (and the two meta pages). The freelist's own pages and pages still pinned by
+        an open reader count as free: a small overestimate.
+        """
+        env = self._require_env()
+        try:
+            info = env.info()
+            main = env.stat()
+            psize = main["psize"]
+            used = 2 + main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
+            with env.begin() as txn:
+                for db in self._dbs.values():
+                    st = txn.stat(db)
+                    used += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        except lmdb.Error as exc:
+            raise self._error("cannot read its size", exc) from exc
+        pages = info["last_pgno"] + 1
+        return StoreSpace(pages * psize, max(0, pages - used) * psize)
+
+    def file_bytes(self) -> int:
+        """The file's size as LMDB sees it (about a microsecond: for a check after each commit)."""
+        env = self._require_env()
+        return int((env.info()["last_pgno"] + 1) * self._psize)
+
+    def compact_copy(self) -> Path:
+        """Copy the committed data, without free pages, next to the store (and sync it)."""
+        env = self._require_env()
+        target = self._compact_dir
+        try:
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(mode=0o700)
+            env.copy(str(target), compact=True)
+            os.chmod(target / "data.mdb", 0o600)  # bodies: owner only, as the original
+            _fsync(target / "data.mdb")
+            _fsync(target)
+        except (lmdb.Error, OSError) as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            raise self._error("compaction failed, store unchanged", exc) from exc
+        return target
+
+    def compact_swap(self, copy: Path) -> None:
+        """Put the compacted copy in place of the data file and reopen on it.
+
+        ``rename`` is atomic: a crash leaves either the old file or the copy, both
+        complete; a leftover copy directory is removed at the next open.
+        """
+        self.close()
+        try:
+            os.replace(copy / "data.mdb", self.path / "data.mdb")
+            _fsync(self.path)
+        except OSError as exc:
+            raise self._error("cannot swap in the compacted copy", exc) from exc
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+            self._env = self._open_env()
+        self._dbs = self._open_databases()
 
     def release_memory(self) -> None:
         """Unmap the data file's resident pages so they stop counting in RSS (see
@@ -348,7 +431,7 @@ class LmdbStore(RecordingStore):
 
 
 class _Writer:
-    """Applies operations inside one write transaction.
+    """The ``apply.Applier`` primitives inside one write transaction.
 
     Reference counts and queue counters are cached for the transaction and
     written once in ``finish`` (a message routed to many queues in one batch
@@ -362,31 +445,6 @@ class _Writer:
         self.index, self.transient = dbs[b"index"], dbs[b"transient"]
         self.refs: dict[int, int] = {}
         self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
-
-    def apply(self, op: Any) -> None:
-        cls = type(op)
-        if cls is Enqueue:
-            if not op.cancelled:
-                self.enqueue(op)
-        elif cls is Remove:
-            self.remove(op.qid, op.seq)
-        elif cls is MarkDelivered:
-            if not op.cancelled:
-                self.mark_delivered(op.qid, op.seq, op.delivery_count)
-        elif cls is Purge:
-            self.purge(op.qid, op.from_seq)
-        elif cls is DeleteQueue:
-            self.delete_queue(op)
-        elif cls is DeleteExchange:
-            self.txn.delete(definition_key("x", (op.vhost, op.name)), db=self.defs)
-            self.drop_bindings(lambda b: b.vhost == op.vhost and (b.source == op.name or (
-                b.destination_type == "exchange" and b.destination == op.name)))
-        elif cls is PutDef:
-            self.txn.put(definition_key(op.kind, op.identity), op.payload, db=self.defs)
-        elif cls is DeleteDef:
-            self.txn.delete(definition_key(op.kind, op.identity), db=self.defs)
-        else:
-            raise TypeError(f"unknown store operation {op!r}")
 
     def refcount(self, msg_id: int) -> int:
         refs = self.refs.get(msg_id)
@@ -405,7 +463,7 @@ class _Writer:
         counter = self.counters[qid] = list(COUNTER.unpack(raw)) if raw else [0, 0]
         return counter
 
-    def enqueue(self, op: Enqueue) -> None:
+    def put_entry(self, op: Enqueue) -> None:
         message = op.message
         msg_id = message.store_id
         refs = self.refcount(msg_id)
@@ -425,14 +483,14 @@ class _Writer:
         if op.transient:
             self.txn.put(key, b"", db=self.transient)
 
-    def remove(self, qid: int, seq: int) -> None:
+    def remove_entry(self, qid: int, seq: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.pop(key, db=self.index)
         if old is not None:  # absent: its enqueue was in a batch that failed
             self._forget_entry(key, old)
             self.counter(qid)[0] -= 1
 
-    def mark_delivered(self, qid: int, seq: int, delivery_count: int) -> None:
+    def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.get(key, db=self.index)
         if old is not None:
@@ -440,7 +498,7 @@ class _Writer:
             self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at),
                          db=self.index)
 
-    def purge(self, qid: int, from_seq: int) -> None:
+    def remove_entries(self, qid: int, from_seq: int) -> None:
         cursor = self.txn.cursor(db=self.index)
         removed = 0
         if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
@@ -455,26 +513,29 @@ class _Writer:
         if removed:
             self.counter(qid)[0] -= removed
 
-    def delete_queue(self, op: DeleteQueue) -> None:
-        self.purge(op.qid, 0)
-        self.counters[op.qid] = None
-        def_key = definition_key("q", (op.vhost, op.name))
-        raw = self.txn.get(def_key, db=self.defs)
-        if raw is not None and getattr(decode_definition(raw), "qid", None) == op.qid:
-            self.txn.delete(def_key, db=self.defs)
-        self.drop_bindings(lambda b: b.vhost == op.vhost and b.destination_type == "queue"
-                           and b.destination == op.name)
+    def forget_queue(self, qid: int) -> None:
+        self.counters[qid] = None
 
-    def drop_bindings(self, matches: Any) -> None:
+    def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
+        raw = self.txn.get(definition_key(kind, identity), db=self.defs)
+        return decode_definition(raw) if raw is not None else None
+
+    def put_definition(self, kind: str, identity: tuple[str, ...],
+                       definition: Definition) -> None:
+        self.txn.put(definition_key(kind, identity), encode_definition(definition), db=self.defs)
+
+    def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
+        self.txn.delete(definition_key(kind, identity), db=self.defs)
+
+    def bindings(self) -> list[BindingDef]:
         cursor = self.txn.cursor(db=self.defs)
-        if not cursor.set_range(b"b"):
-            return
-        while cursor.key()[:1] == b"b":
-            if matches(decode_definition(cursor.value())):
-                if not cursor.delete():
+        out: list[BindingDef] = []
+        if cursor.set_range(b"b"):
+            for key, value in cursor.iternext():
+                if key[:1] != b"b":
                     break
-            elif not cursor.next():
-                break
+                out.append(decode_definition(value))  # type: ignore[arg-type]
+        return out
 
     def _forget_entry(self, key: bytes, value: bytes) -> None:
         msg_id, _, flags, _ = decode_index_value(value)
@@ -482,7 +543,7 @@ class _Writer:
             self.txn.delete(key, db=self.transient)
         self.refs[msg_id] = self.refcount(msg_id) - 1
 
-    def finish(self, next_msg_id: int = 0, next_qid: int = 0) -> None:
+    def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
         txn = self.txn
         for msg_id, refs in self.refs.items():
             key = U64.pack(msg_id)
@@ -498,7 +559,8 @@ class _Writer:
             else:
                 txn.put(key, COUNTER.pack(*counter), db=self.meta)
         for meta_key, fmt, value in ((_META_NEXT_MSG, U64, next_msg_id),
-                                     (_META_NEXT_QID, U64, next_qid)):
+                                     (_META_NEXT_QID, U64, next_qid),
+                                     (_META_LAST_SEQ, U64, last_seq)):
             if value:
                 raw = txn.get(meta_key, db=self.meta)
                 if raw is None or fmt.unpack(raw)[0] < value:

@@ -1,9 +1,10 @@
 """In-memory store: the ``Store`` contract in plain dicts; nothing survives the process.
 
-Recording is shared with the LMDB store (``batch.Recorder``), so both fold a
-batch the same way; ``write_batch`` applies it to the dicts under a lock, and
-reads take the same lock, so a batch written from a worker thread is seen
-whole or not at all, exactly as with a database transaction.
+Batches are recorded by ``batch.Recorder`` and applied by ``apply.apply_batch``,
+as for the LMDB store; this module only says what the primitives do to its
+dicts. ``write_batch`` applies a batch under a lock, and reads take the same
+lock, so a batch written from a worker thread is seen whole or not at all,
+exactly as with a database transaction.
 """
 
 from __future__ import annotations
@@ -11,22 +12,11 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
 
-from leveret.persistence.batch import (
-    Batch,
-    DeleteDef,
-    DeleteExchange,
-    DeleteQueue,
-    Enqueue,
-    MarkDelivered,
-    Purge,
-    PutDef,
-    Recorder,
-    RecordingStore,
-    Remove,
-)
-from leveret.persistence.records import encode_definition
+from leveret.model.message import Message
+from leveret.persistence.apply import apply_batch
+from leveret.persistence.batch import Batch, Enqueue
+from leveret.persistence.records import Definition
 from leveret.persistence.store import (
     AccessDef,
     BindingDef,
@@ -37,8 +27,9 @@ from leveret.persistence.store import (
     QueueStats,
     StoredEntry,
     StoreError,
+    StoreSpace,
+    StoreState,
 )
-from leveret.model.message import Message
 
 # Lazily deleted seqs are compacted away once they outnumber the live ones
 # (and are more than this many, so small queues never bother).
@@ -91,18 +82,24 @@ class _Entries:
                 yield order[i]
 
 
-class MemoryStore(RecordingStore):
+class MemoryStore:
     def __init__(self) -> None:
-        self._recorder = Recorder()
-        self._qids: dict[tuple[str, str], int] = {}  # loop thread's view, pending included
         self._lock = threading.Lock()
         self._closed = False
         # Committed state (written under _lock).
-        self._defs: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._defs: dict[tuple[str, tuple[str, ...]], Definition] = {}
         self._messages: dict[int, Message] = {}
         self._refs: dict[int, int] = {}
         self._entries: dict[int, _Entries] = {}
         self._next_seq: dict[int, int] = {}
+        self._state = StoreState()
+
+    def state(self) -> StoreState:
+        with self._lock:
+            qids = {(d.vhost, d.name): d.qid for d in self._defs.values()
+                    if isinstance(d, QueueDef)}
+            return StoreState(self._state.next_msg_id, self._state.next_qid,
+                              self._state.last_seq, qids)
 
     # -- definitions ------------------------------------------------------------------
 
@@ -114,13 +111,6 @@ class MemoryStore(RecordingStore):
                            [d for d in defs if isinstance(d, BindingDef)],
                            [d for d in defs if isinstance(d, PolicyDef)],
                            [d for d in defs if isinstance(d, AccessDef)])
-
-
-    def _definition(self, definition: Any) -> Any:
-        encode_definition(definition)  # rejects what the LMDB store could not keep either
-        return definition
-
-    # -- queue entries ------------------------------------------------------------------
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -144,7 +134,7 @@ class MemoryStore(RecordingStore):
                     break
         return out
 
-    # -- group commit ---------------------------------------------------------------------
+    # -- writes ---------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
         if self._closed:
@@ -152,72 +142,55 @@ class MemoryStore(RecordingStore):
         if batch.live == 0:
             return
         with self._lock:
-            for op in batch.ops:
-                self._apply(op)
+            apply_batch(batch, self)
+            self._state = StoreState(max(self._state.next_msg_id, batch.next_msg_id),
+                                     max(self._state.next_qid, batch.next_qid),
+                                     max(self._state.last_seq, batch.seq))
 
     def close(self) -> None:
         self._closed = True
 
-    # -- applying (under _lock) --------------------------------------------------------
+    def space(self) -> StoreSpace:
+        return StoreSpace()  # takes no disk
 
-    def _apply(self, op: Any) -> None:
-        cls = type(op)
-        if cls is Enqueue:
-            if op.cancelled:
-                return
-            entries = self._entries.get(op.qid)
-            if entries is None:
-                entries = self._entries[op.qid] = _Entries()
-            msg_id = op.message.store_id
-            self._incref(msg_id, op.message)
-            old = entries.put(op.seq, (msg_id, op.delivery_count, op.transient, op.expires_at))
-            if old is not None:
-                self._decref(old[0])
-            self._next_seq[op.qid] = max(self._next_seq.get(op.qid, 0), op.seq + 1)
-        elif cls is Remove:
-            entries = self._entries.get(op.qid)
-            entry = entries.pop(op.seq) if entries else None
-            if entry is not None:
-                self._decref(entry[0])
-        elif cls is MarkDelivered:
-            entries = self._entries.get(op.qid)
-            if not op.cancelled and entries and op.seq in entries.by_seq:
-                msg_id, _, transient, expires_at = entries.by_seq[op.seq]
-                entries.by_seq[op.seq] = (msg_id, op.delivery_count, transient, expires_at)
-        elif cls is Purge:
-            self._purge(op.qid, op.from_seq)
-        elif cls is DeleteQueue:
-            self._purge(op.qid, 0)
-            self._entries.pop(op.qid, None)
-            self._next_seq.pop(op.qid, None)
-            if getattr(self._defs.get(("q", (op.vhost, op.name))), "qid", None) == op.qid:
-                del self._defs["q", (op.vhost, op.name)]
-            self._drop_bindings(lambda b: b.vhost == op.vhost and b.destination_type == "queue"
-                                and b.destination == op.name)
-        elif cls is DeleteExchange:
-            self._defs.pop(("x", (op.vhost, op.name)), None)
-            self._drop_bindings(lambda b: b.vhost == op.vhost and (b.source == op.name or (
-                b.destination_type == "exchange" and b.destination == op.name)))
-        elif cls is PutDef:
-            self._defs[op.kind, op.identity] = op.payload
-        elif cls is DeleteDef:
-            self._defs.pop((op.kind, op.identity), None)
+    def file_bytes(self) -> int:
+        return 0
 
-    def _incref(self, msg_id: int, message: Message) -> None:
+    def compact_copy(self) -> None:
+        return None
+
+    def compact_swap(self, copy: None) -> None:
+        pass
+
+    # -- the apply.Applier primitives (under _lock) ----------------------------------------
+
+    def put_entry(self, op: Enqueue) -> None:
+        entries = self._entries.get(op.qid)
+        if entries is None:
+            entries = self._entries[op.qid] = _Entries()
+        msg_id = op.message.store_id
         refs = self._refs.get(msg_id, 0)
         if refs == 0:
-            self._messages[msg_id] = message
+            self._messages[msg_id] = op.message
         self._refs[msg_id] = refs + 1
+        old = entries.put(op.seq, (msg_id, op.delivery_count, op.transient, op.expires_at))
+        if old is not None:
+            self._decref(old[0])
+        self._next_seq[op.qid] = max(self._next_seq.get(op.qid, 0), op.seq + 1)
 
-    def _decref(self, msg_id: int) -> None:
-        refs = self._refs[msg_id] - 1
-        if refs:
-            self._refs[msg_id] = refs
-        else:
-            del self._refs[msg_id]
-            del self._messages[msg_id]
+    def remove_entry(self, qid: int, seq: int) -> None:
+        entries = self._entries.get(qid)
+        entry = entries.pop(seq) if entries else None
+        if entry is not None:
+            self._decref(entry[0])
 
-    def _purge(self, qid: int, from_seq: int) -> None:
+    def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
+        entries = self._entries.get(qid)
+        if entries and seq in entries.by_seq:
+            msg_id, _, transient, expires_at = entries.by_seq[seq]
+            entries.by_seq[seq] = (msg_id, delivery_count, transient, expires_at)
+
+    def remove_entries(self, qid: int, from_seq: int) -> None:
         entries = self._entries.get(qid)
         if entries is None:
             return
@@ -226,10 +199,30 @@ class MemoryStore(RecordingStore):
             assert entry is not None
             self._decref(entry[0])
 
-    def _drop_bindings(self, matches: Any) -> None:
-        doomed = [k for k, d in self._defs.items() if k[0] == "b" and matches(d)]
-        for key in doomed:
-            del self._defs[key]
+    def forget_queue(self, qid: int) -> None:
+        self._entries.pop(qid, None)
+        self._next_seq.pop(qid, None)
+
+    def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
+        return self._defs.get((kind, identity))
+
+    def put_definition(self, kind: str, identity: tuple[str, ...],
+                       definition: Definition) -> None:
+        self._defs[kind, identity] = definition
+
+    def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
+        self._defs.pop((kind, identity), None)
+
+    def bindings(self) -> list[BindingDef]:
+        return [d for (kind, _), d in self._defs.items() if kind == "b"]  # type: ignore[misc]
+
+    def _decref(self, msg_id: int) -> None:
+        refs = self._refs[msg_id] - 1
+        if refs:
+            self._refs[msg_id] = refs
+        else:
+            del self._refs[msg_id]
+            del self._messages[msg_id]
 
     # -- test introspection -----------------------------------------------------------------
 

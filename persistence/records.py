@@ -202,3 +202,15 @@ def decode_definition(raw: bytes) -> Definition:
     if kind == "b":
         return BindingDef(**doc)
     raise ValueError(f"unknown definition kind {kind!r}")
+
+
+KINDS = {ExchangeDef: "x", QueueDef: "q", BindingDef: "b", PolicyDef: "p"}
+
+
+def definition_identity(d: Definition) -> tuple[str, tuple[str, ...]]:
+    """(kind, identity): what a later definition of the same thing replaces."""
+    if isinstance(d, BindingDef):
+        return "b", binding_identity(d)
+    if isinstance(d, AccessDef):
+        return "a", (d.kind, *d.key)
+    return KINDS[type(d)], (d.vhost, d.name)

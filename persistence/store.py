@@ -3,13 +3,13 @@
 Theory of operation
 -------------------
 The core never knows how things are stored. On the event loop thread it
-tells the store what changed: durable definitions (exchanges, queues,
-bindings) and the life of messages in durable queues (enqueued, delivered,
-removed). The store only *records* those operations in a pending batch.
+records what changed in a pending batch (``batch.Recorder``, which the group
+commit is): durable definitions (exchanges, queues, bindings, policies) and
+the life of messages in durable queues (enqueued, delivered, removed).
 
 Making a batch durable is a separate step so that it can run off the event
 loop: ``take_batch()`` (loop thread) detaches everything recorded so far, and
-``write_batch(batch)`` (any one thread at a time) applies it in a single
+the store's ``write_batch(batch)`` (any one thread at a time) applies it in a single
 write transaction and syncs it to disk, raising ``StoreError`` if that
 fails. This is group commit: while one batch is being written, the next one
 fills up, so the batch size follows the load. Publisher confirms for held
@@ -20,7 +20,7 @@ Reads (``read_queue``) see committed data only; a queue that pages its tail
 to disk must therefore not read past what has been committed.
 
 Messages are stored once however many queues they are in (a reference
-count), keyed by ``Message.store_id`` which the store assigns on the first
+count), keyed by ``Message.store_id`` which the recorder assigns on the first
 ``enqueue``. Queue entries are keyed by (queue id, queue sequence number) and
 carry the message id, the delivery count (so ``redelivered`` survives a
 restart), the entry's TTL expiry (absolute wall-clock ms, 0 = none, so
@@ -105,6 +105,24 @@ class Definitions:
 
 
 @dataclass(frozen=True)
+class StoreState:
+    """What recording needs to know of a store it did not write itself (at startup)."""
+
+    next_msg_id: int = 1  # message ids below it may have been used
+    next_qid: int = 1
+    last_seq: int = 0  # sequence number of the last batch applied
+    qids: dict[tuple[str, str], int] = field(default_factory=dict)  # (vhost, queue) -> qid
+
+
+@dataclass(frozen=True)
+class StoreSpace:
+    """How much disk the store takes, and how much of that it can reuse before growing."""
+
+    file_bytes: int = 0  # size of the store's file(s)
+    free_bytes: int = 0  # inside them, free for new data (counts as free disk space)
+
+
+@dataclass(frozen=True)
 class QueueStats:
     """What a recovered queue needs to know at startup, without reading its messages."""
 
@@ -122,77 +140,48 @@ class StoredEntry:
 
 
 class Store(Protocol):
-    """What the broker needs from storage (all methods but write_batch: loop thread only)."""
+    """What the broker needs from storage (all methods but write_batch: loop thread only).
 
-    # -- definitions (recorded in the pending batch) --
-    def load_definitions(self) -> Definitions: ...
+    Changes are not made through the store: they are recorded in a
+    ``batch.Batch`` (by ``batch.Recorder``, which group commit is) and the
+    store applies whole batches (``write_batch``), each through the one op
+    dispatcher ``apply.apply_batch``.
+    """
 
-    def put_exchange(self, exchange: ExchangeDef) -> None: ...
-
-    def delete_exchange(self, vhost: str, name: str) -> None: ...
-
-    def put_queue(self, queue: QueueDef) -> int:
-        """Record a durable queue; returns its qid (stable across restarts)."""
-        ...
-
-    def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        """Forget the queue and every entry it has on disk."""
-        ...
-
-    def put_binding(self, binding: BindingDef) -> None: ...
-
-    def delete_binding(self, binding: BindingDef) -> None: ...
-
-    def put_policy(self, policy: PolicyDef) -> None:
-        """Record (or replace) the policy named ``policy.name`` in its vhost."""
-        ...
-
-    def delete_policy(self, vhost: str, name: str) -> None: ...
-
-    def put_access(self, access: AccessDef) -> None:
-        """Record (or replace) a user, vhost, permission or topic permission."""
-        ...
-
-    def delete_access(self, kind: str, key: tuple[str, ...]) -> None: ...
-
-    # -- queue entries (recorded in the pending batch) --
-    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        """Add entry (qid, seq) for ``message``, storing the message itself if new.
-
-        ``expires_at`` (absolute wall-clock ms, 0 = never) is kept with the entry and
-        returned by ``read_queue``; ``mark_delivered`` leaves it unchanged."""
-        ...
-
-    def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
-        """Persist an entry's delivery count (its ``redelivered`` flag after a restart)."""
-        ...
-
-    def remove(self, qid: int, seq: int, message: Message) -> None:
-        """The entry is gone (acked, rejected, dropped); the message goes with its last entry."""
-        ...
-
-    def purge(self, qid: int, from_seq: int = 0) -> None:
-        """Remove the queue's entries with seq >= from_seq (a purge drops the paged tail;
-        entries of unacked deliveries, which are older, stay until settled)."""
+    def state(self) -> StoreState:
+        """Ids and the last batch sequence number, as committed (to start recording from)."""
         ...
 
     # -- reads (committed data only) --
+    def load_definitions(self) -> Definitions: ...
+
     def queue_stats(self, qid: int) -> QueueStats: ...
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         """Up to ``limit`` committed entries with seq >= from_seq, in order."""
         ...
 
-    # -- group commit --
-    def has_pending(self) -> bool: ...
-
-    def take_batch(self) -> Any:
-        """Detach everything recorded since the last call (loop thread)."""
-        ...
-
+    # -- writes --
     def write_batch(self, batch: Any) -> None:
         """Apply ``batch`` in one transaction and sync it; raises StoreError (any thread)."""
         ...
 
     def close(self) -> None: ...
+
+    # -- space --
+    def space(self) -> StoreSpace:
+        """File size and free space inside it (tens of microseconds)."""
+        ...
+
+    def file_bytes(self) -> int:
+        """The file's size alone, cheap enough to call after every commit."""
+        ...
+
+    def compact_copy(self) -> Any:
+        """Write a compacted copy of the committed data (no write may run meanwhile; any
+        thread); returns what ``compact_swap`` needs, or None if there is nothing to do."""
+        ...
+
+    def compact_swap(self, copy: Any) -> None:
+        """Replace the store by the copy (loop thread, no write running, no read open)."""
+        ...

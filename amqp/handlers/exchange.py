@@ -24,7 +24,7 @@ def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
     if name == "":  # even passive, as RabbitMQ
         raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
     if m.passive:
-        vhost.get_exchange(name)
+        exchange = vhost.get_exchange(name)
     else:
         ch.access.check(CONFIGURE, "exchange", name)
         if name.startswith(RESERVED_PREFIX) and name not in vhost.exchanges:
@@ -39,10 +39,10 @@ def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
         if name not in vhost.exchanges and isinstance(alternate, str):
             ch.access.check(READ, "exchange", name)
             ch.access.check(WRITE, "exchange", alternate)
-        vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete, m.internal,
-                               dict(m.arguments or {}))
+        exchange = vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete,
+                                          m.internal, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_method(commands.Exchange.DeclareOk())
+        ch.send_durable(commands.Exchange.DeclareOk(), exchange.durable, (40, 10))
 
 
 def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
@@ -58,7 +58,9 @@ def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
     if exchange is not None:
         vhost.delete_exchange(exchange, m.if_unused)
     if not m.nowait:
-        ch.send_method(commands.Exchange.DeleteOk())
+        # Not found: its deletion may be in a batch not yet committed, so wait as well.
+        durable = exchange.durable if exchange is not None else True
+        ch.send_durable(commands.Exchange.DeleteOk(), durable, (40, 20))
 
 
 def check_binding(ch: Channel, dest_kind: str, dest: str, source: str) -> None:
@@ -81,7 +83,7 @@ def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
     check_topic_binding(ch, source, m.routing_key)
     vhost.bind(source, dest, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_method(commands.Exchange.BindOk())
+        ch.send_durable(commands.Exchange.BindOk(), source.durable and dest.durable, (40, 30))
 
 
 def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
@@ -89,12 +91,14 @@ def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
     check_binding(ch, "exchange", m.destination, m.source)
     dest = vhost.exchanges.get(m.destination)
     source = vhost.exchanges.get(m.source)
+    durable = True  # not found: the binding may be gone in a batch not yet committed
     if dest is not None and source is not None:
         vhost.check_not_default(dest)
         check_topic_binding(ch, source, m.routing_key)
         vhost.unbind(source, dest, m.routing_key, dict(m.arguments or {}))
+        durable = source.durable and dest.durable
     if not m.nowait:
-        ch.send_method(commands.Exchange.UnbindOk())
+        ch.send_durable(commands.Exchange.UnbindOk(), durable, (40, 40))
 
 
 HANDLERS: dict[int, Callable[..., None]] = {

@@ -80,8 +80,9 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
     queue.touch()  # renews an x-expires lease (RabbitMQ: the stat in every declare)
     ch.last_queue_name = queue.name
     if not m.nowait:
-        ch.send_method(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
-                                                consumer_count=queue.consumer_count))
+        ch.send_durable(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
+                                                 consumer_count=queue.consumer_count),
+                        queue.durable, (50, 10))
 
 
 def bind(ch: Channel, m: commands.Queue.Bind) -> None:
@@ -91,7 +92,7 @@ def bind(ch: Channel, m: commands.Queue.Bind) -> None:
     check_topic_binding(ch, exchange, m.routing_key)
     ch.vhost.bind(exchange, queue, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_method(commands.Queue.BindOk())
+        ch.send_durable(commands.Queue.BindOk(), exchange.durable and queue.durable, (50, 20))
 
 
 def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
@@ -99,17 +100,21 @@ def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
     check_binding(ch, "queue", resolve_name(ch, m.queue), m.exchange)
     queue = vhost.queues.get(resolve_name(ch, m.queue))
     exchange = vhost.exchanges.get(m.exchange)
+    # Not found: the binding may be gone in a batch not yet committed, so wait as well.
+    durable = True
     if queue is not None and exchange is not None:
         vhost.check_exclusive(queue, ch.connection)
         check_topic_binding(ch, exchange, m.routing_key)
         vhost.unbind(exchange, queue, m.routing_key, dict(m.arguments or {}))
-    ch.send_method(commands.Queue.UnbindOk())
+        durable = exchange.durable and queue.durable
+    ch.send_durable(commands.Queue.UnbindOk(), durable, (50, 50))
 
 
 def purge(ch: Channel, m: commands.Queue.Purge) -> None:
-    count = ch.vhost.purge_queue(readable(ch, m.queue))
+    queue = readable(ch, m.queue)
+    count = ch.vhost.purge_queue(queue)
     if not m.nowait:
-        ch.send_method(commands.Queue.PurgeOk(message_count=count))
+        ch.send_durable(commands.Queue.PurgeOk(message_count=count), queue.durable, (50, 30))
 
 
 def delete(ch: Channel, m: commands.Queue.Delete) -> None:
@@ -118,11 +123,13 @@ def delete(ch: Channel, m: commands.Queue.Delete) -> None:
     ch.access.check(CONFIGURE, "queue", name)
     queue = vhost.queues.get(name)
     count = 0
+    durable = True  # not found: its deletion may be in a batch not yet committed
     if queue is not None:
         vhost.check_exclusive(queue, ch.connection)
         count = vhost.delete_queue_checked(queue, m.if_unused, m.if_empty)
+        durable = queue.durable
     if not m.nowait:
-        ch.send_method(commands.Queue.DeleteOk(message_count=count))
+        ch.send_durable(commands.Queue.DeleteOk(message_count=count), durable, (50, 40))
 
 
 HANDLERS: dict[int, Callable[..., None]] = {

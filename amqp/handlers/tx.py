@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.model.errors import INTERNAL_ERROR, PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -39,21 +39,8 @@ def commit(ch: Channel, m: commands.Tx.Commit) -> None:
             fn(*args)
     finally:
         durable, ch.tx_durable = ch.tx_durable, None
-    log = ch.vhost.log
-    if durable and log.deferred:
-        log.after_commit(lambda ok: _commit_done(ch, ok))
-    else:
-        ch.send_method(commands.Tx.CommitOk())
-
-
-def _commit_done(ch: Channel, ok: bool) -> None:
-    if ch.closing:
-        return
-    if ok:
-        ch.send_method(commands.Tx.CommitOk())
-    else:
-        ch.connection.close_channel(ch, ChannelError(
-            INTERNAL_ERROR, "tx.commit failed: the message store could not write", (90, 20)))
+    # Waits for the commit, and holds back what the channel says next, if it wrote anything.
+    ch.send_durable(commands.Tx.CommitOk(), durable, (90, 20))
 
 
 def rollback(ch: Channel, m: commands.Tx.Rollback) -> None:

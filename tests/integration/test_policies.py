@@ -113,3 +113,23 @@ def test_policy_limits_reach_queue_settings(make_broker):
         assert [ch.basic_get("jobs.a", auto_ack=True)[2] for _ in range(3)] == [b"2", b"3", b"4"]
     finally:
         conn.close()
+
+
+def test_ctl_compact_shrinks_the_store_and_keeps_its_contents(broker, qname):
+    conn, ch = channel(broker)
+    ch.queue_declare(qname, durable=True)
+    ch.confirm_delivery()
+    for i in range(300):
+        ch.basic_publish("", qname, b"%d" % i + b"x" * 8000, pika.BasicProperties(delivery_mode=2))
+    ch.queue_purge(qname)
+    ch.basic_publish("", qname, b"kept", pika.BasicProperties(delivery_mode=2))
+    r = ctl(broker, "compact")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert first == "Compacting the message store ..."
+    before, after = (int(n) for n in second.replace(" bytes", "").split(" -> "))
+    assert after < before
+    assert ch.basic_get(qname, auto_ack=True)[2] == b"kept"
+    ch.basic_publish("", qname, b"after", pika.BasicProperties(delivery_mode=2))
+    assert ch.basic_get(qname, auto_ack=True)[2] == b"after"
+    conn.close()

@@ -92,7 +92,6 @@ def test_limits_texts_and_validation() -> None:
 def _broker(store: MemoryStore, **config: object) -> Broker:
     broker = Broker(Config(**config), store)  # type: ignore[arg-type]
     broker.recover()
-    store.write_batch(store.take_batch())
     return broker
 
 
@@ -118,7 +117,6 @@ def test_everything_survives_a_restart_and_deleted_defaults_stay_deleted() -> No
     a.set_vhost_limits("v2", {"max-queues": 3})
     a.set_user_limits("bob", {"max-channels": 2})
     a.delete_user("guest")
-    store.write_batch(store.take_batch())
 
     again = _broker(store)
     b = again.accounts
@@ -143,9 +141,7 @@ def test_deleting_a_vhost_removes_its_objects_and_permissions_from_the_store() -
     vhost = broker.vhosts["gone"]
     vhost.declare_queue("q", durable=True, exclusive=False, auto_delete=False, arguments={})
     vhost.declare_exchange("x", "direct", True, False, False, {})
-    store.write_batch(store.take_batch())
     a.delete_vhost("gone")
-    store.write_batch(store.take_batch())
     defs = store.load_definitions()
     assert not defs.queues and not defs.exchanges
     assert all("gone" not in d.key for d in defs.access)

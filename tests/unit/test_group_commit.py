@@ -129,3 +129,25 @@ async def test_backlogged_while_too_much_waits_for_the_writer(monkeypatch):
     await log.drain()
     assert len(store.read_queue(1, 0, 100)) == 12
     log.close()
+
+
+async def test_compaction_runs_between_batches_and_recording_goes_on(tmp_path):
+    from leveret.persistence.lmdb_store import LmdbStore
+
+    store = LmdbStore(tmp_path / "store")
+    log = GroupCommit(store, asyncio.get_running_loop())
+    for seq in range(2000):
+        log.enqueue(1, seq, message(seq))
+    await log.drain()
+    log.purge(1)
+    await log.drain()
+    compaction = asyncio.ensure_future(log.compact())
+    ch = FakeChannel()
+    log.enqueue(1, 5000, message(5000))  # recorded while the copy is made
+    log.hold(ch, 1)
+    before, after = await compaction
+    assert after < before
+    await log.drain()
+    assert ch.settled == [(1, True)]
+    assert [e.seq for e in store.read_queue(1, 0, 10)] == [5000]
+    log.close()

@@ -17,6 +17,8 @@ import pytest
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.records import U32
 from leveret.persistence.store import QueueDef, QueueStats, StoreError
+
+from .store_harness import recording
 from leveret.model.message import Message
 
 PROPS = b"\x10\x00\x02"
@@ -40,7 +42,7 @@ def path(tmp_path: Path) -> Path:
 
 
 def test_new_directory_is_created_and_reopened(path: Path) -> None:
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     qid = store.put_queue(QueueDef("/", "q"))
     store.enqueue(qid, 0, msg(b"hello"))
     commit(store)
@@ -49,7 +51,7 @@ def test_new_directory_is_created_and_reopened(path: Path) -> None:
     with pytest.raises(StoreError, match="closed"):
         store.read_queue(qid, 0, 1)
 
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     assert [e.message.body for e in store.read_queue(qid, 0, 10)] == [b"hello"]
     assert [q.name for q in store.load_definitions().queues] == ["q"]
     store.close()
@@ -62,7 +64,7 @@ def test_empty_existing_directory_is_initialised(path: Path) -> None:
 
 
 def test_startup_logs_counts(path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     qid = store.put_queue(QueueDef("/", "q"))
     for seq in range(3):
         store.enqueue(qid, seq, msg(b"x"), transient=seq == 2)
@@ -78,7 +80,7 @@ def test_startup_logs_counts(path: Path, caplog: pytest.LogCaptureFixture) -> No
 
 def test_batch_written_from_a_thread_while_loop_records_and_reads(path: Path) -> None:
     """The group-commit shape: one writer thread, the loop recording the next batch."""
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     qid = store.put_queue(QueueDef("/", "q"))
     rng = random.Random(7)
     boundaries = {0}  # a reader may only ever see whole batches
@@ -111,7 +113,7 @@ def test_batch_written_from_a_thread_while_loop_records_and_reads(path: Path) ->
 
 
 def test_failed_batch_has_no_effect_and_store_stays_usable(path: Path) -> None:
-    store = LmdbStore(path, map_size=1 << 20)  # 1 MiB: a 2 MiB body cannot fit
+    store = recording(LmdbStore(path, map_size=1 << 20))  # 1 MiB: a 2 MiB body cannot fit
     qid = store.put_queue(QueueDef("/", "q"))
     kept = [msg(b"kept%d" % i) for i in range(3)]
     for seq, m in enumerate(kept):
@@ -137,7 +139,7 @@ def test_failed_batch_has_no_effect_and_store_stays_usable(path: Path) -> None:
     store.enqueue(qid, 5, msg(b"after"))
     commit(store)
     store.close()
-    store = LmdbStore(path, map_size=1 << 20)
+    store = recording(LmdbStore(path, map_size=1 << 20))
     assert seqs(store, qid) == [0, 1, 2, 5]
     assert store.queue_stats(qid) == QueueStats(4, 0, 6)
     assert store._message_count() == 4
@@ -146,7 +148,7 @@ def test_failed_batch_has_no_effect_and_store_stays_usable(path: Path) -> None:
 
 
 def test_corrupt_data_file_is_refused(path: Path) -> None:
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     qid = store.put_queue(QueueDef("/", "q"))
     store.enqueue(qid, 0, msg(b"x"))
     commit(store)
@@ -197,7 +199,7 @@ def test_newer_format_version_is_refused(path: Path) -> None:
 
 def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
     """Version 2 only adds an optional expires_at to index values: v1 stores are read as is."""
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     qid = store.put_queue(QueueDef("/", "q"))
     m = Message("", "q", b"\x10\x00\x02", b"old")
     store.enqueue(qid, 0, m)
@@ -208,7 +210,7 @@ def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
     with env.begin(write=True) as txn:
         txn.put(b"version", U32.pack(1), db=meta)
     env.close()
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     [entry] = store.read_queue(qid, 0, 10)
     assert entry.message.body == b"old" and entry.expires_at == 0
     store.close()
@@ -247,18 +249,20 @@ def test_unwritable_directory_is_refused(path: Path) -> None:
 WRITER = """
 import sys
 from pathlib import Path
+from leveret.persistence.batch import Recorder
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.store import QueueDef
 from leveret.model.message import Message
 
 store = LmdbStore(Path(sys.argv[1]))
-qid = store.put_queue(QueueDef("/", "q"))
+recorder = Recorder(store.state())
+qid = recorder.put_queue(QueueDef("/", "q"))
 seq = batch = 0
 while True:
     for _ in range(1 + batch % 7):
-        store.enqueue(qid, seq, Message("", "q", b"\\x10\\x00\\x02", b"%d" % seq * 100))
+        recorder.enqueue(qid, seq, Message("", "q", b"\\x10\\x00\\x02", b"%d" % seq * 100))
         seq += 1
-    store.write_batch(store.take_batch())
+    store.write_batch(recorder.take_batch())
     print(seq, flush=True)  # everything below seq is confirmed
     batch += 1
 """
@@ -290,7 +294,7 @@ def test_confirmed_batches_survive_kill_9(path: Path, round_: int) -> None:
     last = reported[-1] if reported else 1
     assert last > 0
 
-    store = LmdbStore(path)
+    store = recording(LmdbStore(path))
     try:
         qid = store.load_definitions().queues[0].qid
         stats = store.queue_stats(qid)
@@ -302,3 +306,35 @@ def test_confirmed_batches_survive_kill_9(path: Path, round_: int) -> None:
         assert store._message_count() == stats.count
     finally:
         store.close()
+
+
+def test_free_pages_count_and_compaction_gives_them_back(path: Path) -> None:
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    keep = store.put_queue(QueueDef("/", "keep"))
+    store.enqueue(keep, 0, msg(b"kept"))
+    for seq in range(3000):
+        store.enqueue(qid, seq, msg(b"x" * 2000))
+    commit(store)
+    full = store.space()
+    assert full.file_bytes >= 3000 * 2000 and full.free_bytes < full.file_bytes // 10
+    store.delete_queue("/", "q", qid)
+    commit(store)
+    emptied = store.space()
+    assert emptied.file_bytes >= full.file_bytes  # LMDB never shrinks its file...
+    assert emptied.free_bytes > emptied.file_bytes * 0.9  # ...but its pages are free again
+    copy = store.compact_copy()
+    assert copy.parent == path.parent  # beside the store: the store dir holds LMDB files only
+    store.compact_swap(copy)
+    assert store.file_bytes() < full.file_bytes // 20
+    assert not copy.exists()
+    assert [e.message.body for e in store.read_queue(keep, 0, 10)] == [b"kept"]
+    store.enqueue(keep, 1, msg(b"after"))  # still writable
+    commit(store)
+    store.close()
+    copy.mkdir()  # as if a compaction had been cut short: removed at the next open
+    store = recording(LmdbStore(path))
+    assert not copy.exists()
+    assert [e.message.body for e in store.read_queue(keep, 0, 10)] == [b"kept", b"after"]
+    assert [q.name for q in store.load_definitions().queues] == ["keep"]
+    store.close()

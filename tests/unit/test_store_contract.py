@@ -29,6 +29,7 @@ from leveret.persistence.store import (
     StoreError,
 )
 from leveret.model.message import Message
+from .store_harness import recording
 
 AnyStore: TypeAlias = MemoryStore | LmdbStore
 PERSISTENT_PROPS = b"\x10\x00\x02"  # flags: delivery-mode present; delivery-mode = 2
@@ -57,7 +58,8 @@ class Stores:
         return self.kind == "lmdb"
 
     def open(self) -> AnyStore:
-        store: AnyStore = MemoryStore() if self.kind == "memory" else LmdbStore(self.path)
+        store: AnyStore = recording(MemoryStore() if self.kind == "memory"
+                                    else LmdbStore(self.path))
         self.opened.append(store)
         return store
 
@@ -101,10 +103,10 @@ def test_definitions_round_trip(stores: Stores) -> None:
     store = stores.open()
     exchange = ExchangeDef("/", "ex", "topic", auto_delete=True, internal=True,
                            arguments=FIELD_TABLE)
-    store.put_exchange(exchange)
+    store.put_definition(exchange)
     qid = store.put_queue(QueueDef("vh", "q", arguments={"x-max-length": 10, "t": FIELD_TABLE}))
     binding = BindingDef("vh", "ex", "q", "queue", "a.#", {"x-match": "all", "h": b"\x01"})
-    store.put_binding(binding)
+    store.put_definition(binding)
     assert store.load_definitions().exchanges == []  # reads see committed data only
     commit(store)
     store = stores.reopen(store)
@@ -126,7 +128,7 @@ def test_policies_round_trip_replace_and_delete(stores: Stores) -> None:
     other_vhost = PolicyDef("vh", "limits", ".*", "all", {"message-ttl": 1000})
     ae = PolicyDef("/", "ae", "^x", "exchanges", {"alternate-exchange": "alt"}, -1)
     for policy in (first, other_vhost, ae):
-        store.put_policy(policy)
+        store.put_definition(policy)
     assert store.load_definitions().policies == []  # committed data only
     commit(store)
     store = stores.reopen(store)
@@ -134,7 +136,7 @@ def test_policies_round_trip_replace_and_delete(stores: Stores) -> None:
     assert sorted(store.load_definitions().policies, key=key) == sorted(
         [first, other_vhost, ae], key=key)
     replaced = PolicyDef("/", "limits", "^r", "all", {"expires": 60000}, 0)
-    store.put_policy(replaced)  # same (vhost, name): replaces
+    store.put_definition(replaced)  # same (vhost, name): replaces
     store.delete_policy("/", "ae")
     store.delete_policy("/", "never-set")  # harmless
     commit(store)
@@ -165,14 +167,14 @@ def test_queue_ids_are_stable_and_fresh_after_delete(stores: Stores) -> None:
 def test_deletes_cascade_to_bindings(stores: Stores) -> None:
     store = stores.open()
     for name in ("e1", "e2"):
-        store.put_exchange(ExchangeDef("/", name, "direct"))
+        store.put_definition(ExchangeDef("/", name, "direct"))
     qid = store.put_queue(QueueDef("/", "q"))
     b_q = BindingDef("/", "e1", "q", "queue", "k")
     b_e = BindingDef("/", "e1", "e2", "exchange", "k")
     b_other_vhost = BindingDef("v2", "e1", "q", "queue", "k")
     b_args = BindingDef("/", "e2", "q", "queue", "k", {"a": 1})
     for b in (b_q, b_e, b_other_vhost, b_args):
-        store.put_binding(b)
+        store.put_definition(b)
     commit(store)
     store.delete_binding(BindingDef("/", "e2", "q", "queue", "k", {"a": 2}))  # other args: kept
     store.delete_exchange("/", "e2")  # drops b_e (destination) and b_args (source)
@@ -190,7 +192,7 @@ def test_deletes_cascade_to_bindings(stores: Stores) -> None:
 def test_unstorable_argument_is_refused_at_record_time(stores: Stores) -> None:
     store = stores.open()
     with pytest.raises(StoreError):
-        store.put_exchange(ExchangeDef("/", "x", "direct", arguments={"bad": object()}))
+        store.put_definition(ExchangeDef("/", "x", "direct", arguments={"bad": object()}))
     with pytest.raises(StoreError):
         store.put_queue(QueueDef("/", "q", arguments={"bad": {1, 2}}))
     assert not store.has_pending()

@@ -1,0 +1,125 @@
+"""Replies about durable definitions wait for the group commit that records them, and
+nothing the channel says afterwards overtakes them (sans-IO core, a store whose writes
+the test releases by hand)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from pamqp import commands
+
+from leveret.broker.broker import Broker
+from leveret.config import Config
+from leveret.persistence.memory import MemoryStore
+from leveret.persistence.store import StoreError
+
+from .wire import Client
+
+
+class GatedStore(MemoryStore):
+    """Each write waits until the test opens the gate (or fails it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.fail = False
+
+    def write_batch(self, batch):
+        assert self.gate.wait(10)
+        if self.fail:
+            raise StoreError("disk full (simulated)")
+        super().write_batch(batch)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+
+
+async def client() -> tuple[Client, GatedStore]:
+    store = GatedStore()
+    broker = Broker(Config(), store, asyncio.get_running_loop())
+    c = Client(broker)
+    c.handshake()
+    c.open_channel(1)
+    return c, store
+
+
+def names(frames) -> list[str]:
+    return [type(f).__name__ for _, f in frames]
+
+
+async def test_durable_declare_ok_waits_and_later_replies_queue_behind_it():
+    c, store = await client()
+    c.feed(c.method(1, commands.Queue.Declare(queue="durable-q", durable=True))
+           + c.method(1, commands.Queue.Declare(queue="transient-q"))
+           + c.method(1, commands.Basic.Get(queue="transient-q")))
+    await settle()
+    assert c.drain() == []  # not durable yet: no reply, and nothing after it either
+    store.gate.set()
+    await settle()
+    assert names(c.drain()) == ["DeclareOk", "DeclareOk", "GetEmpty"]
+    assert [q.name for q in store.load_definitions().queues] == ["durable-q"]
+    c.broker.log.close()
+
+
+async def test_deliveries_do_not_overtake_a_held_reply():
+    c, store = await client()
+    store.gate.set()
+    c.call(1, commands.Queue.Declare(queue="work"))
+    c.call(1, commands.Basic.Consume(queue="work", consumer_tag="ct", no_ack=True))
+    await settle()
+    c.drain()
+    store.gate.clear()
+    c.feed(c.method(1, commands.Exchange.Declare(exchange="dx", exchange_type="direct",
+                                                 durable=True))
+           + c.publish_bytes(1, b"hello", routing_key="work"))
+    await settle()
+    assert c.drain() == []
+    store.gate.set()
+    await settle()
+    assert names(c.drain()) == ["DeclareOk", "Deliver", "ContentHeader", "ContentBody"]
+    c.broker.log.close()
+
+
+async def test_transient_objects_do_not_wait():
+    c, store = await client()
+    c.call(1, commands.Queue.Declare(queue="d", durable=True))  # a commit is now pending
+    frames = c.call(1, commands.Exchange.Declare(exchange="tx", exchange_type="fanout"))
+    assert frames == []  # same channel: behind the held declare-ok
+    c.open_channel(2)
+    frames = c.call(2, commands.Queue.Declare(queue="t", auto_delete=True))
+    assert names(frames) == ["DeclareOk"]  # another channel, a transient queue: at once
+    store.gate.set()
+    await settle()
+    assert names(c.drain()) == ["DeclareOk", "DeclareOk"]
+    c.broker.log.close()
+
+
+async def test_failed_commit_closes_the_channel_instead_of_replying():
+    c, store = await client()
+    store.fail = True
+    c.feed(c.method(1, commands.Queue.Declare(queue="q", durable=True))
+           + c.method(1, commands.Queue.Declare(queue="later")))
+    store.gate.set()
+    await settle()
+    frames = c.drain()
+    assert names(frames) == ["Close"]
+    close = frames[0][1]
+    assert close.reply_code == 541 and (close.class_id, close.method_id) == (50, 10)
+    assert "queue.declare failed" in close.reply_text
+    c.broker.log.close()
+
+
+async def test_channel_close_ok_follows_the_held_reply():
+    c, store = await client()
+    c.feed(c.method(1, commands.Queue.Delete(queue="nothing-here"))
+           + c.method(1, commands.Queue.Declare(queue="q", durable=True))
+           + c.method(1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)))
+    await settle()
+    early = c.drain()
+    store.gate.set()
+    await settle()
+    assert names(early + c.drain()) == ["DeleteOk", "DeclareOk", "CloseOk"]
+    c.broker.log.close()
