@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TextIO
 
 from leveret import __version__, ctl
-from leveret.labs import command as lab_command
 from leveret.config import LOG_LEVELS, ConfigError, load_config
+from leveret.labs import command as lab_command
 
 __all__ = ["DataDirError", "build_parser", "configure_logging", "main", "prepare_data_dir"]
 

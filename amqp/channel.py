@@ -30,9 +30,9 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from pamqp import commands
+
 from leveret.amqp import fastpath
-from leveret.broker import publish_props
-from leveret.broker.permissions import WRITE, Access
 from leveret.amqp.assembler import ContentAssembler, Publish
 from leveret.amqp.codec import (
     Method,
@@ -41,6 +41,10 @@ from leveret.amqp.codec import (
     decode_method,
     encode_method,
 )
+from leveret.amqp.handlers import HANDLERS
+from leveret.broker import publish_props
+from leveret.broker.permissions import WRITE, Access
+from leveret.confirms.tracker import ConfirmTracker
 from leveret.model.errors import (
     CHANNEL_ERROR,
     FRAME_ERROR,
@@ -52,12 +56,9 @@ from leveret.model.errors import (
     ChannelError,
     ConnectionError_,
 )
-from leveret.amqp.handlers import HANDLERS
-from leveret.confirms.tracker import ConfirmTracker
 from leveret.model.message import Message, parse_expiration
 from leveret.model.stats import MessageStats
 from leveret.queues.entry import PublishResult
-from pamqp import commands
 
 if TYPE_CHECKING:
     from leveret.amqp.connection import Connection
@@ -83,7 +84,7 @@ Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
 class _HeldReply:
     """A reply waiting for its commit, in the channel's output queue."""
 
-    __slots__ = ("frame", "ready", "failure")
+    __slots__ = ("failure", "frame", "ready")
 
     def __init__(self, frame: bytes, failure: ChannelError) -> None:
         self.frame = frame

@@ -13,9 +13,9 @@ import struct
 from pamqp import base, commands, frame
 from pamqp import exceptions as pamqp_exceptions
 
-from leveret.model.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
 from leveret.amqp.frames import erlang_binary
 from leveret.model import field_table
+from leveret.model.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
 
 # Method arguments and client properties keep their field types (model/field_table.py).
 field_table.install()

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 import leveret
-from leveret.broker import auth
 from leveret.amqp.channel import Channel
 from leveret.amqp.codec import (
     class_and_method,
@@ -42,6 +41,16 @@ from leveret.amqp.codec import (
     encode_method,
     method_index,
 )
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    HEARTBEAT_FRAME,
+    FrameBuffer,
+    erlang_binary,
+)
+from leveret.broker import auth
 from leveret.model.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -55,15 +64,6 @@ from leveret.model.errors import (
     ChannelError,
     ConnectionError_,
     ReplyCode,
-)
-from leveret.amqp.frames import (
-    FRAME_BODY,
-    FRAME_HEADER,
-    FRAME_HEARTBEAT,
-    FRAME_METHOD,
-    HEARTBEAT_FRAME,
-    FrameBuffer,
-    erlang_binary,
 )
 
 if TYPE_CHECKING:

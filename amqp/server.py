@@ -371,14 +371,14 @@ async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> Non
     for proto in protocols:
         proto._flush()
     if protocols:
-        done, pending = await asyncio.wait([p.closed for p in protocols],
+        _done, _pending = await asyncio.wait([p.closed for p in protocols],
                                            timeout=SHUTDOWN_GRACE_SECONDS)
         for proto in protocols:
             if not proto.closed.done() and proto.transport is not None:
                 proto.transport.abort()
     try:
         await broker.log.drain()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.error("timed out writing the last batch to the store")
     broker.log.close()
     log.info("broker stopped")

@@ -15,10 +15,11 @@ import sys
 import timeit
 from collections.abc import Callable
 
-from leveret.amqp import fastpath as fp
-from leveret.model import properties as props_codec
 from pamqp import base, commands, frame, header
 from pamqp import body as pbody
+
+from leveret.amqp import fastpath as fp
+from leveret.model import properties as props_codec
 
 Basic = commands.Basic
 
@@ -61,15 +62,13 @@ def _pamqp_content() -> list[bytes]:
 
 def _pamqp_deliver_with_content() -> bytes:
     return b"".join(
-        [frame.marshal(Basic.Deliver(CTAG, TAG, False, EXCHANGE, ROUTING_KEY), CHANNEL)]
-        + _pamqp_content()
+        [frame.marshal(Basic.Deliver(CTAG, TAG, False, EXCHANGE, ROUTING_KEY), CHANNEL), *_pamqp_content()]
     )
 
 
 def _fast_deliver_then_content() -> bytes:
     return b"".join(
-        [fp.encode_deliver(CHANNEL, CTAG, TAG, False, EXCHANGE, ROUTING_KEY)]
-        + fp.encode_content(CHANNEL, RAW_PROPS, BODY, FRAME_MAX)
+        [fp.encode_deliver(CHANNEL, CTAG, TAG, False, EXCHANGE, ROUTING_KEY), *fp.encode_content(CHANNEL, RAW_PROPS, BODY, FRAME_MAX)]
     )
 
 

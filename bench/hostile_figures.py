@@ -11,14 +11,18 @@ Figures are RSS (VmRSS) of the broker process.
 """
 
 import os
+import re
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-import re
-from pamqp import commands as spec, frame as pframe, header as pheader, body as pbody
+
+from pamqp import body as pbody
+from pamqp import commands as spec
+from pamqp import frame as pframe
+from pamqp import header as pheader
 
 BASE = "--base" in sys.argv
 PY = sys.executable
@@ -73,7 +77,7 @@ def recv_until(s, name, buf=b""):
             if len(buf) < size + 8:
                 break
             raw, buf = buf[: size + 8], buf[size + 8 :]
-            _, ch, f = pframe.unmarshal(raw)
+            _, _ch, f = pframe.unmarshal(raw)
             if getattr(f, "name", "") == name:
                 return f, buf
         d = s.recv(65536)

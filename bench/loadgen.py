@@ -147,7 +147,7 @@ class Conn(asyncio.Protocol):
         """Decode one complete frame with pamqp and hand it to ``expect``."""
         try:
             _n, ch, frame = pamqp.frame.unmarshal(raw)
-        except Exception as exc:  # noqa: BLE001 - report, don't crash the loop
+        except Exception as exc:
             self.inbox.put_nowait((0, BrokerClosed(f"undecodable frame {raw[:32]!r}: {exc}")))
             return
         if isinstance(frame, cmd.Connection.Blocked):
@@ -194,7 +194,7 @@ class Conn(asyncio.Protocol):
         try:
             self.send(cmd.Connection.Close(reply_code=200, reply_text="bye"), 0)
             await asyncio.wait_for(self.expect(cmd.Connection.CloseOk), timeout)
-        except Exception:  # noqa: BLE001, S110 - best effort on the way out
+        except Exception:
             pass
         finally:
             self.transport.close()
@@ -286,7 +286,7 @@ class Publisher:
                 write(payload)
                 self.published += batch
                 await sleep(0)  # let the consumer's data_received run
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.error = repr(exc)
 
 
@@ -436,7 +436,7 @@ class ConfirmPublisher:
                 break
             if ftype == 1:
                 cm = unpack_cm(data, pos + 7)[0]
-                if cm == BASIC_ACK or cm == BASIC_NACK:
+                if cm in (BASIC_ACK, BASIC_NACK):
                     tag = unpack_u64(data, pos + 11)[0]
                     self._settle(tag, bool(data[pos + 19] & 1), cm == BASIC_NACK)
                     got = True
@@ -456,7 +456,7 @@ class ConfirmPublisher:
     def _other(self, raw: bytes) -> None:
         try:
             _n, ch, frame = pamqp.frame.unmarshal(raw)
-        except Exception:  # noqa: BLE001
+        except Exception:
             frame = None
         if isinstance(frame, cmd.Channel.Close):
             self.conn.send(cmd.Channel.CloseOk(), ch)
@@ -554,7 +554,7 @@ class ConfirmPublisher:
                 self.published += n
                 self.batches.append((self.published, perf()))
                 await sleep(0)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.error = self.error or f"{type(exc).__name__}: {exc}"
 
 
@@ -910,7 +910,7 @@ async def scenario_transient(cfg: Config) -> dict:
             await cconn.expect(cmd.Basic.CancelOk, timeout=5)
             cconn.send(cmd.Queue.Delete(queue=qname), 1)
             await cconn.expect(cmd.Queue.DeleteOk, timeout=10)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             res["cleanup_error"] = repr(exc)
         return res
     finally:
@@ -1056,7 +1056,7 @@ async def stop_consumer_and_delete(conn: Conn, consumer: Consumer, qname: str, r
         conn.send(cmd.Basic.Cancel(consumer_tag="bench"), 1)
         await conn.expect(cmd.Basic.CancelOk, timeout=10)
         res["queue_delete"] = await delete_queue(conn, qname, 3)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         res["cleanup_error"] = repr(exc)
 
 
@@ -1267,7 +1267,7 @@ async def scenario_backlog(cfg: Config) -> dict:
         if res.get("partial") and not cconn.lost.done():
             try:
                 res["queue_delete_after_error"] = await delete_queue(cconn, qname, 4, timeout=60)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:
                 pass
         await cconn.close()
 
@@ -1315,7 +1315,7 @@ class PoolPublisher(Publisher):
                 i = i + 1 if i + 1 < n else 0
                 self.published += batch
                 await sleep(0)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.error = repr(exc)
 
 
@@ -1378,7 +1378,7 @@ async def _cleanup_multi(conn: Conn, exchange: str, qnames: list[str], res: dict
             await conn.expect(cmd.Queue.DeleteOk, timeout=30)
         conn.send(cmd.Exchange.Delete(exchange=exchange), 2)
         await conn.expect(cmd.Exchange.DeleteOk, timeout=30)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         res["cleanup_error"] = repr(exc)
 
 
@@ -1492,7 +1492,7 @@ def topic_workload(n_bindings: int, n_queues: int, n_keys: int, seed: int):
             for i in rng.sample(range(TOPIC_LEVELS), 2):
                 k[i] = "*"
         elif r < 0.85:
-            k = k[:3] + ["#"]
+            k = [*k[:3], "#"]
         elif r < 0.95:
             k = [k[0], "*", k[2], "#"]
         else:
@@ -1616,7 +1616,7 @@ class PacedPublisher:
                 self.late_ns.append(ts - due)
                 self.published += 1
                 i += 1
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.error = repr(exc)
 
 
@@ -1743,7 +1743,7 @@ async def scenario_latency(cfg: Config) -> dict:
             await cconn.expect(cmd.Basic.CancelOk, timeout=5)
             cconn.send(cmd.Queue.Delete(queue=qname), 1)
             await cconn.expect(cmd.Queue.DeleteOk, timeout=10)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             res["cleanup_error"] = repr(exc)
         return res
     finally:
@@ -2000,7 +2000,7 @@ def main(argv=None) -> int:
                 await conn.close()
         try:
             out = {"ok": True, "queue_delete": asyncio.run(_delete())}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(out))
         return 0 if out["ok"] else 1
@@ -2015,7 +2015,7 @@ def main(argv=None) -> int:
     try:
         res = asyncio.run(SCENARIOS[cfg.scenario](cfg))
         res["ok"] = True
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         res = {**getattr(exc, "partial_result", {}), "ok": False,
                "error": f"{type(exc).__name__}: {exc}"}
     res["config"] = asdict(cfg)

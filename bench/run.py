@@ -129,7 +129,7 @@ class LeveretProcess:
     def start(self) -> int:
         """Start and wait until AMQP answers; returns the broker pid."""
         os.makedirs(self.data_dir, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "wb")
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.tmp.name,
@@ -168,7 +168,7 @@ class LeveretProcess:
         bad = [ln for ln in lines
                if any(w in ln for w in ("ERROR", "CRITICAL", "Traceback", "WARNING", "Exception"))]
         return {"broker_log_lines": len(lines), "broker_log_problem_lines": len(bad),
-                "broker_log_problems": bad[:keep] + (["..."] + bad[-keep:] if len(bad) > 2 * keep
+                "broker_log_problems": bad[:keep] + (["...", *bad[-keep:]] if len(bad) > 2 * keep
                                                      else bad[keep:2 * keep])}
 
     def stop(self) -> None:
@@ -292,7 +292,7 @@ def run_target(target: str, args) -> dict:
             lev = LeveretProcess(args.leveret_cmd, args.start_timeout)
             try:
                 pid = lev.start()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 lev.stop()
                 return {"ok": False, "skipped": True, "error": f"leveret failed to start: {exc}",
                         "cmd": lev.cmd}
@@ -804,7 +804,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", choices=["both", "leveret", "rabbitmq"], default="both")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--scenario", choices=sorted(loadgen.SCENARIOS) + ["all"], default="transient",
+    p.add_argument("--scenario", choices=[*sorted(loadgen.SCENARIOS), "all"], default="transient",
                    help="all = " + ", ".join(ALL_SCENARIOS) + " in that order")
     p.add_argument("--duration", type=float, default=10.0,
                    help="measured seconds per run (conns: idle time, capped at 5 s)")

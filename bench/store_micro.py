@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from leveret.model.message import Message
 from leveret.persistence.batch import Recorder
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import QueueDef
-from leveret.model.message import Message
 
 PROPS = b"\x10\x00\x02"  # delivery-mode 2
 BATCH_SIZES = (1, 10, 100, 1000)

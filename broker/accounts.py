@@ -25,7 +25,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import limits as limits_
-from leveret.broker.permissions import AccessControl, Access, Permission, TopicPermission
+from leveret.broker.permissions import Access, AccessControl, Permission, TopicPermission
 from leveret.broker.users import SHA256, User, parse_tags
 from leveret.broker.vhost import VirtualHost
 from leveret.model.errors import CONNECTION_FORCED

@@ -81,7 +81,7 @@ def parse_amqplain(response: bytes) -> tuple[str, str] | None:
     for candidate in (len(response).to_bytes(4, "big") + response, response):
         try:
             _, table = decode.field_table(candidate)
-        except Exception:  # noqa: BLE001 - any decode failure means "try the other framing"
+        except Exception:
             continue
         login, password = table.get("LOGIN"), table.get("PASSWORD")
         if isinstance(login, bytes):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from leveret.broker.accounts import Accounts, AccountError, vhost_record
+from leveret.broker.accounts import AccountError, Accounts, vhost_record
 from leveret.broker.users import SHA256, hash_password
 
 Command = Callable[[dict[str, Any]], Any]

@@ -109,7 +109,7 @@ def refused(kind: str, name: str, vhost: str, user: str) -> ChannelError:
 class Access:
     """One channel's rights: checks raise 403 with RabbitMQ's text; allowed ones are cached."""
 
-    __slots__ = ("user", "vhost", "permission", "topics", "writable", "_allowed")
+    __slots__ = ("_allowed", "permission", "topics", "user", "vhost", "writable")
 
     def __init__(self, user: str, vhost: str, permission: Permission | None,
                  topics: dict[str, TopicPermission] | None = None) -> None:

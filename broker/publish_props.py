@@ -20,11 +20,11 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.errors import FRAME_ERROR, PRECONDITION_FAILED, ChannelError, ConnectionError_
-from leveret.model.properties import decode_properties, encode_properties
-from leveret.model.field_table import type_name
 from leveret.broker.reply_to import PSEUDO_QUEUE
+from leveret.model.errors import FRAME_ERROR, PRECONDITION_FAILED, ChannelError, ConnectionError_
+from leveret.model.field_table import type_name
 from leveret.model.message import FLAG_HEADERS, FLAG_REPLY_TO, Message
+from leveret.model.properties import decode_properties, encode_properties
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -34,7 +34,6 @@ import os
 from typing import Protocol
 
 from leveret.model.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
-
 from leveret.model.message import Message
 
 

@@ -17,6 +17,11 @@ import logging
 from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
+from leveret.broker import limits
+from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
+from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
+from leveret.broker.reply_to import ReplyTo
+from leveret.exchanges import Exchange, route
 from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -24,18 +29,13 @@ from leveret.model.errors import (
     RESOURCE_LOCKED,
     ChannelError,
 )
-from leveret.broker import limits
-from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
-from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
-from leveret.broker.reply_to import ReplyTo
-from leveret.exchanges import Exchange, route
 from leveret.model.message import Message
 from leveret.model.stats import Churn, MessageStats
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
-from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues import queue_types
 from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
+from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 

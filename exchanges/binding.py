@@ -190,7 +190,7 @@ class DestinationCounts:
         entry = self._counts.get(id(dest))
         if entry is None:
             self._counts[id(dest)] = [dest, 1]
-            self.snapshot = self.snapshot + (dest,)
+            self.snapshot = (*self.snapshot, dest)
         else:
             entry[1] += 1
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .binding import BindingSetOwner, BindingSet, DestinationCounts
+from .binding import BindingSet, BindingSetOwner, DestinationCounts
 
 
 class FanoutMatcher(BindingSetOwner):

@@ -36,7 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..model.errors import PRECONDITION_FAILED, ChannelError
-from .binding import BindingSetOwner, BindingSet, timestamp_seconds
+from .binding import BindingSet, BindingSetOwner, timestamp_seconds
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 

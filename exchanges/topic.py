@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .binding import BindingSetOwner, BindingSet, DestinationCounts
+from .binding import BindingSet, BindingSetOwner, DestinationCounts
 
 #: Routing keys whose results are cached per topic exchange. 4096 keys of at
 #: most 255 bytes bound the cache near 1 MiB per exchange, and cover the key

@@ -35,7 +35,7 @@ PERSISTENT = 2
 class Message:
     """One published message: routing info, raw properties and body."""
 
-    __slots__ = ("exchange", "routing_key", "raw_properties", "body", "_props", "_peeked", "store_id")
+    __slots__ = ("_peeked", "_props", "body", "exchange", "raw_properties", "routing_key", "store_id")
 
     def __init__(self, exchange: str, routing_key: str, raw_properties: bytes, body: bytes) -> None:
         self.exchange = exchange

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.persistence.batch import Batch, Recorder
-from leveret.persistence.store import StoredEntry, Store, StoreError
+from leveret.persistence.store import Store, StoredEntry, StoreError
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ import os
 import shutil
 from itertools import islice
 from pathlib import Path
-from struct import error as StructError
+from struct import error as struct_error
 from typing import Any
 
 import lmdb
@@ -69,10 +69,10 @@ from leveret.persistence.records import (
     encode_message,
 )
 from leveret.persistence.store import (
+    AccessDef,
     BindingDef,
     Definitions,
     ExchangeDef,
-    AccessDef,
     PolicyDef,
     QueueDef,
     QueueStats,
@@ -104,7 +104,7 @@ LARGE_STORE_ENTRIES = 100_000
 # huge paged-out backlog neither builds one giant transaction nor goes silent.
 TRANSIENT_DROP_CHUNK = 50_000
 
-_DATA_ERRORS = (lmdb.Error, StructError, ValueError, KeyError)
+_DATA_ERRORS = (lmdb.Error, struct_error, ValueError, KeyError)
 # A compaction writes its copy in <store>.compact/, beside the store directory.
 COMPACT_SUFFIX = ".compact"
 

@@ -28,6 +28,7 @@ import json
 import struct
 from typing import Any, TypeAlias
 
+from leveret.model.message import Message
 from leveret.persistence.store import (
     AccessDef,
     BindingDef,
@@ -36,7 +37,6 @@ from leveret.persistence.store import (
     QueueDef,
     StoreError,
 )
-from leveret.model.message import Message
 
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")

@@ -37,8 +37,17 @@ class Channel(Protocol):
 
 
 class Consumer:
-    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
-                 "unacked", "arguments")
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "unacked",
+    )
 
     def __init__(
         self,

@@ -46,7 +46,7 @@ C = TypeVar("C", bound=Member)
 
 
 class ConsumerRing(Generic[C]):
-    __slots__ = ("_levels", "_keys", "_by_priority", "_members", "parked", "standby", "active")
+    __slots__ = ("_by_priority", "_keys", "_levels", "_members", "active", "parked", "standby")
 
     def __init__(self) -> None:
         self._levels: list[deque[C]] = []  # ready consumers, highest priority first

@@ -52,10 +52,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands
 
-from leveret.model.properties import decode_properties, encode_properties
 from leveret.exchanges.router import route
 from leveret.model.field_table import Long
 from leveret.model.message import Message
+from leveret.model.properties import decode_properties, encode_properties
 
 if TYPE_CHECKING:
     from leveret.queues.queue import Queue
@@ -194,7 +194,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     """
     try:
         _dead_letter(queue, message, reason)
-    except Exception as exc:  # noqa: BLE001 - called from timers and acks; say it once
+    except Exception as exc:
         log.error("cannot dead-letter a message from %r: %r", queue.name, exc)
 
 

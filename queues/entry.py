@@ -31,7 +31,7 @@ class PublishResult(enum.Enum):
 class QueueEntry:
     """A message's place in one queue; ``delivery_count`` > 0 means redelivered."""
 
-    __slots__ = ("seq", "message", "delivery_count", "stored", "expires_at", "holder")
+    __slots__ = ("delivery_count", "expires_at", "holder", "message", "seq", "stored")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq

@@ -29,9 +29,9 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues import dead_letter, limits, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues.ready import Owner, Tail
 
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
@@ -43,7 +43,7 @@ _REFUSED = PublishResult.REFUSED
 class FeaturedStore:
     expires = True
 
-    __slots__ = ("_owner", "fresh", "returned", "bytes", "tail", "_expiry", "_exempt")
+    __slots__ = ("_exempt", "_expiry", "_owner", "bytes", "fresh", "returned", "tail")
 
     def __init__(self, owner: Owner, entries: list[QueueEntry] | None = None,
                  tail: Tail | None = None) -> None:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.model.message import Message
+from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.ready import Owner, Tail
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,
@@ -83,9 +83,8 @@ class PlainStore:
         if self.returned:
             return heapq.heappop(self.returned)
         fresh = self.fresh
-        if not fresh:
-            if not self.tail.count or not self._refill():
-                return None
+        if not fresh and (not self.tail.count or not self._refill()):
+            return None
         return fresh.popleft()
 
     def unpop(self, entry: QueueEntry) -> None:

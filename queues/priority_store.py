@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import heapq
 
+from leveret.model.message import Message
 from leveret.queues.entry import PriorityEntry, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
-from leveret.model.message import Message
 
 
 class PriorityStore(FeaturedStore):

@@ -32,9 +32,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from leveret.model.message import Message
     from leveret.persistence.store import StoredEntry
     from leveret.queues.entry import PublishResult, QueueEntry
-    from leveret.model.message import Message
     from leveret.queues.settings import QueueSettings
     from leveret.queues.ttl import Timekeeping
 
@@ -106,7 +106,7 @@ class ReadyStore(Protocol):
 class Tail:
     """The paged-out part of a durable queue (see the module docstring)."""
 
-    __slots__ = ("count", "first", "waiting", "_owner")
+    __slots__ = ("_owner", "count", "first", "waiting")
 
     def __init__(self, owner: Owner) -> None:
         self._owner = owner

@@ -139,7 +139,7 @@ class ExpiryTimer:
         self._handle = None
         try:
             self._callback()
-        except Exception as exc:  # noqa: BLE001 - one line, not the loop's traceback
+        except Exception as exc:
             log.error("message expiry failed: %r", exc)
 
 

@@ -30,7 +30,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from pamqp import commands, frame as pframe, header as pheader
+from pamqp import commands
+from pamqp import frame as pframe
+from pamqp import header as pheader
 
 from . import wire
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
+from leveret.amqp.handlers.queue import readable
+from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
@@ -16,8 +18,6 @@ from leveret.model.errors import (
     ChannelError,
     ConnectionError_,
 )
-from leveret.amqp.handlers.queue import readable
-from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.queues.arguments import check_integer_argument
 from leveret.queues.consumer import Consumer
 

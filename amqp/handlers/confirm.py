@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.confirms.tracker import ConfirmTracker
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel

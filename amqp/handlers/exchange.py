@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret.model.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
 from leveret.broker.permissions import CONFIGURE, READ, WRITE
 from leveret.exchanges import EXCHANGE_TYPES
+from leveret.model.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel

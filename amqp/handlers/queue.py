@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
+from leveret.amqp.handlers.exchange import check_binding, check_topic_binding
+from leveret.broker.permissions import CONFIGURE, READ, WRITE
+from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.model.errors import (
     NOT_FOUND,
     ChannelError,
 )
-from leveret.amqp.handlers.exchange import check_binding, check_topic_binding
-from leveret.broker.permissions import CONFIGURE, READ, WRITE
-from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ def run(lab: Run) -> None:
             kind = "redelivered" if "redelivered=True" in line else "ack"
             lab.event(kind, line)
         second.kill()
-        effects = collections.Counter(line.split()[0] for line in Path(ledger).open())
+        effects = collections.Counter(line.split()[0] for line in Path(ledger).read_text().splitlines())
         dup = sum(c - 1 for c in effects.values())
         lab.event("note", "ledger: " + ", ".join(f"{k} x{v}" for k, v in sorted(effects.items())))
         lab.row(f"{style} consumer, crash before ack", sent=ORDERS, confirmed=ORDERS,

@@ -6,6 +6,7 @@ crashed, so every part also runs on RabbitMQ (--url).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -145,7 +146,7 @@ def run(lab: Run) -> None:
             method, props, _ = ch.basic_get(dlq, auto_ack=True)
         reasons = [(d["queue"], d["reason"], int(d["count"])) for d in props.headers["x-death"]]
         lab.event("deliver", f"parked in {dlq}; x-death: {reasons}")
-        gaps = [b[0] - a[0] for a, b in zip(outcomes, outcomes[1:])]
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(outcomes)]
         lab.event("note", "time between attempts: " + ", ".join(f"{g * 1000:.0f} ms" for g in gaps))
         lab.row("TTL + DLX retry, then parked", sent=1, confirmed=None, survived=1, lost=0,
                 duplicated=len(outcomes) - 1)

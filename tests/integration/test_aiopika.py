@@ -81,7 +81,7 @@ async def test_qos_limits_unacked_deliveries(connection, qname):
     assert inbox.empty(), "a third message arrived with prefetch_count=2"
     await first[0].ack()
     third = await asyncio.wait_for(inbox.get(), TIMEOUT)
-    assert [m.body for m in first + [third]] == [b"0", b"1", b"2"]
+    assert [m.body for m in [*first, third]] == [b"0", b"1", b"2"]
     await asyncio.sleep(0.1)
     assert inbox.empty()
 

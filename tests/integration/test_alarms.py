@@ -26,7 +26,7 @@ def test_memory_alarm_blocks_publishers_not_consumers(make_broker, qname):
     assert blocked.is_set(), "publisher never received connection.blocked"
 
     # The consumer's connection never published: it is not blocked and still gets messages.
-    method, _, body = cch.basic_get(qname, auto_ack=True)
+    _method, _, body = cch.basic_get(qname, auto_ack=True)
     assert body == b"first"
     cch.queue_declare(qname, passive=True)
     consumer_conn.close()

@@ -64,7 +64,7 @@ class RawClient:
             if self.buf:
                 try:
                     used, channel, value = frame.unmarshal(self.buf)
-                except Exception:  # noqa: BLE001 - pamqp: incomplete frame
+                except Exception:
                     used = 0
                 if used:
                     self.buf = self.buf[used:]

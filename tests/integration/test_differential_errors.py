@@ -371,7 +371,7 @@ class Target:
             try:
                 if isinstance(conn, RawConnection) or conn.is_open:
                     conn.close()
-            except Exception:  # noqa: BLE001, S110 - best-effort teardown
+            except Exception:
                 pass
         self._conns.clear()
 
@@ -410,7 +410,7 @@ def amqp_reachable(host: str, port: int) -> bool:
     try:
         conn.handshake()
         return True
-    except (BrokerClosed, OSError, Exception):  # noqa: BLE001
+    except (BrokerClosed, OSError, Exception):
         return False
     finally:
         conn.close()
@@ -1542,7 +1542,7 @@ def target(request) -> Target:
             broker = request.getfixturevalue(fixture)
         except pytest.FixtureLookupError:
             continue
-        except Exception as exc:  # noqa: BLE001 - broker failed to start
+        except Exception as exc:
             pytest.skip(f"fixture {fixture!r} failed: {exc!r}")
         return Target("leveret", broker.host, broker.port)
     pytest.skip("no leveret_broker/broker fixture in conftest")
@@ -1573,7 +1573,7 @@ def _main() -> None:
     for case in CASES:
         try:
             obs = observe(case.run, t)
-        except Exception as exc:  # noqa: BLE001 - report and carry on
+        except Exception as exc:
             obs = ("exception", repr(exc))
         ok = matches(case.expected, obs)
         rows.append((case, obs, ok))

@@ -26,8 +26,8 @@ pytest.importorskip("pyarrow")
 if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
     pytest.skip("Java is not installed (PySpark needs a JVM)", allow_module_level=True)
 
-from leveret.spark_sink import publisher, register, wire  # noqa: E402
-from leveret.spark_sink.amqp_client import Connection  # noqa: E402
+from leveret.spark_sink import publisher, register, wire
+from leveret.spark_sink.amqp_client import Connection
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 

@@ -56,7 +56,7 @@ def _write(path: Path, cert: Any, key: Any) -> tuple[Path, Path]:
 def _issue(subject: Any, issuer: Any, issuer_key: Any | None, *, ca: bool = False,
            san: list[Any] | None = None, expired: bool = False) -> tuple[Any, Any]:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     start, end = ((now - datetime.timedelta(days=30), now - datetime.timedelta(days=1))
                   if expired else (now - datetime.timedelta(minutes=5),
                                    now + datetime.timedelta(days=1)))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from leveret.model.message import Message
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
-from leveret.model.message import Message
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 
@@ -32,7 +32,7 @@ class FakeClock:
         self.timers.append(timer)
 
         class Handle:
-            def cancel(self_inner) -> None:
+            def cancel(self_inner) -> None:  # noqa: N805 - self is the fake clock
                 timer[3] = True
 
         return Handle()
@@ -78,7 +78,7 @@ class FakeVhost:
 class FakeChannel:
     active = True
 
-    class connection:
+    class connection:  # noqa: N801 - stands in for the channel.connection attribute
         writable = True
 
     def has_room(self) -> bool:
@@ -112,8 +112,9 @@ class FakeConsumer:
 
 def props(expiration: str | None = None, priority: int | None = None,
           headers: dict[str, Any] | None = None, persistent: bool = False) -> bytes:
-    from leveret.model.properties import encode_properties
     from pamqp import commands
+
+    from leveret.model.properties import encode_properties
 
     return encode_properties(commands.Basic.Properties(
         expiration=expiration, priority=priority, headers=headers,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-
 from typing import Any
 
 import pytest
@@ -12,8 +11,8 @@ from pamqp import commands
 
 from leveret.amqp.connection import PROTOCOL_HEADER
 from leveret.broker import limits
-from leveret.broker.auth import cert_user
 from leveret.broker.accounts import AccountError
+from leveret.broker.auth import cert_user
 from leveret.broker.broker import Broker
 from leveret.broker.permissions import READ, WRITE, Access, Permission, TopicPermission
 from leveret.broker.users import MD5, SHA512, User, check_password, hash_password
@@ -75,7 +74,7 @@ def test_topic_permissions_expand_variables_and_are_per_exchange() -> None:
     access = Access("bob", "/", None, {"amq.topic": topic})
     access.check_topic(WRITE, "amq.topic", "bob.x")
     access.check_topic(WRITE, "other.topic", "anything")  # no topic permission there
-    with pytest.raises(ChannelError, match="access to topic 'alice.x' in exchange 'amq.topic'"):
+    with pytest.raises(ChannelError, match=r"access to topic 'alice\.x' in exchange 'amq\.topic'"):
         access.check_topic(WRITE, "amq.topic", "alice.x")
 
 

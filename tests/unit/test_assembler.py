@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pamqp import commands
 
 from leveret.amqp.assembler import BODY, HEADER, IDLE, ContentAssembler
 from leveret.amqp.fastpath import encode_content
 from leveret.model.errors import ChannelError, ConnectionError_
 from leveret.model.properties import encode_properties
-from pamqp import commands
 
 PROPS = encode_properties(commands.Basic.Properties(content_type="text/plain", delivery_mode=2))
 PUBLISH = ("ex", "rk", True)
@@ -27,7 +29,7 @@ def test_any_split_of_the_body_gives_the_same_content(body: bytes, cuts: list[in
     a.start(PUBLISH)
     done = a.header(header_payload(len(body)), 1 << 20)
     bounds = sorted({0, len(body), *(c for c in cuts if c <= len(body))})
-    chunks = [body[x:y] for x, y in zip(bounds, bounds[1:], strict=False)]
+    chunks = [body[x:y] for x, y in itertools.pairwise(bounds)]
     for chunk in chunks:
         assert done is None
         done = a.body(chunk)

@@ -17,8 +17,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import leveret
 import pytest
+
+import leveret
 from leveret.cli import DataDirError, configure_logging, main, prepare_data_dir
 from leveret.config import Config
 

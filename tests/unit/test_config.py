@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from leveret.config import Config, ConfigError, default_data_dir, load_config
 
 # A minimal environment: no LEVERET_* variables, a fixed home for data_dir.

@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from leveret.broker import control
 from leveret.broker.broker import Broker
 from leveret.cli import main

@@ -6,8 +6,9 @@ import datetime
 from decimal import Decimal
 
 import pytest
-from leveret.model.errors import PRECONDITION_FAILED, ChannelError
+
 from leveret.exchanges import HeadersMatcher
+from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 
 
 def hits(binding: dict, headers: dict | None) -> bool:

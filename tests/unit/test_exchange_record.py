@@ -1,6 +1,7 @@
 """The Exchange record and the type registry."""
 
 import pytest
+
 from leveret import exchanges
 from leveret.exchanges import (
     EXCHANGE_TYPES,
@@ -13,12 +14,12 @@ from leveret.exchanges import (
 
 
 def test_registry_maps_the_builtin_types():
-    assert EXCHANGE_TYPES == {
+    assert {
         "direct": DirectMatcher,
         "fanout": FanoutMatcher,
         "topic": TopicMatcher,
         "headers": HeadersMatcher,
-    }
+    } == EXCHANGE_TYPES
     assert "x-consistent-hash" not in EXCHANGE_TYPES
 
 

@@ -15,12 +15,13 @@ from collections.abc import Callable
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from leveret.amqp import fastpath as fp
-from leveret.amqp import frames as fr
-from leveret.model import properties as props_codec
 from pamqp import base, commands, frame, header, heartbeat
 from pamqp import body as pbody
 from pamqp.exceptions import UnmarshalingException
+
+from leveret.amqp import fastpath as fp
+from leveret.amqp import frames as fr
+from leveret.model import properties as props_codec
 
 Basic = commands.Basic
 
@@ -123,8 +124,8 @@ def test_method_ids_match_pamqp() -> None:
 
 
 def test_frame_constants() -> None:
-    assert fr.HEARTBEAT_FRAME == frame.marshal(heartbeat.Heartbeat(), 0)
-    assert fr.FRAME_END_BYTE == bytes([fr.FRAME_END])
+    assert frame.marshal(heartbeat.Heartbeat(), 0) == fr.HEARTBEAT_FRAME
+    assert bytes([fr.FRAME_END]) == fr.FRAME_END_BYTE
     assert (fr.FRAME_METHOD, fr.FRAME_HEADER, fr.FRAME_BODY, fr.FRAME_HEARTBEAT) == (1, 2, 3, 8)
 
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 from pamqp import encode as pamqp_encode
 
-from leveret.model import field_table as ft
 from leveret.amqp.codec import decode_method
+from leveret.model import field_table as ft
 from leveret.model.errors import FRAME_ERROR, ConnectionError_
 from leveret.model.field_table import MAX_DEPTH, decode_table
 from leveret.model.properties import decode_properties, encode_properties

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.model.errors import FRAME_ERROR, ConnectionError_
 from leveret.amqp.frames import (
     FRAME_BODY,
     FRAME_HEADER,
@@ -17,6 +17,7 @@ from leveret.amqp.frames import (
     INITIAL_FRAME_MAX,
     FrameBuffer,
 )
+from leveret.model.errors import FRAME_ERROR, ConnectionError_
 
 
 def raw_frame(ftype: int, channel: int, payload: bytes, end: int = 0xCE) -> bytes:
@@ -74,7 +75,7 @@ def test_any_cut_gives_the_same_frames(frames: list[tuple[int, int, bytes]],
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
     fb = FrameBuffer()
     got = []
-    for a, b in zip(points, points[1:]):
+    for a, b in itertools.pairwise(points):
         got += fb.feed(data[a:b])
     assert got == frames
     assert len(fb) == 0

@@ -5,10 +5,10 @@ import asyncio
 
 import pytest
 
+from leveret.model.message import Message
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import StoreError
-from leveret.model.message import Message
 
 
 class FailingStore(MemoryStore):

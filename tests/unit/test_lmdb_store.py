@@ -14,12 +14,13 @@ from pathlib import Path
 
 import lmdb
 import pytest
+
+from leveret.model.message import Message
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.records import U32
 from leveret.persistence.store import QueueDef, QueueStats, StoreError
 
 from .store_harness import recording
-from leveret.model.message import Message
 
 PROPS = b"\x10\x00\x02"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from leveret.broker.vhost import VirtualHost
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
@@ -10,7 +11,7 @@ from leveret.queues.policy import Policy, PolicyError, queue_settings, select, v
 from leveret.queues.queue import Queue
 
 
-def P(name: str, pattern: str = ".*", priority: int = 0, apply_to: str = "all",
+def P(name: str, pattern: str = ".*", priority: int = 0, apply_to: str = "all",  # noqa: N802 - reads like a literal in the tables
       **definition: object) -> Policy:
     return validate("/", name, pattern, {k.replace("_", "-"): v for k, v in definition.items()},
                     priority, apply_to)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from leveret.queues.priority import effective_priority
 
 from .queue_fakes import FakeClock, FakeConsumer, FakeVhost, drain, msg

@@ -19,6 +19,7 @@ and reordered frames), cut into random chunks. Whatever happens:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import struct
 from typing import Any
@@ -131,7 +132,7 @@ class Checker:
                 frames += parse_frames(raw)
             except AssertionError:
                 assert ftype == 2 and size >= 14, raw[:32]
-                class_id, _weight, body_size = struct.unpack_from(">HHQ", raw, 7)
+                class_id, _weight, _body_size = struct.unpack_from(">HHQ", raw, 7)
                 assert class_id == 60
                 assert bytes(raw[19:-1]) in self.fed, "server invented malformed properties"
                 frames.append((channel, None))
@@ -168,7 +169,7 @@ class Checker:
 
 def feed_in_chunks(checker: Checker, data: bytes, cuts: list[int]) -> None:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    for a, b in zip(points, points[1:]):
+    for a, b in itertools.pairwise(points):
         checker.feed(data[a:b])
 
 

@@ -120,7 +120,7 @@ def test_requeue_returns_to_original_position() -> None:
     q.add_consumer(c)
     assert c.log == [0, 1, 2]
     q.remove_consumer(c)
-    e0, e1, e2 = c.held
+    e0, _e1, e2 = c.held
     q.requeue(e2)
     q.requeue(e0)
     assert q.unacked == 1 and q.message_count == 4

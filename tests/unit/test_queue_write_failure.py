@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+from leveret.model.message import Message
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import QueueDef, StoreError
 from leveret.queues import plain_store
-from leveret.model.message import Message
 from leveret.queues.queue import PublishResult, Queue
 
 

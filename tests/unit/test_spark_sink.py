@@ -40,7 +40,7 @@ def setup_exchange(url: str, name: str) -> None:
 
 def test_rows_become_persistent_messages_with_properties_and_stable_ids(broker, qname):
     setup_exchange(broker.url, qname)
-    ts = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    ts = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
     batch = pa.RecordBatch.from_pydict({
         "body": pa.array([b"one", b"two", b"three"]),
         "routing_key": ["a", "b", "a"],
@@ -101,7 +101,7 @@ def test_errors_are_named(broker, qname):
     batch = pa.RecordBatch.from_pydict({"body": [b"lost"], "routing_key": ["nowhere"]})
     opts = PublishOptions(url=broker.url, exchange=qname, mandatory=True).checked(["body",
                                                                                   "routing_key"])
-    with pytest.raises(PublishError, match="1 message.*unroutable.*'nowhere'.*312 NO_ROUTE"):
+    with pytest.raises(PublishError, match=r"1 message.*unroutable.*'nowhere'.*312 NO_ROUTE"):
         publish_batches([batch], opts, "m-")
     missing = PublishOptions(url=broker.url, exchange=f"{qname}-missing").checked(["body"])
     with pytest.raises(Exception, match="404"):

@@ -34,7 +34,7 @@ def test_properties_match_pamqp(**props):
         pamqp_props["headers"] = dict(sorted(pamqp_props["headers"].items()))
     if "timestamp" in pamqp_props:
         pamqp_props["timestamp"] = datetime.datetime.fromtimestamp(
-            pamqp_props["timestamp"], tz=datetime.timezone.utc)
+            pamqp_props["timestamp"], tz=datetime.UTC)
     expected = pheader.ContentHeader(0, 0, commands.Basic.Properties(**pamqp_props)).marshal()
     assert mine == expected[12:]  # after class, weight, body size
     decoded = wire.decode_properties(mine)

@@ -18,6 +18,8 @@ from typing import Any, TypeAlias
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from leveret.model.message import Message
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import (
@@ -28,7 +30,7 @@ from leveret.persistence.store import (
     QueueStats,
     StoreError,
 )
-from leveret.model.message import Message
+
 from .store_harness import recording
 
 AnyStore: TypeAlias = MemoryStore | LmdbStore

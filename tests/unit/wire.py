@@ -18,8 +18,8 @@ from pamqp import commands, frame
 from pamqp import header as pheader
 from pamqp.exceptions import UnmarshalingException
 
-from leveret.broker.broker import Broker
 from leveret.amqp.connection import Connection
+from leveret.broker.broker import Broker
 from leveret.config import Config
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
