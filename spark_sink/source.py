@@ -22,6 +22,13 @@ While Spark runs a batch, a thread in the driver process keeps reading the
 socket into the ledger (up to the prefetch window), so the next
 ``latestOffset`` finds its messages already there instead of starting a
 drain; the thread and Spark's calls share one lock around the connection.
+The window is what Spark may hold at once: the batch it is running, which
+stays unacked until its commit, plus the next one, i.e. twice
+``maxMessagesPerTrigger`` (at least ``DEFAULT_PREFETCH``). ``basic.qos``
+counts in a 16-bit short, so a larger window is split over several consumers
+on the one channel, each with its own per-consumer limit (RabbitMQ and
+Leveret both apply ``global=false`` per consumer); delivery tags are per
+channel, so one ``basic.ack(multiple=true)`` still settles them all.
 
 The reader object is constructed and pickled several times before it is used,
 so its constructor only parses options; it connects on first use.
@@ -54,7 +61,7 @@ from .amqp_client import AmqpError, Connection, Delivery
 from .ledger import Ledger
 from .schema import PackedMessages
 
-DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds (~20 MB of 1 KB messages)
+DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds at least (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data
 FILL_QUIET_S = 0.5  # while the queue says more is coming, a gap this long ends a batch
 DRAIN_TICK_S = 0.2  # the drain thread re-checks for stop this often when idle
@@ -88,12 +95,12 @@ class SourceOptions:
                 raise ValueError(f"the leveret source needs option {required!r}")
         max_per_trigger = int(opts["maxmessagespertrigger"]) if opts.get(
             "maxmessagespertrigger") else None
-        default_prefetch = max(DEFAULT_PREFETCH, 3 * (max_per_trigger or 0))
+        default_prefetch = max(DEFAULT_PREFETCH, 2 * (max_per_trigger or 0))
         return cls(
             url=opts["url"],
             queue=opts["queue"],
             max_per_trigger=max_per_trigger,
-            prefetch=min(MAX_PREFETCH, int(opts.get("prefetch", default_prefetch))),
+            prefetch=max(1, int(opts.get("prefetch", default_prefetch))),
             poll_s=float(opts.get("polltimeoutms", DEFAULT_POLL_S * 1000)) / 1000,
             partitions=max(1, int(opts.get("numpartitions", DEFAULT_PARTITIONS))),
             refill_timeout_s=float(opts.get("refilltimeoutms", REFILL_TIMEOUT_S * 1000)) / 1000,
@@ -141,6 +148,15 @@ def check_queue(conn: Connection, queue: str) -> int:
         raise
 
 
+def consume_windowed(conn: Connection, queue: str, window: int) -> int:
+    """Consume ``queue`` with at most ``window`` unacked deliveries; returns the consumer count."""
+    consumers = math.ceil(window / MAX_PREFETCH)
+    conn.qos(math.ceil(window / consumers))
+    for _ in range(consumers):
+        conn.consume(queue)
+    return consumers
+
+
 class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = SourceOptions.from_options(options)
@@ -162,8 +178,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             conn = Connection(self.opts.url).open()
             try:
                 check_queue(conn, self.opts.queue)
-                conn.qos(self.opts.prefetch)
-                conn.consume(self.opts.queue)
+                consume_windowed(conn, self.opts.queue, self.opts.prefetch)
             except BaseException:
                 conn.close()
                 raise

@@ -12,7 +12,12 @@ pa = pytest.importorskip("pyarrow")
 
 from leveret.spark_sink import wire  # noqa: E402
 from leveret.spark_sink.amqp_client import Connection  # noqa: E402
-from leveret.spark_sink.publisher import PublishError, PublishOptions, publish_batches  # noqa: E402
+from leveret.spark_sink.publisher import (  # noqa: E402
+    ConnectionPool,
+    PublishError,
+    PublishOptions,
+    publish_batches,
+)
 from leveret.spark_sink.sink import LeveretBatchWriter, LeveretStreamWriter  # noqa: E402
 
 
@@ -106,3 +111,29 @@ def test_errors_are_named(broker, qname):
     missing = PublishOptions(url=broker.url, exchange=f"{qname}-missing").checked(["body"])
     with pytest.raises(Exception, match="404"):
         publish_batches([batch], missing, "m-")
+
+
+def test_a_worker_reuses_its_connection_across_tasks_and_drops_broken_ones(broker, qname):
+    setup_exchange(broker.url, qname)
+    pool = ConnectionPool()
+    batch = pa.RecordBatch.from_pydict({"body": [b"x"] * 10, "routing_key": ["a"] * 10})
+    opts = PublishOptions(url=broker.url, exchange=qname).checked(batch.schema.names)
+    assert publish_batches([batch], opts, "t1-", pool) == 10
+    first = pool.take(broker.url)
+    pool.give(broker.url, first)
+    assert publish_batches([batch], opts, "t2-", pool) == 10  # next micro-batch, same socket
+    assert pool.take(broker.url) is first
+    first.sock.close()  # e.g. the broker restarted between batches
+    pool.give(broker.url, first)
+    assert publish_batches([batch], opts, "t3-", pool) == 10  # a fresh connection, no error
+    assert pool.take(broker.url) is not first
+    # The same broker under other credentials is another key.
+    assert ConnectionPool.key(broker.url) != ConnectionPool.key(
+        broker.url.replace("guest:guest", "guest:other"))
+    # A failed task closes its connection instead of pooling it.
+    missing = PublishOptions(url=broker.url, exchange=f"{qname}-missing").checked(["body"])
+    with pytest.raises(Exception, match="404"):
+        publish_batches([batch], missing, "m-", pool)
+    assert not pool._idle
+    pool.close_all()
+    assert len(drain(broker.url, f"{qname}-a", 30)) == 30

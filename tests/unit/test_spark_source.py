@@ -19,7 +19,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 from leveret.spark_sink import wire  # noqa: E402
 from leveret.spark_sink.amqp_client import Connection  # noqa: E402
 from leveret.spark_sink.schema import ARROW_SCHEMA  # noqa: E402
-from leveret.spark_sink.source import LeveretBatchReader, LeveretStreamReader  # noqa: E402
+from leveret.spark_sink.source import (  # noqa: E402
+    LeveretBatchReader,
+    LeveretStreamReader,
+    SourceOptions,
+    consume_windowed,
+)
 
 
 def fill(url: str, queue: str, count: int, **props: object) -> None:
@@ -141,3 +146,20 @@ def test_batch_reader_peeks_by_default_and_consumes_on_request(broker, qname):
     got = [r for p in take.partitions() for b in take.read(p) for r in b.to_pylist()]
     assert len(got) == 5 and all(r["redelivered"] for r in got)
     assert counts(broker.url, qname) == 2
+
+
+def test_the_window_holds_two_batches_and_splits_over_consumers_past_a_short(broker, qname):
+    assert SourceOptions.from_options({"url": "u", "queue": "q"}).prefetch == 20000
+    big = SourceOptions.from_options({"url": "u", "queue": "q", "maxMessagesPerTrigger": "50000"})
+    assert big.prefetch == 100000  # the running batch (unacked until commit) and the next one
+    fill(broker.url, qname, 30)
+    with Connection(broker.url) as conn:
+        assert consume_windowed(conn, qname, 100000) == 2  # 2 x 50,000: qos is a short
+        got = []
+        while len(got) < 30 and (conn.deliveries or conn.pump(3)):
+            while conn.deliveries:
+                got.append(conn.deliveries.popleft())
+        tags = [d.delivery_tag for d in got]
+        assert tags == sorted(tags) and len(got) == 30  # one tag sequence for the channel
+        conn.ack(tags[-1], multiple=True)  # one ack settles both consumers' deliveries
+    assert counts(broker.url, qname) == 0
