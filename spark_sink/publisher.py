@@ -42,7 +42,7 @@ from pamqp import encode as pencode
 
 from . import wire
 from .amqp_client import AmqpError, Connection, parse_url
-from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns
+from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns, headers_from_json
 
 MIN_CONFIRM_WINDOW = 2000  # unconfirmed publishes per task at least (~2 MB of 1 KB messages)
 MAX_CONFIRM_WINDOW = 65536  # and at most, by default (~64 MB of 1 KB messages)
@@ -126,9 +126,9 @@ def _encode_props(
         elif kind == "T":
             stamp: Any = value  # a datetime from an Arrow timestamp column
             parts.append(_U64.pack(int(stamp.timestamp())))
-        else:  # headers: a list of (key, value) pairs from an Arrow map
-            pairs: Any = value
-            parts.append(pencode.field_table(dict(pairs)))
+        else:  # headers: (key, value) pairs from an Arrow map, or a JSON object string
+            table: Any = headers_from_json(value) if isinstance(value, str) else dict(value)
+            parts.append(pencode.field_table(table))
     return _U16.pack(flags) + b"".join(parts)
 
 

@@ -86,6 +86,7 @@ class SourceOptions:
     refill_timeout_s: float = REFILL_TIMEOUT_S
     max_messages: int | None = None  # batch reads only
     consume: bool = False  # batch reads only: ack what was read
+    headers_as_json: bool = False  # the headers column as one JSON object (typed values)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -106,6 +107,7 @@ class SourceOptions:
             refill_timeout_s=float(opts.get("refilltimeoutms", REFILL_TIMEOUT_S * 1000)) / 1000,
             max_messages=int(opts["maxmessages"]) if opts.get("maxmessages") else None,
             consume=_bool(opts.get("consume", "false")),
+            headers_as_json=_bool(opts.get("headersasjson", "false")),
         )
 
 
@@ -117,14 +119,16 @@ class MessagesPartition(InputPartition):  # type: ignore[misc]
         self.packed = packed
 
 
-def split(messages: Sequence[tuple[int, Delivery]], parts: int) -> list[MessagesPartition]:
+def split(
+    messages: Sequence[tuple[int, Delivery]], parts: int, headers_as_json: bool = False
+) -> list[MessagesPartition]:
     """Contiguous runs of seq, one partition each (at most ``parts``, none empty)."""
     if not messages:
         return []
     size = math.ceil(len(messages) / parts)
     out = []
     for start in range(0, len(messages), size):
-        packed = PackedMessages()
+        packed = PackedMessages(headers_as_json)
         for seq, delivery in messages[start : start + size]:
             packed.add(seq, delivery)
         out.append(MessagesPartition(packed))
@@ -334,7 +338,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         with self._locked():
             self._ledger.skip_to(stop)
             held = self._ledger.between(begin, stop)
-        return split(held, self.opts.partitions)
+        return split(held, self.opts.partitions, self.opts.headers_as_json)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MessagesPartition)
@@ -371,7 +375,7 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
             ready = check_queue(conn, self.opts.queue)
             want = ready if self.opts.max_messages is None else min(ready, self.opts.max_messages)
             if want == 0:
-                return [MessagesPartition(PackedMessages())]
+                return [MessagesPartition(PackedMessages(self.opts.headers_as_json))]
             # Without acks, the prefetch window must hold the whole read (0 = unlimited).
             window = min(want, self.opts.prefetch) if self.opts.consume else want
             conn.qos(window if window <= MAX_PREFETCH else 0)
@@ -388,7 +392,8 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
                 if self.opts.consume and last_tag:
                     conn.ack(last_tag)
                     last_tag = 0
-            return split(got, self.opts.partitions) or [MessagesPartition(PackedMessages())]
+            return split(got, self.opts.partitions, self.opts.headers_as_json) or [
+                MessagesPartition(PackedMessages(self.opts.headers_as_json))]
         finally:
             conn.close()  # unacked deliveries (all of them unless consume=true) are requeued
 

@@ -137,3 +137,21 @@ def test_a_worker_reuses_its_connection_across_tasks_and_drops_broken_ones(broke
     assert not pool._idle
     pool.close_all()
     assert len(drain(broker.url, f"{qname}-a", 30)) == 30
+
+
+def test_a_json_headers_column_is_published_with_typed_values(broker, qname):
+    setup_exchange(broker.url, qname)
+    batch = pa.RecordBatch.from_pydict({
+        "body": [b"a", b"b", b"c"], "routing_key": ["a", "a", "a"],
+        "headers": ['{"n":42,"ratio":0.5,"ok":true,"s":"v","nested":{"l":[1,"x"]}}', None, "{}"],
+    })
+    opts = PublishOptions(url=broker.url, exchange=qname).checked(batch.schema.names)
+    assert publish_batches([batch], opts, "j-") == 3
+    got = drain(broker.url, f"{qname}-a", 3)
+    assert got[0][1]["headers"] == {"n": 42, "ratio": 0.5, "ok": True, "s": "v",
+                                    "nested": {"l": [1, "x"]}}
+    assert "headers" not in got[1][1] and got[2][1]["headers"] == {}
+    bad = pa.RecordBatch.from_pydict({"body": [b"a"], "headers": ["[1, 2]"]})
+    with pytest.raises(ValueError, match="must hold a JSON object"):
+        publish_batches([bad], PublishOptions(url=broker.url, exchange=qname).checked(["body"]),
+                        "j-")
