@@ -13,6 +13,10 @@ in the same run, through the same bridge):
   i.e. until every message is confirmed.
 * ``source``: that queue is read by ``readStream.format("leveret")`` with
   ``maxMessagesPerTrigger=--source-per-trigger``, ``availableNow``, into Spark's ``noop`` sink.
+* ``broker``: no Spark, the broker's own ceiling for the same messages: one Python process
+  publishes ``--rows`` persistent 1 KB messages with confirms (window 4,000) through the
+  bridge's client, then consumes them (prefetch 20,000, acks every 1,000). What is left
+  between these and the Spark figures is the bridge's and Spark's cost.
 * ``e2e-<n>``: the pipeline a user runs (issue 16): the queue, filled by an untimed sink
   write, is read with ``maxMessagesPerTrigger=n`` through a ``select`` into the ``leveret``
   sink (exchange bound to a second durable queue), ``availableNow``, with a checkpoint. Run at
@@ -176,6 +180,32 @@ class Bench:
         assert out["rows"] == rows and self.depth(url, "spark-bench") == 0, out
         return out
 
+    def run_broker(self, url: str) -> dict[str, Any]:
+        from leveret.spark_sink.amqp_client import Connection
+
+        rows = self.args.rows
+        self.reset(url)
+        t0 = time.perf_counter()
+        fill_with_client(url, rows, self.args.size)
+        publish_s = time.perf_counter() - t0
+        got = 0
+        t0 = time.perf_counter()
+        with Connection(url) as conn:
+            conn.qos(20000)
+            conn.consume("spark-bench")
+            last = 0
+            while got < rows and (conn.deliveries or conn.pump(5)):
+                while conn.deliveries:
+                    last = conn.deliveries.popleft().delivery_tag
+                    got += 1
+                    if got % 1000 == 0:
+                        conn.ack(last)
+            conn.ack(last)
+        consume_s = time.perf_counter() - t0
+        assert got == rows, got
+        return {"rows": rows, "publish_rows_per_s": round(rows / publish_s),
+                "consume_rows_per_s": round(rows / consume_s)}
+
     def run_e2e(self, url: str, per_trigger: int) -> dict[str, Any]:
         rows = max(self.args.rows, 3 * per_trigger)
         self.reset(url)
@@ -235,6 +265,9 @@ def cold_child(args: argparse.Namespace, spark_session: Any) -> None:
 
 
 def headline(result: dict[str, Any]) -> str:
+    if "publish_rows_per_s" in result:
+        return (f"publish {result['publish_rows_per_s']:,} rows/s, "
+                f"consume {result['consume_rows_per_s']:,} rows/s")
     if "rows_per_s" in result:
         return f"{result['rows_per_s']:,} rows/s"
     return (f"first {result.get('first_batch_s', '-')} s, steady "
@@ -250,7 +283,7 @@ def main() -> None:
     parser.add_argument("--per-trigger", type=int, nargs="+", default=[5000, 50000])
     parser.add_argument("--source-per-trigger", type=int, default=50000)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--scenarios", nargs="+", default=["cold", "sink", "source", "e2e"])
+    parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "sink", "source", "e2e"])
     parser.add_argument("--warmup", type=int, default=5000, help="rows for the untimed warm-up")
     parser.add_argument("--url", help="use this broker instead of starting a Leveret")
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
@@ -303,6 +336,8 @@ def main() -> None:
             bench.sink(burl, args.warmup)
             bench.stream(burl, args.warmup, into_exchange=True)
         plan: list[tuple[str, Any]] = []
+        if "broker" in args.scenarios:
+            plan.append(("broker", bench.run_broker))
         if "sink" in args.scenarios:
             plan.append(("sink", bench.run_sink))
         if "source" in args.scenarios:
@@ -328,7 +363,7 @@ def main() -> None:
     for scenario, by_broker in results.items():
         for name, runs in by_broker.items():
             med = {k: statistics.median(r[k] for r in runs)
-                   for k in ("rows_per_s", "first_batch_s", "steady_rows_per_s",
+                   for k in ("publish_rows_per_s", "consume_rows_per_s", "rows_per_s", "first_batch_s", "steady_rows_per_s",
                              "overall_rows_per_s", "planning_ms")
                    if all(k in r for r in runs)}
             print(f"{scenario:>10} {name:>9}: {json.dumps(med)}")
