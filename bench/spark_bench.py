@@ -331,7 +331,7 @@ def main() -> None:
         register(spark)
         bench = Bench(spark, args, tmp)
         # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too).
-        for name, burl in brokers.items():
+        for burl in brokers.values():
             bench.reset(burl)
             bench.sink(burl, args.warmup)
             bench.stream(burl, args.warmup, into_exchange=True)
@@ -351,7 +351,7 @@ def main() -> None:
                     result = run(burl)
                     results.setdefault(scenario, {}).setdefault(name, []).append(result)
                     print(f"{scenario:>10} {name:>9}: {headline(result)}", flush=True)
-        for name, burl in brokers.items():
+        for burl in brokers.values():
             bench.reset(burl)
         spark.stop()
     finally:
