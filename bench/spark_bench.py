@@ -17,6 +17,11 @@ in the same run, through the same bridge):
   publishes ``--rows`` persistent 1 KB messages with confirms (window 4,000) through the
   bridge's client, then consumes them (prefetch 20,000, acks every 1,000). What is left
   between these and the Spark figures is the bridge's and Spark's cost.
+* ``rowcost``: no Spark, the bridge's own Python cost per row, as CPU time of this process
+  (so less sensitive to other load than the rates): encoding and publishing ``--rows`` rows
+  with ``publish_batches``, the driver's drain (socket to deliveries), splitting into
+  partitions, pickling and unpickling them (Spark ships them to the executors so), and the
+  executor's conversion to Arrow.
 * ``e2e-<n>``: the pipeline a user runs (issue 16): the queue, filled by an untimed sink
   write, is read with ``maxMessagesPerTrigger=n`` through a ``select`` into the ``leveret``
   sink (exchange bound to a second durable queue), ``availableNow``, with a checkpoint. Run at
@@ -206,6 +211,52 @@ class Bench:
         return {"rows": rows, "publish_rows_per_s": round(rows / publish_s),
                 "consume_rows_per_s": round(rows / consume_s)}
 
+    def run_rowcost(self, url: str) -> dict[str, Any]:
+        import pickle
+
+        import pyarrow as pa
+
+        from leveret.spark_sink.amqp_client import Connection
+        from leveret.spark_sink.publisher import ConnectionPool, PublishOptions, publish_batches
+        from leveret.spark_sink.source import read_partition, split
+
+        rows = self.args.rows
+        self.reset(url)
+        out: dict[str, Any] = {"rows": rows}
+
+        def cpu_us(key: str, fn: Any) -> Any:
+            t0 = time.process_time()
+            result = fn()
+            out[key] = round((time.process_time() - t0) / rows * 1e6, 2)
+            return result
+
+        batch = pa.RecordBatch.from_pydict({
+            "body": pa.array([b"x" * self.args.size] * rows, pa.binary()),
+            "routing_key": pa.array(["bench"] * rows)})
+        pool = ConnectionPool()
+        opts = PublishOptions(url=url, exchange="spark-bench-x")
+        cpu_us("publish_us", lambda: publish_batches([batch], opts, "rc-", pool))
+        pool.close_all()
+        with Connection(url) as conn:
+            conn.qos(min(rows, 65535))
+            conn.consume("spark-bench")
+            got: list[Any] = []
+
+            def drain() -> None:
+                while len(got) < rows and (conn.deliveries or conn.pump(10)):
+                    while conn.deliveries:
+                        got.append(conn.deliveries.popleft())
+
+            cpu_us("drain_us", drain)
+            held = list(enumerate(got))
+            parts = cpu_us("split_us", lambda: split(held, self.args.partitions))
+            blob = cpu_us("pickle_us", lambda: pickle.dumps(parts))
+            parts = cpu_us("unpickle_us", lambda: pickle.loads(blob))
+            cpu_us("to_arrow_us", lambda: [b for p in parts for b in read_partition(p)])
+            conn.ack(got[-1].delivery_tag)
+        out["bridge_us"] = round(sum(v for k, v in out.items() if k.endswith("_us")), 2)
+        return out
+
     def run_e2e(self, url: str, per_trigger: int) -> dict[str, Any]:
         rows = max(self.args.rows, 3 * per_trigger)
         self.reset(url)
@@ -265,6 +316,8 @@ def cold_child(args: argparse.Namespace, spark_session: Any) -> None:
 
 
 def headline(result: dict[str, Any]) -> str:
+    if "bridge_us" in result:
+        return ", ".join(f"{k} {v}" for k, v in result.items() if k.endswith("_us")) + " (CPU us/row)"
     if "publish_rows_per_s" in result:
         return (f"publish {result['publish_rows_per_s']:,} rows/s, "
                 f"consume {result['consume_rows_per_s']:,} rows/s")
@@ -283,7 +336,7 @@ def main() -> None:
     parser.add_argument("--per-trigger", type=int, nargs="+", default=[5000, 50000])
     parser.add_argument("--source-per-trigger", type=int, default=50000)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "sink", "source", "e2e"])
+    parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "rowcost", "sink", "source", "e2e"])
     parser.add_argument("--warmup", type=int, default=5000, help="rows for the untimed warm-up")
     parser.add_argument("--url", help="use this broker instead of starting a Leveret")
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
@@ -338,6 +391,8 @@ def main() -> None:
         plan: list[tuple[str, Any]] = []
         if "broker" in args.scenarios:
             plan.append(("broker", bench.run_broker))
+        if "rowcost" in args.scenarios:
+            plan.append(("rowcost", bench.run_rowcost))
         if "sink" in args.scenarios:
             plan.append(("sink", bench.run_sink))
         if "source" in args.scenarios:
@@ -363,7 +418,8 @@ def main() -> None:
     for scenario, by_broker in results.items():
         for name, runs in by_broker.items():
             med = {k: statistics.median(r[k] for r in runs)
-                   for k in ("publish_rows_per_s", "consume_rows_per_s", "rows_per_s", "first_batch_s", "steady_rows_per_s",
+                   for k in ("bridge_us", "publish_us", "drain_us", "to_arrow_us",
+                             "publish_rows_per_s", "consume_rows_per_s", "rows_per_s", "first_batch_s", "steady_rows_per_s",
                              "overall_rows_per_s", "planning_ms")
                    if all(k in r for r in runs)}
             print(f"{scenario:>10} {name:>9}: {json.dumps(med)}")
