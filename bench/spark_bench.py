@@ -1,42 +1,63 @@
-"""Spark bridge throughput: rows/s into the broker through the sink, out through the source.
+"""Spark bridge throughput: queue -> Spark -> exchange, and each half alone, Leveret vs RabbitMQ.
 
-    python bench/spark_bench.py                       # starts its own Leveret, 200,000 x 1 KB
-    python bench/spark_bench.py --rows 50000 --url amqp://guest:guest@127.0.0.1:5672/%2F
+    python bench/spark_bench.py                   # a Leveret started by the bench, 100,000 x 1 KB
+    python bench/spark_bench.py --rabbit amqp://guest:guest@127.0.0.1:5672/%2F --repeat 2
+    python bench/spark_bench.py --url amqp://...  # an already running broker instead of our own
 
-Scenarios (one local[2] SparkSession, 512 MB driver, UI off):
+Scenarios (one ``local[2]`` SparkSession, 1 GB driver, UI off; every broker gets the same ones,
+in the same run, through the same bridge):
 
-* ``sink``: a DataFrame of ``--rows`` rows with a 1 KB ``body`` (cached, so Spark's
-  generation is not timed) is written with ``df.write.format("leveret")`` into a
-  direct exchange bound to a durable queue: persistent messages, publisher
-  confirms, ``--partitions`` tasks in parallel. Timed from ``save()`` to its
-  return, i.e. until every message is confirmed.
-* ``source``: the queue the sink filled is read by a streaming query
-  (``readStream.format("leveret")``, ``trigger(availableNow=True)``,
-  ``maxMessagesPerTrigger=--per-trigger``) into Spark's ``noop`` sink, with a
-  checkpoint; acks follow Spark's commits. Timed from ``start()`` to the end of
-  ``awaitTermination()``, so query start-up (~1-2 s) is included;
-  ``source_rows_per_s_in_batches`` divides by the micro-batches' own time instead.
+* ``sink``: a cached DataFrame of ``--rows`` rows with a 1 KB ``body`` is written with
+  ``df.write.format("leveret")`` into a direct exchange bound to a durable queue: persistent
+  messages, publisher confirms, ``--partitions`` tasks. Timed from ``save()`` to its return,
+  i.e. until every message is confirmed.
+* ``source``: that queue is read by ``readStream.format("leveret")`` with
+  ``maxMessagesPerTrigger=--source-per-trigger``, ``availableNow``, into Spark's ``noop`` sink.
+* ``broker``: no Spark, the broker's own ceiling for the same messages: one Python process
+  publishes ``--rows`` persistent 1 KB messages with confirms (window 4,000) through the
+  bridge's client, then consumes them (prefetch 20,000, acks every 1,000). What is left
+  between these and the Spark figures is the bridge's and Spark's cost.
+* ``rowcost``: no Spark, the bridge's own Python cost per row, as CPU time of this process
+  (so less sensitive to other load than the rates): encoding and publishing ``--rows`` rows
+  with ``publish_batches``, the driver's drain (socket to deliveries), splitting into
+  partitions, pickling and unpickling them (Spark ships them to the executors so), and the
+  executor's conversion to Arrow.
+* ``e2e-<n>``: the pipeline a user runs (issue 16): the queue, filled by an untimed sink
+  write, is read with ``maxMessagesPerTrigger=n`` through a ``select`` into the ``leveret``
+  sink (exchange bound to a second durable queue), ``availableNow``, with a checkpoint. Run at
+  each ``--per-trigger`` value with ``max(--rows, 3 * n)`` rows.
 
-Both run after an untimed warm-up (``--warmup`` rows through the sink and the
-source), which starts Spark's Python workers: a cold first batch costs 5-8 s.
+Streaming figures come from Spark's own progress reports (``query.recentProgress``):
+``first_batch_s`` is from ``start()`` to the end of the first trigger (its ``timestamp`` plus
+``triggerExecution``), ``steady_rows_per_s`` is rows / trigger time over the batches after the
+first, ``overall_rows_per_s`` is every row over ``start()`` to ``awaitTermination()``, and
+``phases_ms`` is the median of each ``durationMs`` phase over those later batches
+(``latestOffset`` + ``getBatch`` + ``queryPlanning`` + ``walCommit`` + ``commitOffsets`` is
+the planning overhead, ``addBatch`` runs the tasks). Every count is checked on the broker:
+rows in = rows out, nothing left behind.
 
-The broker runs on the same 2 cores as Spark, so figures are end-to-end on a
-shared machine, not the bridge alone. Results print as one JSON line.
+Each scenario runs ``--repeat`` times, brokers alternating (A B A B); the summary table is of
+medians. The broker runs on the same cores as Spark, so figures are end to end on one
+machine, not the bridge alone. The full results print as one JSON line at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+PLANNING_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -58,105 +79,352 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit(f"broker did not start:\n{log.read_text(errors='replace')}")
 
 
+def _epoch(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def stream_figures(started: float, finished: float, progress: list[dict]) -> dict[str, Any]:
+    """First-batch time, steady rate and phase medians from Spark's progress reports."""
+    batches = [p for p in progress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in batches)
+    out: dict[str, Any] = {"rows": rows, "batches": len(batches),
+                           "overall_rows_per_s": round(rows / (finished - started))}
+    if not batches:
+        return out
+    first = batches[0]
+    out["first_batch_s"] = round(
+        _epoch(first["timestamp"]) + first["durationMs"]["triggerExecution"] / 1000 - started, 2)
+    out["first_batch_phases_ms"] = first["durationMs"]
+    later = batches[1:]
+    if later:
+        trigger_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
+        out["steady_rows_per_s"] = round(sum(p["numInputRows"] for p in later) / trigger_s)
+        phases = sorted({k for p in later for k in p["durationMs"]})
+        out["phases_ms"] = {
+            k: statistics.median(p["durationMs"].get(k, 0) for p in later) for k in phases}
+        out["planning_ms"] = statistics.median(
+            sum(p["durationMs"].get(k, 0) for k in PLANNING_PHASES) for p in later)
+    return out
+
+
+class Bench:
+    def __init__(self, spark: Any, args: argparse.Namespace, tmp: Path) -> None:
+        from pyspark.sql import functions as F
+
+        self.spark, self.args, self.tmp = spark, args, tmp
+        self.F = F
+        self.frames: dict[int, Any] = {}
+        self.runs = 0
+
+    def frame(self, rows: int) -> Any:
+        if rows not in self.frames:
+            F = self.F
+            df = (
+                self.spark.range(rows, numPartitions=self.args.partitions)
+                .select(F.lit("bench").alias("routing_key"),
+                        F.expr(f"cast(repeat('x', {self.args.size}) as binary)").alias("body"))
+                .cache()
+            )
+            df.count()
+            self.frames[rows] = df
+        return self.frames[rows]
+
+    def reset(self, url: str) -> None:
+        from leveret.spark_sink.amqp_client import Connection
+
+        with Connection(url) as conn:
+            conn.exchange_declare("spark-bench-x")
+            for queue, key in (("spark-bench", "bench"), ("spark-bench-out", "out")):
+                conn.queue_declare(queue)
+                conn.queue_delete(queue)
+                conn.queue_declare(queue)
+                conn.queue_bind(queue, "spark-bench-x", key)
+
+    def depth(self, url: str, queue: str) -> int:
+        from leveret.spark_sink.amqp_client import Connection
+
+        with Connection(url) as conn:
+            return int(conn.queue_declare(queue, passive=True).message_count)
+
+    def sink(self, url: str, rows: int) -> float:
+        df = self.frame(rows)
+        t0 = time.perf_counter()
+        (df.write.format("leveret").mode("append").option("url", url)
+         .option("exchange", "spark-bench-x").save())
+        return time.perf_counter() - t0
+
+    def stream(self, url: str, per_trigger: int, into_exchange: bool) -> dict[str, Any]:
+        self.runs += 1
+        df = (self.spark.readStream.format("leveret").option("url", url)
+              .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger).load())
+        if into_exchange:
+            writer = (df.select("body", "message_id", self.F.lit("out").alias("routing_key"))
+                      .writeStream.format("leveret").option("url", url)
+                      .option("exchange", "spark-bench-x"))
+        else:
+            writer = df.writeStream.format("noop")
+        started = time.time()
+        query = (writer.option("checkpointLocation", str(self.tmp / f"ck{self.runs}"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        return stream_figures(started, time.time(), query.recentProgress)
+
+    def run_sink(self, url: str) -> dict[str, Any]:
+        rows = self.args.rows
+        self.reset(url)
+        seconds = self.sink(url, rows)
+        queued = self.depth(url, "spark-bench")
+        assert queued == rows, f"sink: {queued} queued of {rows}"
+        return {"rows": rows, "rows_per_s": round(rows / seconds), "seconds": round(seconds, 2)}
+
+    def run_source(self, url: str) -> dict[str, Any]:
+        rows = self.args.rows
+        self.reset(url)
+        self.sink(url, rows)
+        out = self.stream(url, self.args.source_per_trigger, into_exchange=False)
+        assert out["rows"] == rows and self.depth(url, "spark-bench") == 0, out
+        return out
+
+    def run_broker(self, url: str) -> dict[str, Any]:
+        from leveret.spark_sink.amqp_client import Connection
+
+        rows = self.args.rows
+        self.reset(url)
+        t0 = time.perf_counter()
+        fill_with_client(url, rows, self.args.size)
+        publish_s = time.perf_counter() - t0
+        got = 0
+        t0 = time.perf_counter()
+        with Connection(url) as conn:
+            conn.qos(20000)
+            conn.consume("spark-bench")
+            last = 0
+            while got < rows and (conn.deliveries or conn.pump(5)):
+                while conn.deliveries:
+                    last = conn.deliveries.popleft().delivery_tag
+                    got += 1
+                    if got % 1000 == 0:
+                        conn.ack(last)
+            conn.ack(last)
+        consume_s = time.perf_counter() - t0
+        assert got == rows, got
+        return {"rows": rows, "publish_rows_per_s": round(rows / publish_s),
+                "consume_rows_per_s": round(rows / consume_s)}
+
+    def run_rowcost(self, url: str) -> dict[str, Any]:
+        import pickle
+
+        import pyarrow as pa
+
+        from leveret.spark_sink.amqp_client import Connection
+        from leveret.spark_sink.publisher import ConnectionPool, PublishOptions, publish_batches
+        from leveret.spark_sink.source import read_partition, split
+
+        rows = self.args.rows
+        self.reset(url)
+        out: dict[str, Any] = {"rows": rows}
+
+        def cpu_us(key: str, fn: Any) -> Any:
+            t0 = time.process_time()
+            result = fn()
+            out[key] = round((time.process_time() - t0) / rows * 1e6, 2)
+            return result
+
+        batch = pa.RecordBatch.from_pydict({
+            "body": pa.array([b"x" * self.args.size] * rows, pa.binary()),
+            "routing_key": pa.array(["bench"] * rows)})
+        pool = ConnectionPool()
+        opts = PublishOptions(url=url, exchange="spark-bench-x")
+        cpu_us("publish_us", lambda: publish_batches([batch], opts, "rc-", pool))
+        pool.close_all()
+        with Connection(url) as conn:
+            conn.qos(min(rows, 65535))
+            conn.consume("spark-bench")
+            got: list[Any] = []
+
+            def drain() -> None:
+                while len(got) < rows and (conn.deliveries or conn.pump(10)):
+                    while conn.deliveries:
+                        got.append(conn.deliveries.popleft())
+
+            cpu_us("drain_us", drain)
+            held = list(enumerate(got))
+            parts = cpu_us("split_us", lambda: split(held, self.args.partitions))
+            blob = cpu_us("pickle_us", lambda: pickle.dumps(parts))
+            parts = cpu_us("unpickle_us", lambda: pickle.loads(blob))
+            cpu_us("to_arrow_us", lambda: [b for p in parts for b in read_partition(p)])
+            conn.ack(got[-1].delivery_tag)
+        out["bridge_us"] = round(sum(v for k, v in out.items() if k.endswith("_us")), 2)
+        return out
+
+    def run_e2e(self, url: str, per_trigger: int) -> dict[str, Any]:
+        rows = max(self.args.rows, 3 * per_trigger)
+        self.reset(url)
+        self.sink(url, rows)
+        out = self.stream(url, per_trigger, into_exchange=True)
+        published = self.depth(url, "spark-bench-out")
+        assert out["rows"] == rows and published == rows, (out, published)
+        assert self.depth(url, "spark-bench") == 0
+        return out
+
+
+def fill_with_client(url: str, rows: int, size: int) -> None:
+    """Fill ``spark-bench`` without Spark (so no Python worker is started before the query)."""
+    from leveret.spark_sink import wire
+    from leveret.spark_sink.amqp_client import Connection
+
+    body = b"x" * size
+    with Connection(url) as conn:
+        conn.confirm_select()
+        for i in range(rows):
+            props = wire.encode_properties({"delivery_mode": 2, "message_id": f"m{i}"})
+            conn.publish("spark-bench-x", "bench", props, body)
+            if conn.confirms is not None and conn.confirms.outstanding > 4000:
+                conn.wait_window(2000)
+        conn.wait_window(0)
+
+
+def cold_first_batch(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """In a child process: JVM up, no Python worker yet; the first query's first batch."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--cold-child", url, "--rows", str(args.cold_rows),
+         "--size", str(args.size), "--per-trigger", str(args.per_trigger[0])],
+        capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode or not lines:
+        raise SystemExit(f"cold run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def cold_child(args: argparse.Namespace, spark_session: Any) -> None:
+    url = args.cold_child
+    spark = spark_session()
+    spark.range(10).count()  # the JVM is up and has run a job; no Python worker has started
+    from leveret.spark_sink import register
+
+    register(spark)
+    tmp = Path(tempfile.mkdtemp(prefix="leveret-spark-cold-"))
+    bench = Bench(spark, args, tmp)
+    bench.reset(url)
+    fill_with_client(url, args.cold_rows, args.size)
+    out = bench.stream(url, args.per_trigger[0], into_exchange=True)
+    assert bench.depth(url, "spark-bench-out") == args.cold_rows, out
+    bench.reset(url)
+    spark.stop()
+    print(json.dumps(out))
+
+
+def headline(result: dict[str, Any]) -> str:
+    if "bridge_us" in result:
+        return ", ".join(f"{k} {v}" for k, v in result.items() if k.endswith("_us")) + " (CPU us/row)"
+    if "publish_rows_per_s" in result:
+        return (f"publish {result['publish_rows_per_s']:,} rows/s, "
+                f"consume {result['consume_rows_per_s']:,} rows/s")
+    if "rows_per_s" in result:
+        return f"{result['rows_per_s']:,} rows/s"
+    return (f"first {result.get('first_batch_s', '-')} s, steady "
+            f"{result.get('steady_rows_per_s', 0):,} rows/s, planning "
+            f"{result.get('planning_ms', '-')} ms/batch")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--per-trigger", type=int, default=20_000)
+    parser.add_argument("--per-trigger", type=int, nargs="+", default=[5000, 50000])
+    parser.add_argument("--source-per-trigger", type=int, default=50000)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "rowcost", "sink", "source", "e2e"])
     parser.add_argument("--warmup", type=int, default=5000, help="rows for the untimed warm-up")
     parser.add_argument("--url", help="use this broker instead of starting a Leveret")
+    parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
+    parser.add_argument("--cold-rows", type=int, default=20_000)
+    parser.add_argument("--cold-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from leveret.spark_sink import register
-    from leveret.spark_sink.amqp_client import Connection
+
+    def session() -> Any:
+        spark = (
+            SparkSession.builder.master("local[2]").appName("leveret-spark-bench")
+            .config("spark.driver.memory", "1g").config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark
+
+    if args.cold_child:
+        cold_child(args, session)
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="leveret-spark-bench-"))
     broker = None
     url = args.url
     if url is None:
         broker, url = start_broker(tmp)
-    queue, exchange = "spark-bench", "spark-bench-x"
+    brokers = {"leveret": url}
+    if args.rabbit:
+        brokers["rabbitmq"] = args.rabbit
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
-        with Connection(url) as conn:
-            conn.exchange_declare(exchange)
-            conn.queue_declare(queue)
-            conn.queue_delete(queue)
-            conn.queue_declare(queue)
-            conn.queue_bind(queue, exchange, "bench")
-
-        spark = (
-            SparkSession.builder.master("local[2]").appName("leveret-spark-bench")
-            .config("spark.driver.memory", "512m").config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        if "cold" in args.scenarios:
+            for _ in range(args.repeat):
+                for name, burl in brokers.items():
+                    result = cold_first_batch(args, burl)
+                    results.setdefault("cold", {}).setdefault(name, []).append(result)
+                    print(f"{'cold':>10} {name:>9}: {headline(result)}", flush=True)
+        spark = session()
         register(spark)
-
-        def frame(rows: int) -> object:
-            df = (
-                spark.range(rows, numPartitions=args.partitions)
-                .select(F.lit("bench").alias("routing_key"),
-                        F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("body"))
-                .cache()
-            )
-            df.count()
-            return df
-
-        def sink(df: object) -> float:
-            t0 = time.perf_counter()
-            (df.write.format("leveret").mode("append").option("url", url)  # type: ignore[attr-defined]
-             .option("exchange", exchange).save())
-            return time.perf_counter() - t0
-
-        def source(name: str) -> tuple[float, int, list[dict]]:
-            stream = (
-                spark.readStream.format("leveret").option("url", url).option("queue", queue)
-                .option("maxMessagesPerTrigger", args.per_trigger).load()
-            )
-            t0 = time.perf_counter()
-            query = (stream.writeStream.format("noop")
-                     .option("checkpointLocation", str(tmp / name))
-                     .trigger(availableNow=True).start())
-            query.awaitTermination()
-            elapsed = time.perf_counter() - t0
-            return elapsed, sum(p["numInputRows"] for p in query.recentProgress), \
-                query.recentProgress
-
-        # Warm-up: starts the Python workers (Spark reuses them) and JITs the JVM paths.
-        # A cold first micro-batch costs ~5-8 s here; that is start-up, not throughput.
-        sink(frame(args.warmup))
-        source("warmup")
-
-        sink_s = sink(frame(args.rows))
-        with Connection(url) as conn:
-            in_queue = conn.queue_declare(queue, passive=True).message_count
-        source_s, read, progress = source("ck")
-        batch_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-        with Connection(url) as conn:
-            left = conn.queue_declare(queue, passive=True).message_count
-            conn.queue_delete(queue)
+        bench = Bench(spark, args, tmp)
+        # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too).
+        for burl in brokers.values():
+            bench.reset(burl)
+            bench.sink(burl, args.warmup)
+            bench.stream(burl, args.warmup, into_exchange=True)
+        plan: list[tuple[str, Any]] = []
+        if "broker" in args.scenarios:
+            plan.append(("broker", bench.run_broker))
+        if "rowcost" in args.scenarios:
+            plan.append(("rowcost", bench.run_rowcost))
+        if "sink" in args.scenarios:
+            plan.append(("sink", bench.run_sink))
+        if "source" in args.scenarios:
+            plan.append(("source", bench.run_source))
+        if "e2e" in args.scenarios:
+            for n in args.per_trigger:
+                plan.append((f"e2e-{n}", lambda u, n=n: bench.run_e2e(u, n)))
+        for _ in range(args.repeat):
+            for scenario, run in plan:
+                for name, burl in brokers.items():
+                    result = run(burl)
+                    results.setdefault(scenario, {}).setdefault(name, []).append(result)
+                    print(f"{scenario:>10} {name:>9}: {headline(result)}", flush=True)
+        for burl in brokers.values():
+            bench.reset(burl)
         spark.stop()
     finally:
         if broker is not None:
             broker.terminate()
             broker.wait(15)
-    print(json.dumps({
-        "rows": args.rows, "size": args.size, "partitions": args.partitions,
-        "sink_rows_per_s": round(args.rows / sink_s), "sink_s": round(sink_s, 2),
-        "queued_after_sink": in_queue,
-        "source_rows_per_s": round(read / source_s), "source_s": round(source_s, 2),
-        "source_rows": read, "left_in_queue": left,
-        "source_rows_per_s_in_batches": round(read / batch_s) if batch_s else None,
-        "source_batches": len([p for p in progress if p["numInputRows"]]),
-        "broker": url if args.url else "leveret (started by the bench)",
-    }))
+
+    print("\nmedians over", args.repeat, "run(s):")
+    for scenario, by_broker in results.items():
+        for name, runs in by_broker.items():
+            med = {k: statistics.median(r[k] for r in runs)
+                   for k in ("bridge_us", "publish_us", "drain_us", "to_arrow_us",
+                             "publish_rows_per_s", "consume_rows_per_s", "rows_per_s", "first_batch_s", "steady_rows_per_s",
+                             "overall_rows_per_s", "planning_ms")
+                   if all(k in r for r in runs)}
+            print(f"{scenario:>10} {name:>9}: {json.dumps(med)}")
+    print(json.dumps({"rows": args.rows, "size": args.size, "partitions": args.partitions,
+                      "results": results}))
 
 
 if __name__ == "__main__":

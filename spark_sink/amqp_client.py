@@ -37,7 +37,8 @@ from pamqp import header as pheader
 from . import wire
 
 RECV_SIZE = 1 << 20  # one recv takes up to ~1,000 1 KB deliveries
-FLUSH_BYTES = 1 << 16  # publishes are written in chunks of about this size
+FLUSH_BYTES = 1 << 18  # publishes are written in chunks of about this size
+PUBLISH_OVERHEAD = 64  # method + header frame bytes besides properties and body (about)
 DEFAULT_FRAME_MAX = 131072
 CHANNEL = 1
 CLIENT_PROPERTIES: dict[str, Any] = {
@@ -281,8 +282,8 @@ class Connection:
             prefix = self._publish_prefix[key] = wire.publish_prefix(
                 CHANNEL, exchange, routing_key, mandatory
             )
-        self._write(prefix)
-        self._write(wire.encode_content(CHANNEL, raw_properties, body, self.frame_max))
+        self._out.extend(wire.encode_publish(prefix, CHANNEL, raw_properties, body, self.frame_max))
+        self._out_size += len(body) + len(raw_properties) + PUBLISH_OVERHEAD
         if self.confirms is not None:
             self.confirms.published += 1
         if self._out_size >= FLUSH_BYTES:

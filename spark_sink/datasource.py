@@ -11,7 +11,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .schema import SCHEMA_DDL
+from .schema import schema_ddl
 from .sink import LeveretBatchWriter, LeveretStreamWriter
 from .source import LeveretBatchReader, LeveretStreamReader
 
@@ -24,7 +24,8 @@ class LeveretDataSource(DataSource):  # type: ignore[misc]
         return "leveret"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        opts = {k.lower(): v for k, v in self.options.items()}
+        return schema_ddl(str(opts.get("headersasjson", "false")).strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LeveretBatchReader(self.options)

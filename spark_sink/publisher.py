@@ -3,14 +3,27 @@
 Theory of operation
 -------------------
 Every sink path (streaming sink, batch write, ``foreachBatch``) ends in
-:func:`publish_batches`, which runs inside one Spark task: it opens one
-connection, puts the channel in confirm mode, and publishes the task's rows as
-persistent messages with up to ``confirmWindow`` of them unconfirmed
-(pipelined, never one confirm at a time). It returns only when every message
-is confirmed, so a task that finished has handed all its rows to the broker;
-a nack, an unroutable ``mandatory`` publish or a lost connection fails the
-task and Spark retries it (at-least-once: consumers deduplicate on
+:func:`publish_batches`, which runs inside one Spark task: it takes a
+connection in confirm mode and publishes the task's rows as persistent
+messages with up to ``confirmWindow`` of them unconfirmed (pipelined, never
+one confirm at a time; by default the window is the Arrow batch, so a
+micro-batch is written without waiting for a confirm). It returns only when
+every message is confirmed, so a task that finished has handed all its rows to
+the broker; a nack, an unroutable ``mandatory`` publish or a lost connection
+fails the task and Spark retries it (at-least-once: consumers deduplicate on
 ``message_id``).
+
+Connections outlive tasks: Spark reuses its Python worker processes
+(``spark.python.worker.reuse``, on by default), so each process keeps one idle
+connection per broker and credentials (:class:`ConnectionPool`) and the next
+micro-batch's task skips the TCP and AMQP handshakes. A connection goes back
+to the pool only after a task that ended with everything confirmed; any error
+closes it.
+
+Rows are encoded column-wise: the Arrow columns become Python lists once per
+batch, and a row whose only varying property is its ``message_id`` (what a
+source row carries, or the generated id) gets its property bytes from a
+precomputed prefix, without walking the property table.
 
 ``message_id`` is the row's own column when it has one (a source row carries
 its message's id through), else ``<prefix>-<partition>-<index>``, where the
@@ -28,15 +41,20 @@ import pyarrow as pa
 from pamqp import encode as pencode
 
 from . import wire
-from .amqp_client import Connection
-from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns
+from .amqp_client import AmqpError, Connection, parse_url
+from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns, headers_from_json
 
-DEFAULT_CONFIRM_WINDOW = 2000  # unconfirmed publishes per task; ~2 MB of 1 KB messages
+MIN_CONFIRM_WINDOW = 2000  # unconfirmed publishes per task at least (~2 MB of 1 KB messages)
+MAX_CONFIRM_WINDOW = 65536  # and at most, by default (~64 MB of 1 KB messages)
+DEFAULT_CONFIRM_WINDOW = 0  # 0: the Arrow batch's row count, within the bounds above
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _FLAGS = {name: (flag, kind) for name, flag, kind in wire.PROPERTY_FLAGS}
 _PERSISTENT = _U8.pack(2)
+_LENGTH_BYTE = [bytes((n,)) for n in range(256)]
+_MESSAGE_ID_FLAG = _FLAGS["message_id"][0]
+_DELIVERY_MODE_FLAG = _FLAGS["delivery_mode"][0]
 
 
 def _bool(value: Any) -> bool:
@@ -108,28 +126,75 @@ def _encode_props(
         elif kind == "T":
             stamp: Any = value  # a datetime from an Arrow timestamp column
             parts.append(_U64.pack(int(stamp.timestamp())))
-        else:  # headers: a list of (key, value) pairs from an Arrow map
-            pairs: Any = value
-            parts.append(pencode.field_table(dict(pairs)))
+        else:  # headers: (key, value) pairs from an Arrow map, or a JSON object string
+            table: Any = headers_from_json(value) if isinstance(value, str) else dict(value)
+            parts.append(pencode.field_table(table))
     return _U16.pack(flags) + b"".join(parts)
 
 
+class ConnectionPool:
+    """Idle confirm-mode connections of one worker process, keyed by broker and credentials."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[Any, ...], Connection] = {}
+
+    @staticmethod
+    def key(url: str) -> tuple[Any, ...]:
+        p = parse_url(url)
+        return (p["host"], p["port"], p["user"], p["password"], p["vhost"])
+
+    def take(self, url: str) -> Connection:
+        """An open connection in confirm mode with nothing outstanding (a pooled one if alive)."""
+        conn = self._idle.pop(self.key(url), None)
+        if conn is not None:
+            try:
+                conn.pump(0)  # a broker-side close or EOF shows up here
+                return conn
+            except (OSError, ValueError, AmqpError):  # ValueError: a closed socket's fd is -1
+                conn.close()
+        conn = Connection(url).open()
+        try:
+            conn.confirm_select()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def give(self, url: str, conn: Connection) -> None:
+        """Keep ``conn`` for the next task (its previous idle twin, if any, is closed)."""
+        old = self._idle.pop(self.key(url), None)
+        if old is not None:
+            old.close()
+        self._idle[self.key(url)] = conn
+
+    def close_all(self) -> None:
+        while self._idle:
+            self._idle.popitem()[1].close()
+
+
+POOL = ConnectionPool()  # one per Python worker process: tasks in it run one at a time
+
+
 def publish_batches(
-    batches: Iterable[pa.RecordBatch], options: PublishOptions, id_prefix: str
+    batches: Iterable[pa.RecordBatch], options: PublishOptions, id_prefix: str,
+    pool: ConnectionPool | None = None,
 ) -> int:
     """Publish every row of ``batches`` and wait for all confirms; returns the row count."""
-    conn = Connection(options.url).open()
+    pool = POOL if pool is None else pool
+    conn = pool.take(options.url)
     try:
-        conn.confirm_select()
         count = 0
-        window = max(1, options.confirm_window)
         for batch in batches:
+            window = options.confirm_window or min(
+                MAX_CONFIRM_WINDOW, max(MIN_CONFIRM_WINDOW, batch.num_rows))
             count += _publish_batch(conn, batch, options, id_prefix, count, window)
         conn.wait_window(0)
         _raise_refused(conn, options)
-        return count
-    finally:
+    except BaseException:
         conn.close()
+        raise
+    pool.give(options.url, conn)
+    return count
 
 
 def _publish_batch(
@@ -162,6 +227,11 @@ def _publish_batch(
     default_rk = options.routing_key
     confirms = conn.confirms
     assert confirms is not None
+    # Fast path: message_id (and delivery mode) are the only properties.
+    simple = all(kind in ("dm", "mid") for _flag, kind, _values in columns)
+    head = _U16.pack(_MESSAGE_ID_FLAG | (_DELIVERY_MODE_FLAG if persistent else 0)) + (
+        _PERSISTENT if persistent else b"")
+    publish = conn.publish
     for row, body in enumerate(bodies):
         if body is None:
             body = b""
@@ -170,9 +240,15 @@ def _publish_batch(
         message_id = ids[row] if ids is not None else None
         if message_id is None:
             message_id = f"{id_prefix}{first_index + row}"
+        if simple:
+            raw = message_id.encode()
+            if len(raw) > 255:
+                raise ValueError(f"message_id longer than 255 bytes: {message_id[:40]!r}...")
+            props = head + _LENGTH_BYTE[len(raw)] + raw
+        else:
+            props = _encode_props(columns, row, persistent, message_id)
         rk = rk_values[row] if rk_values is not None else default_rk
-        props = _encode_props(columns, row, persistent, message_id)
-        conn.publish(exchange, default_rk if rk is None else str(rk), props, body, mandatory)
+        publish(exchange, default_rk if rk is None else str(rk), props, body, mandatory)
         if confirms.outstanding >= window:
             conn.wait_window(window // 2)
             _raise_refused(conn, options)

@@ -11,7 +11,14 @@ A source row is one delivered message::
 ``seq`` is the reader's position for the message (the streaming offset it
 belongs to). Header values become strings (bytes as UTF-8, numbers and booleans
 with ``str``), since a Spark map needs one value type; the sink publishes them
-back as AMQP long strings.
+back as AMQP long strings. With the source option ``headersAsJson=true`` the
+``headers`` column is instead a ``string`` holding the table as one JSON object
+(``{"n": 42, "ratio": 0.5, "ok": true, "tags": ["a"]}``; read it with
+``from_json`` or ``get_json_object``), and the sink publishes a string
+``headers`` column by parsing it back, so integers, floats, booleans, nulls,
+nested tables and arrays keep their types through a round trip. Timestamps and
+byte arrays become strings (ISO 8601, UTF-8) and decimals floats: JSON has no
+such types.
 
 The sink takes ``body`` (binary or string) plus any of the columns above with
 the same names and types (extra columns are ignored, missing ones unset), so a
@@ -23,6 +30,8 @@ the writers receive them, so no Python ``Row`` is built per message.
 from __future__ import annotations
 
 import datetime
+import decimal
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -42,32 +51,66 @@ STRING_PROPERTIES = (
     "app_id",
 )
 
-SCHEMA_DDL = (
-    "body binary, routing_key string, exchange string, message_id string, "
-    "headers map<string,string>, "
-    + ", ".join(f"{name} string" for name in STRING_PROPERTIES)
-    + ", delivery_mode int, priority int, timestamp timestamp, redelivered boolean, seq long"
-)
+def schema_ddl(headers_as_json: bool = False) -> str:
+    return (
+        "body binary, routing_key string, exchange string, message_id string, "
+        + ("headers string, " if headers_as_json else "headers map<string,string>, ")
+        + ", ".join(f"{name} string" for name in STRING_PROPERTIES)
+        + ", delivery_mode int, priority int, timestamp timestamp, redelivered boolean, seq long"
+    )
 
-ARROW_SCHEMA = pa.schema(
-    [
-        ("body", pa.binary()),
-        ("routing_key", pa.string()),
-        ("exchange", pa.string()),
-        ("message_id", pa.string()),
-        ("headers", pa.map_(pa.string(), pa.string())),
-        *[(name, pa.string()) for name in STRING_PROPERTIES],
-        ("delivery_mode", pa.int32()),
-        ("priority", pa.int32()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("redelivered", pa.bool_()),
-        ("seq", pa.int64()),
-    ]
-)
+
+def arrow_schema(headers_as_json: bool = False) -> pa.Schema:
+    return pa.schema(
+        [
+            ("body", pa.binary()),
+            ("routing_key", pa.string()),
+            ("exchange", pa.string()),
+            ("message_id", pa.string()),
+            ("headers", pa.string() if headers_as_json else pa.map_(pa.string(), pa.string())),
+            *[(name, pa.string()) for name in STRING_PROPERTIES],
+            ("delivery_mode", pa.int32()),
+            ("priority", pa.int32()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("redelivered", pa.bool_()),
+            ("seq", pa.int64()),
+        ]
+    )
+
+
+SCHEMA_DDL = schema_ddl()
+ARROW_SCHEMA = arrow_schema()
+ARROW_SCHEMA_JSON_HEADERS = arrow_schema(headers_as_json=True)
 COLUMNS = tuple(ARROW_SCHEMA.names)
 # Columns the sink reads as message properties when present.
 SINK_PROPERTY_COLUMNS = ("message_id", *STRING_PROPERTIES, "priority", "timestamp", "headers")
 ARROW_BATCH_ROWS = 10000  # rows per RecordBatch handed to Spark
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode(errors="replace")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return str(value)
+
+
+def headers_to_json(table: dict[str, Any]) -> str:
+    """An AMQP field table as one JSON object (see the module docstring for the types)."""
+    return json.dumps(table, default=_json_default, separators=(",", ":"))
+
+
+def headers_from_json(text: str) -> dict[str, Any]:
+    """Inverse of :func:`headers_to_json`, for a sink row's string ``headers`` column."""
+    try:
+        table = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"a string headers column must hold a JSON object: {exc}: {text[:80]!r}") from exc
+    if not isinstance(table, dict):
+        raise ValueError(f"a string headers column must hold a JSON object, got {text[:80]!r}")
+    return table
 
 
 def header_value(value: Any) -> str:
@@ -84,7 +127,8 @@ class PackedMessages:
     Properties stay raw until :meth:`to_arrow`, which runs on the executor.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, headers_as_json: bool = False) -> None:
+        self.headers_as_json = headers_as_json
         self.seqs: list[int] = []
         self.redelivered: list[bool] = []
         self.exchanges: list[str] = []
@@ -120,7 +164,10 @@ class PackedMessages:
                 continue
             for name, value in wire.decode_properties(blob).items():
                 if name == "headers":
-                    value = [(str(k), header_value(v)) for k, v in value.items()]
+                    if self.headers_as_json:
+                        value = headers_to_json(value)
+                    else:
+                        value = [(str(k), header_value(v)) for k, v in value.items()]
                 elif name == "timestamp":
                     value = value * 1_000_000
                 elif name == "cluster_id":
@@ -133,11 +180,12 @@ class PackedMessages:
             "redelivered": pa.array(self.redelivered[start:stop], pa.bool_()),
             "seq": pa.array(self.seqs[start:stop], pa.int64()),
         }
+        schema = ARROW_SCHEMA_JSON_HEADERS if self.headers_as_json else ARROW_SCHEMA
         arrays = [
             columns[name] if name in columns else pa.array(props[name], field.type)
-            for name, field in zip(ARROW_SCHEMA.names, ARROW_SCHEMA, strict=True)
+            for name, field in zip(schema.names, schema, strict=True)
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def check_sink_columns(names: Sequence[str], routing_key_column: str | None) -> None:

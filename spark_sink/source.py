@@ -22,6 +22,13 @@ While Spark runs a batch, a thread in the driver process keeps reading the
 socket into the ledger (up to the prefetch window), so the next
 ``latestOffset`` finds its messages already there instead of starting a
 drain; the thread and Spark's calls share one lock around the connection.
+The window is what Spark may hold at once: the batch it is running, which
+stays unacked until its commit, plus the next one, i.e. twice
+``maxMessagesPerTrigger`` (at least ``DEFAULT_PREFETCH``). ``basic.qos``
+counts in a 16-bit short, so a larger window is split over several consumers
+on the one channel, each with its own per-consumer limit (RabbitMQ and
+Leveret both apply ``global=false`` per consumer); delivery tags are per
+channel, so one ``basic.ack(multiple=true)`` still settles them all.
 
 The reader object is constructed and pickled several times before it is used,
 so its constructor only parses options; it connects on first use.
@@ -54,7 +61,7 @@ from .amqp_client import AmqpError, Connection, Delivery
 from .ledger import Ledger
 from .schema import PackedMessages
 
-DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds (~20 MB of 1 KB messages)
+DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds at least (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data
 FILL_QUIET_S = 0.5  # while the queue says more is coming, a gap this long ends a batch
 DRAIN_TICK_S = 0.2  # the drain thread re-checks for stop this often when idle
@@ -79,6 +86,7 @@ class SourceOptions:
     refill_timeout_s: float = REFILL_TIMEOUT_S
     max_messages: int | None = None  # batch reads only
     consume: bool = False  # batch reads only: ack what was read
+    headers_as_json: bool = False  # the headers column as one JSON object (typed values)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -88,17 +96,18 @@ class SourceOptions:
                 raise ValueError(f"the leveret source needs option {required!r}")
         max_per_trigger = int(opts["maxmessagespertrigger"]) if opts.get(
             "maxmessagespertrigger") else None
-        default_prefetch = max(DEFAULT_PREFETCH, 3 * (max_per_trigger or 0))
+        default_prefetch = max(DEFAULT_PREFETCH, 2 * (max_per_trigger or 0))
         return cls(
             url=opts["url"],
             queue=opts["queue"],
             max_per_trigger=max_per_trigger,
-            prefetch=min(MAX_PREFETCH, int(opts.get("prefetch", default_prefetch))),
+            prefetch=max(1, int(opts.get("prefetch", default_prefetch))),
             poll_s=float(opts.get("polltimeoutms", DEFAULT_POLL_S * 1000)) / 1000,
             partitions=max(1, int(opts.get("numpartitions", DEFAULT_PARTITIONS))),
             refill_timeout_s=float(opts.get("refilltimeoutms", REFILL_TIMEOUT_S * 1000)) / 1000,
             max_messages=int(opts["maxmessages"]) if opts.get("maxmessages") else None,
             consume=_bool(opts.get("consume", "false")),
+            headers_as_json=_bool(opts.get("headersasjson", "false")),
         )
 
 
@@ -110,14 +119,16 @@ class MessagesPartition(InputPartition):  # type: ignore[misc]
         self.packed = packed
 
 
-def split(messages: Sequence[tuple[int, Delivery]], parts: int) -> list[MessagesPartition]:
+def split(
+    messages: Sequence[tuple[int, Delivery]], parts: int, headers_as_json: bool = False
+) -> list[MessagesPartition]:
     """Contiguous runs of seq, one partition each (at most ``parts``, none empty)."""
     if not messages:
         return []
     size = math.ceil(len(messages) / parts)
     out = []
     for start in range(0, len(messages), size):
-        packed = PackedMessages()
+        packed = PackedMessages(headers_as_json)
         for seq, delivery in messages[start : start + size]:
             packed.add(seq, delivery)
         out.append(MessagesPartition(packed))
@@ -141,6 +152,15 @@ def check_queue(conn: Connection, queue: str) -> int:
         raise
 
 
+def consume_windowed(conn: Connection, queue: str, window: int) -> int:
+    """Consume ``queue`` with at most ``window`` unacked deliveries; returns the consumer count."""
+    consumers = math.ceil(window / MAX_PREFETCH)
+    conn.qos(math.ceil(window / consumers))
+    for _ in range(consumers):
+        conn.consume(queue)
+    return consumers
+
+
 class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = SourceOptions.from_options(options)
@@ -162,8 +182,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             conn = Connection(self.opts.url).open()
             try:
                 check_queue(conn, self.opts.queue)
-                conn.qos(self.opts.prefetch)
-                conn.consume(self.opts.queue)
+                consume_windowed(conn, self.opts.queue, self.opts.prefetch)
             except BaseException:
                 conn.close()
                 raise
@@ -319,7 +338,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         with self._locked():
             self._ledger.skip_to(stop)
             held = self._ledger.between(begin, stop)
-        return split(held, self.opts.partitions)
+        return split(held, self.opts.partitions, self.opts.headers_as_json)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MessagesPartition)
@@ -356,7 +375,7 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
             ready = check_queue(conn, self.opts.queue)
             want = ready if self.opts.max_messages is None else min(ready, self.opts.max_messages)
             if want == 0:
-                return [MessagesPartition(PackedMessages())]
+                return [MessagesPartition(PackedMessages(self.opts.headers_as_json))]
             # Without acks, the prefetch window must hold the whole read (0 = unlimited).
             window = min(want, self.opts.prefetch) if self.opts.consume else want
             conn.qos(window if window <= MAX_PREFETCH else 0)
@@ -373,7 +392,8 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
                 if self.opts.consume and last_tag:
                     conn.ack(last_tag)
                     last_tag = 0
-            return split(got, self.opts.partitions) or [MessagesPartition(PackedMessages())]
+            return split(got, self.opts.partitions, self.opts.headers_as_json) or [
+                MessagesPartition(PackedMessages(self.opts.headers_as_json))]
         finally:
             conn.close()  # unacked deliveries (all of them unless consume=true) are requeued
 

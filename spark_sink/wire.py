@@ -6,22 +6,31 @@ The bridge moves tens of thousands of small messages a second through one
 Python process per side, so the per-message cost has to be a few
 microseconds. pamqp walks attribute lists and dispatches on type names (tens of
 microseconds a frame), which is fine for the handshake, declares and the
-occasional Basic.Return, but not for the four frames that carry the load:
+occasional Basic.Return, but not for the frames that carry the load:
 
 * out: ``Basic.Publish`` + content header + body (publisher), ``Basic.Ack``
   (consumer);
 * in:  ``Basic.Deliver`` + content header + body (consumer), ``Basic.Ack`` /
   ``Basic.Nack`` (publisher confirms).
 
-Those are packed and unpacked here with precompiled ``struct.Struct`` objects.
-The one field type that stays with pamqp is the field table (``headers``): it
-is recursive and typed, and rows rarely carry one. Everything here is pure:
-bytes in, values out. ``tests/unit/test_spark_wire.py`` checks the output
-against pamqp byte for byte.
+One wire vocabulary (issue 10): the frame and method constants, the
+``Basic.Ack`` encoder, the confirm and content-header decoders and the content
+encoder are the broker's own, from :mod:`leveret.amqp.fastpath` (pure
+``struct`` code importing nothing of the broker, so the bridge still runs
+against RabbitMQ with no broker started). What stays here is what only a
+client does, each checked byte for byte against pamqp in
+``tests/unit/test_spark_wire.py``:
 
-The client mirrors the broker's ``amqp/fastpath.py`` but lives apart on
-purpose: the broker decodes publishes and encodes deliveries, a client does the
-reverse, and the bridge must work against RabbitMQ without importing the broker.
+* encoding ``Basic.Publish`` (the broker only decodes it), fused with its
+  content frames into one tuple of pieces per message (:func:`encode_publish`);
+* decoding ``Basic.Deliver`` (the broker only encodes it);
+* properties as a plain ``dict`` walked with a flag table: the broker's
+  :mod:`leveret.model.properties` builds pamqp ``Basic.Properties`` objects,
+  right for its slow paths but several times slower for a column of 50,000
+  rows. The one field type that stays with pamqp is the field table
+  (``headers``): it is recursive and typed, and rows rarely carry one.
+
+Everything here is pure: bytes in, values out.
 """
 
 from __future__ import annotations
@@ -33,28 +42,46 @@ from typing import Any
 from pamqp import decode as pdecode
 from pamqp import encode as pencode
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_HEADER_STRUCT = struct.Struct(">BHI")  # type, channel, payload size
-FRAME_OVERHEAD = 8
+from leveret.amqp.fastpath import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_RETURN,
+    decode_ack,
+    decode_nack,
+    encode_ack,
+)
+from leveret.amqp.fastpath import decode_content_header as _decode_content_header
+from leveret.amqp.fastpath import encode_content as _encode_content_frames
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_OVERHEAD,
+)
 
+__all__ = [
+    "BASIC_ACK", "BASIC_DELIVER", "BASIC_NACK", "BASIC_PUBLISH", "BASIC_RETURN", "FRAME_BODY",
+    "FRAME_END", "FRAME_HEADER", "FRAME_HEARTBEAT", "FRAME_METHOD", "FRAME_OVERHEAD",
+    "PROPERTY_FLAGS", "PROPERTY_NAMES", "decode_ack", "decode_confirm", "decode_content_header",
+    "decode_deliver", "decode_nack", "decode_properties", "encode_ack", "encode_content",
+    "encode_properties", "encode_publish", "method_id", "publish_prefix", "shortstr",
+]
+
+FRAME_HEADER_STRUCT = struct.Struct(">BHI")  # type, channel, payload size (the client's reader)
 BASIC_CLASS = 60
-BASIC_PUBLISH = 0x003C0028
-BASIC_RETURN = 0x003C0032
-BASIC_DELIVER = 0x003C003C
-BASIC_ACK = 0x003C0050
-BASIC_NACK = 0x003C0078
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _METHOD_ID = struct.Struct(">I")
-_CONTENT_HEADER = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _TAG_BITS = struct.Struct(">QB")
+_CONTENT_HEAD = struct.Struct(">BHIHHQ")  # header frame: type, channel, size, class, weight, body size
+_END_THEN_BODY = struct.Struct(">BBHI")  # header frame's end octet, body frame's type, channel, size
+_END = b"\xce"
 
 # Basic property flags, highest bit first, in wire order (spec 0-9-1, class basic).
 PROPERTY_FLAGS: tuple[tuple[str, int, str], ...] = (
@@ -81,10 +108,6 @@ def shortstr(value: str) -> bytes:
     if len(raw) > 255:
         raise ValueError(f"short string longer than 255 bytes: {value[:40]!r}...")
     return _U8.pack(len(raw)) + raw
-
-
-def frame(frame_type: int, channel: int, payload: bytes) -> bytes:
-    return FRAME_HEADER_STRUCT.pack(frame_type, channel, len(payload)) + payload + b"\xce"
 
 
 # --- properties --------------------------------------------------------------
@@ -155,29 +178,28 @@ def publish_prefix(channel: int, exchange: str, routing_key: str, mandatory: boo
         + shortstr(routing_key)
         + (b"\x01" if mandatory else b"\x00")
     )
-    return frame(FRAME_METHOD, channel, payload)
+    return FRAME_HEADER_STRUCT.pack(FRAME_METHOD, channel, len(payload)) + payload + _END
 
 
 def encode_content(channel: int, raw_properties: bytes, body: bytes, frame_max: int) -> bytes:
-    """Content header + body frames, the body split so no frame exceeds ``frame_max``."""
-    header_payload = _CONTENT_HEADER.pack(BASIC_CLASS, 0, len(body), 0)[:-2] + raw_properties
-    out = [frame(FRAME_HEADER, channel, header_payload)]
-    chunk = frame_max - FRAME_OVERHEAD
-    if len(body) <= chunk:
-        if body:
-            out.append(FRAME_HEADER_STRUCT.pack(FRAME_BODY, channel, len(body)))
-            out.append(body)
-            out.append(b"\xce")
-    else:
-        for start in range(0, len(body), chunk):
-            out.append(frame(FRAME_BODY, channel, body[start : start + chunk]))
-    return b"".join(out)
+    """Content header + body frames in one buffer (the broker's encoder, joined)."""
+    return b"".join(_encode_content_frames(channel, raw_properties, body, frame_max))
 
 
-def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
-    return frame(
-        FRAME_METHOD, channel, _METHOD_ID.pack(BASIC_ACK) + _TAG_BITS.pack(delivery_tag, multiple)
-    )
+def encode_publish(
+    prefix: bytes, channel: int, raw_properties: bytes, body: bytes, frame_max: int
+) -> tuple[bytes, ...]:
+    """One whole publish as pieces to write: ``prefix`` (:func:`publish_prefix`), the
+    content header and the body frame(s). A body that fits one frame (the usual case)
+    costs two ``struct`` packs and no copy of the body."""
+    size = len(body)
+    head = _CONTENT_HEAD.pack(FRAME_HEADER, channel, 12 + len(raw_properties), BASIC_CLASS, 0, size)
+    if size == 0:
+        return (prefix, head, raw_properties, _END)
+    if size <= frame_max - FRAME_OVERHEAD:
+        return (prefix, head, raw_properties,
+                _END_THEN_BODY.pack(FRAME_END, FRAME_BODY, channel, size), body, _END)
+    return (prefix, encode_content(channel, raw_properties, body, frame_max))
 
 
 # --- incoming hot frames -----------------------------------------------------
@@ -199,14 +221,16 @@ def decode_deliver(payload: bytes | memoryview) -> tuple[int, bool, str, str]:
 
 def decode_confirm(payload: bytes | memoryview) -> tuple[int, bool]:
     """Basic.Ack / Basic.Nack payload -> (delivery_tag, multiple)."""
-    tag, bits = _TAG_BITS.unpack_from(payload, 4)
-    return tag, bool(bits & 1)
+    if method_id(payload) == BASIC_NACK:
+        tag, multiple, _requeue = decode_nack(payload)
+        return tag, multiple
+    return decode_ack(payload)
 
 
 def decode_content_header(payload: bytes | memoryview) -> tuple[int, bytes]:
     """Content header payload -> (body size, raw property bytes: flags + list)."""
-    (body_size,) = _U64.unpack_from(payload, 4)
-    return body_size, bytes(payload[12:])
+    _class_id, size, raw = _decode_content_header(payload)
+    return size, raw
 
 
 def method_id(payload: bytes | memoryview) -> int:

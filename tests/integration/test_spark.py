@@ -133,6 +133,30 @@ def test_stream_source_to_sink_with_checkpoint(spark, broker, qname, tmp_path):
     assert {m["body"] for m in got if m["message_id"] == "m7"} == {b"payload 7"}
 
 
+def test_numeric_headers_survive_a_round_trip_as_json(spark, broker, qname, tmp_path):
+    url, n = broker.url, 200
+    headers = {"attempt": 3, "score": 0.25, "ok": True, "who": "me", "tags": ["a", 1]}
+    with Connection(url) as conn:
+        conn.queue_declare(qname)
+        conn.confirm_select()
+        for i in range(n):
+            raw = wire.encode_properties({"delivery_mode": 2, "message_id": f"m{i}",
+                                          "headers": {**headers, "i": i}})
+            conn.publish("", qname, raw, b"x")
+        conn.wait_window(0)
+    bind_out(url, f"{qname}-x", f"{qname}-out")
+    df = (spark.readStream.format("leveret").option("url", url).option("queue", qname)
+          .option("headersAsJson", "true").load()
+          .selectExpr("body", "message_id", "'out' AS routing_key", "headers",
+                      "get_json_object(headers, '$.i') + 1 AS next_i"))
+    (df.writeStream.format("leveret").option("url", url).option("exchange", f"{qname}-x")
+     .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+     .awaitTermination())
+    got = take_all(url, f"{qname}-out")
+    assert len(got) == n
+    assert all(m["headers"] == {**headers, "i": int(m["message_id"][1:])} for m in got)
+
+
 def test_failure_mid_stream_then_restart_loses_nothing(spark, broker, qname, tmp_path):
     """The sink writes batch 2, then the query dies before Spark commits it."""
     url, n = broker.url, 3000

@@ -12,7 +12,12 @@ pa = pytest.importorskip("pyarrow")
 
 from leveret.spark_sink import wire  # noqa: E402
 from leveret.spark_sink.amqp_client import Connection  # noqa: E402
-from leveret.spark_sink.publisher import PublishError, PublishOptions, publish_batches  # noqa: E402
+from leveret.spark_sink.publisher import (  # noqa: E402
+    ConnectionPool,
+    PublishError,
+    PublishOptions,
+    publish_batches,
+)
 from leveret.spark_sink.sink import LeveretBatchWriter, LeveretStreamWriter  # noqa: E402
 
 
@@ -106,3 +111,47 @@ def test_errors_are_named(broker, qname):
     missing = PublishOptions(url=broker.url, exchange=f"{qname}-missing").checked(["body"])
     with pytest.raises(Exception, match="404"):
         publish_batches([batch], missing, "m-")
+
+
+def test_a_worker_reuses_its_connection_across_tasks_and_drops_broken_ones(broker, qname):
+    setup_exchange(broker.url, qname)
+    pool = ConnectionPool()
+    batch = pa.RecordBatch.from_pydict({"body": [b"x"] * 10, "routing_key": ["a"] * 10})
+    opts = PublishOptions(url=broker.url, exchange=qname).checked(batch.schema.names)
+    assert publish_batches([batch], opts, "t1-", pool) == 10
+    first = pool.take(broker.url)
+    pool.give(broker.url, first)
+    assert publish_batches([batch], opts, "t2-", pool) == 10  # next micro-batch, same socket
+    assert pool.take(broker.url) is first
+    first.sock.close()  # e.g. the broker restarted between batches
+    pool.give(broker.url, first)
+    assert publish_batches([batch], opts, "t3-", pool) == 10  # a fresh connection, no error
+    assert pool.take(broker.url) is not first
+    # The same broker under other credentials is another key.
+    assert ConnectionPool.key(broker.url) != ConnectionPool.key(
+        broker.url.replace("guest:guest", "guest:other"))
+    # A failed task closes its connection instead of pooling it.
+    missing = PublishOptions(url=broker.url, exchange=f"{qname}-missing").checked(["body"])
+    with pytest.raises(Exception, match="404"):
+        publish_batches([batch], missing, "m-", pool)
+    assert not pool._idle
+    pool.close_all()
+    assert len(drain(broker.url, f"{qname}-a", 30)) == 30
+
+
+def test_a_json_headers_column_is_published_with_typed_values(broker, qname):
+    setup_exchange(broker.url, qname)
+    batch = pa.RecordBatch.from_pydict({
+        "body": [b"a", b"b", b"c"], "routing_key": ["a", "a", "a"],
+        "headers": ['{"n":42,"ratio":0.5,"ok":true,"s":"v","nested":{"l":[1,"x"]}}', None, "{}"],
+    })
+    opts = PublishOptions(url=broker.url, exchange=qname).checked(batch.schema.names)
+    assert publish_batches([batch], opts, "j-") == 3
+    got = drain(broker.url, f"{qname}-a", 3)
+    assert got[0][1]["headers"] == {"n": 42, "ratio": 0.5, "ok": True, "s": "v",
+                                    "nested": {"l": [1, "x"]}}
+    assert "headers" not in got[1][1] and got[2][1]["headers"] == {}
+    bad = pa.RecordBatch.from_pydict({"body": [b"a"], "headers": ["[1, 2]"]})
+    with pytest.raises(ValueError, match="must hold a JSON object"):
+        publish_batches([bad], PublishOptions(url=broker.url, exchange=qname).checked(["body"]),
+                        "j-")

@@ -7,6 +7,7 @@ way ``MicroBatchExecution`` does, and check what the broker sees.
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -18,8 +19,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 
 from leveret.spark_sink import wire  # noqa: E402
 from leveret.spark_sink.amqp_client import Connection  # noqa: E402
-from leveret.spark_sink.schema import ARROW_SCHEMA  # noqa: E402
-from leveret.spark_sink.source import LeveretBatchReader, LeveretStreamReader  # noqa: E402
+from leveret.spark_sink.datasource import LeveretDataSource  # noqa: E402
+from leveret.spark_sink.schema import ARROW_SCHEMA, ARROW_SCHEMA_JSON_HEADERS  # noqa: E402
+from leveret.spark_sink.source import (  # noqa: E402
+    LeveretBatchReader,
+    LeveretStreamReader,
+    SourceOptions,
+    consume_windowed,
+)
 
 
 def fill(url: str, queue: str, count: int, **props: object) -> None:
@@ -43,7 +50,8 @@ def rows(reader: object, start: dict, end: dict) -> list[dict]:
     for part in reader.partitions(start, end):  # type: ignore[attr-defined]
         part = pickle.loads(pickle.dumps(part))
         for batch in reader.read(part):  # type: ignore[attr-defined]
-            assert batch.schema == ARROW_SCHEMA
+            json_headers = reader.opts.headers_as_json  # type: ignore[attr-defined]
+            assert batch.schema == (ARROW_SCHEMA_JSON_HEADERS if json_headers else ARROW_SCHEMA)
             out.extend(batch.to_pylist())
     return out
 
@@ -141,3 +149,36 @@ def test_batch_reader_peeks_by_default_and_consumes_on_request(broker, qname):
     got = [r for p in take.partitions() for b in take.read(p) for r in b.to_pylist()]
     assert len(got) == 5 and all(r["redelivered"] for r in got)
     assert counts(broker.url, qname) == 2
+
+
+def test_the_window_holds_two_batches_and_splits_over_consumers_past_a_short(broker, qname):
+    assert SourceOptions.from_options({"url": "u", "queue": "q"}).prefetch == 20000
+    big = SourceOptions.from_options({"url": "u", "queue": "q", "maxMessagesPerTrigger": "50000"})
+    assert big.prefetch == 100000  # the running batch (unacked until commit) and the next one
+    fill(broker.url, qname, 30)
+    with Connection(broker.url) as conn:
+        assert consume_windowed(conn, qname, 100000) == 2  # 2 x 50,000: qos is a short
+        got = []
+        while len(got) < 30 and (conn.deliveries or conn.pump(3)):
+            while conn.deliveries:
+                got.append(conn.deliveries.popleft())
+        tags = [d.delivery_tag for d in got]
+        assert tags == sorted(tags) and len(got) == 30  # one tag sequence for the channel
+        conn.ack(tags[-1], multiple=True)  # one ack settles both consumers' deliveries
+    assert counts(broker.url, qname) == 0
+
+
+def test_headers_as_json_keep_their_types(broker, qname):
+    headers = {"n": 42, "big": 2**40, "ratio": 0.5, "ok": True, "none": None, "s": "v",
+               "nested": {"list": [1, "two"]}, "raw": bytearray(b"bytes")}
+    fill(broker.url, qname, 3, headers=headers)
+    assert "headers string" in LeveretDataSource({"headersAsJson": "true"}).schema()
+    assert "headers map<string,string>" in LeveretDataSource({}).schema()
+    reader = new_reader(broker.url, qname, headersAsJson="true")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    got = rows(reader, start, end)
+    assert len(got) == 3
+    assert json.loads(got[0]["headers"]) == {**headers, "raw": "bytes"}  # JSON has no bytes
+    reader.commit(end)
+    reader.stop()

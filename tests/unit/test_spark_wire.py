@@ -54,6 +54,8 @@ def test_publish_frames_match_pamqp(exchange, routing_key, mandatory, body):
     for start in range(0, len(body), 1024 - 8):
         expected += pframe.marshal(pbody.ContentBody(body[start:start + 1016]), 1)
     assert mine == expected
+    prefix = wire.publish_prefix(1, exchange, routing_key, mandatory)
+    assert b"".join(wire.encode_publish(prefix, 1, props, body, frame_max=1024)) == expected
 
 
 def test_ack_and_incoming_methods_match_pamqp():
@@ -63,6 +65,8 @@ def test_ack_and_incoming_methods_match_pamqp():
     nack = pframe.marshal(commands.Basic.Nack(9, multiple=True), 1)
     assert wire.method_id(nack[7:-1]) == wire.BASIC_NACK
     assert wire.decode_confirm(nack[7:-1]) == (9, True)
+    ack = pframe.marshal(commands.Basic.Ack(11, multiple=False), 1)
+    assert wire.decode_confirm(ack[7:-1]) == (11, False)
 
 
 def test_short_string_limit_is_an_error():
