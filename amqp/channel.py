@@ -62,6 +62,7 @@ from leveret.queues.entry import PublishResult
 
 if TYPE_CHECKING:
     from leveret.amqp.connection import Connection
+    from leveret.broker.vhost import VirtualHost
     from leveret.queues.consumer import Consumer
     from leveret.queues.queue import Queue, QueueEntry
 
@@ -104,7 +105,9 @@ class Channel:
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
-        self.vhost = connection.vhost
+        vhost = connection.vhost
+        assert vhost is not None  # channels open only on an open connection
+        self.vhost: VirtualHost = vhost
         # What the user may do here (broker/permissions.py); replaced when permissions change.
         self.access: Access = connection.broker.accounts.access_for(
             connection.user or "", self.vhost.name)

@@ -68,6 +68,7 @@ from leveret.model.errors import (
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
+    from leveret.broker.vhost import VirtualHost
     from leveret.config import Config
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class Connection:
         self._closing_channels: set[int] = set()
         self._flush_channels: set[Channel] = set()
         self.exclusive_queues: list[Any] = []
-        self.vhost: Any = None
+        self.vhost: VirtualHost | None = None
         self.user: str | None = None
         # Set by the TLS adapter: the user named by a verified client certificate (EXTERNAL).
         self.peer_cert_user: str | None = None

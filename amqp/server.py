@@ -31,7 +31,7 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from leveret.amqp import tls
 from leveret.amqp.connection import CLOSED, CLOSING, RUNNING, Connection
@@ -366,13 +366,13 @@ async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> Non
     """Stop accepting, send 320 CONNECTION_FORCED to every client, wait briefly, close."""
     for server in servers:
         server.close()
-    protocols = list(broker.protocols)
+    # The broker knows them as Blockable; every one of them is one of ours.
+    protocols = [cast(AMQPProtocol, p) for p in broker.protocols]
     broker.close_all()
     for proto in protocols:
         proto._flush()
     if protocols:
-        _done, _pending = await asyncio.wait([p.closed for p in protocols],
-                                           timeout=SHUTDOWN_GRACE_SECONDS)
+        await asyncio.wait([p.closed for p in protocols], timeout=SHUTDOWN_GRACE_SECONDS)
         for proto in protocols:
             if not proto.closed.done() and proto.transport is not None:
                 proto.transport.abort()

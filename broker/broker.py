@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.accounts import Accounts
+from leveret.broker.sessions import Blockable, ClientSession
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
 from leveret.model.stats import Churn, MessageStats
@@ -41,8 +42,8 @@ class Broker:
         self.new_vhost(config.default_vhost)
         self.accounts = Accounts(self)  # users, permissions, limits (broker/accounts.py)
         self.users = self.accounts.users
-        self.connections: set[Any] = set()
-        self.protocols: set[Any] = set()  # transports' adapters, for shutdown and alarms
+        self.connections: set[ClientSession] = set()
+        self.protocols: set[Blockable] = set()  # transports' adapters, for alarms
         self.alarms: set[str] = set()
         self.data_dir_lock: Any = None  # held open while the broker owns its data dir
         self.churn = Churn()  # connections and channels; queues count per vhost

@@ -38,7 +38,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from leveret.persistence.batch import Batch, Recorder
 from leveret.persistence.store import Store, StoredEntry, StoreError
@@ -51,6 +51,12 @@ Waiter = Callable[[bool], None]
 MAX_PENDING = 50_000
 
 
+class ConfirmSink(Protocol):
+    """Whoever waits for a publisher confirm that a commit releases (an AMQP channel)."""
+
+    def confirm_settled(self, seq: int, ok: bool) -> None: ...
+
+
 class GroupCommit(Recorder):
     def __init__(self, store: Store, loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(store.state())
@@ -61,7 +67,7 @@ class GroupCommit(Recorder):
                           if loop is not None else None)
         self._scheduled = False
         self._writing = False
-        self._held: list[tuple[Any, int]] = []  # (channel, confirm seq)
+        self._held: list[tuple[ConfirmSink, int]] = []  # (channel, confirm seq)
         self._callbacks: list[Waiter] = []
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
@@ -93,7 +99,7 @@ class GroupCommit(Recorder):
 
     # -- waiting for durability ---------------------------------------------------
 
-    def hold(self, channel: Any, seq: int) -> None:
+    def hold(self, channel: ConfirmSink, seq: int) -> None:
         """Release publisher confirm ``seq`` of ``channel`` after the next commit."""
         self._held.append((channel, seq))
 
@@ -160,7 +166,7 @@ class GroupCommit(Recorder):
         future = self.loop.run_in_executor(self._executor, self.store.write_batch, batch)
         future.add_done_callback(lambda f: self._done(f, held, callbacks))
 
-    def _done(self, future: asyncio.Future[None], held: list[tuple[Any, int]],
+    def _done(self, future: asyncio.Future[None], held: list[tuple[ConfirmSink, int]],
               callbacks: list[Waiter]) -> None:
         self._writing = False
         exc = future.exception()
@@ -218,7 +224,7 @@ class GroupCommit(Recorder):
             self._compacting = False
 
     @staticmethod
-    def _release(held: list[tuple[Any, int]], callbacks: list[Waiter], ok: bool) -> None:
+    def _release(held: list[tuple[ConfirmSink, int]], callbacks: list[Waiter], ok: bool) -> None:
         for channel, seq in held:
             channel.confirm_settled(seq, ok)
         for callback in callbacks:

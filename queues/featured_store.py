@@ -110,6 +110,7 @@ class FeaturedStore:
             entry.expires_at = ttl.expiry_of(settings, expiration, ttl.now_ms(owner.time))
         log = owner.log
         if self.tail.count:
+            assert log is not None  # only durable queues have a tail
             # Behind entries not committed yet when the queue became featured (see above).
             self.tail.append(seq)
             log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0)

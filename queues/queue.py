@@ -51,6 +51,7 @@ from leveret.queues import dead_letter, limits, ttl
 from leveret.queues.consumer_ring import ConsumerRing
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
+from leveret.queues.host import QueueHost, QueueLog
 from leveret.queues.plain_store import PAGE_BATCH, PAGE_HIGH, PlainStore
 from leveret.queues.priority_store import PriorityStore
 from leveret.queues.ready import ReadyStore
@@ -117,7 +118,7 @@ class Queue:
 
     def __init__(
         self,
-        vhost: Any,
+        vhost: QueueHost | None,
         name: str,
         durable: bool = False,
         exclusive_owner: object | None = None,
@@ -134,7 +135,7 @@ class Queue:
         self.time = ttl.timekeeping_of(vhost)
         # Durability: set by the vhost for durable queues (qid from the store).
         self.qid = 0
-        self.log: Any = None
+        self.log: QueueLog | None = None
         self.deleted = False
         self.had_consumer = False
         self.exclusive_consumer = False
@@ -259,14 +260,18 @@ class Queue:
 
     def note_delivered(self, entry: QueueEntry) -> None:
         """Persist the delivery count of a stored entry delivered for manual ack."""
-        self.log.mark_delivered(self.qid, entry.seq, entry.message, entry.delivery_count)
+        log = self.log
+        assert log is not None  # stored entries belong to durable queues
+        log.mark_delivered(self.qid, entry.seq, entry.message, entry.delivery_count)
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered entry was acked: it is gone; its consumer may take another."""
         self._unacked -= 1
         self._acked += 1
         if entry.stored and not self.deleted:
-            self.log.remove(self.qid, entry.seq, entry.message)
+            log = self.log
+            assert log is not None  # stored entries belong to durable queues
+            log.remove(self.qid, entry.seq, entry.message)
         if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
             self._dispatch()
 
@@ -320,11 +325,13 @@ class Queue:
 
     def written(self, seq: int) -> None:
         """The store recorded the enqueue of ``seq``: note the batch it is in (``_on_commit``)."""
-        batch = self.log.batch
+        log = self.log
+        assert log is not None  # only durable queues record enqueues
+        batch = log.batch
         if batch != self._batch_no:
             self._batch_no = batch
             self._batches.append((batch, seq))
-            self.log.after_commit(self._on_commit)
+            log.after_commit(self._on_commit)
 
     def _on_commit(self, ok: bool) -> None:
         batches = self._batches

@@ -29,7 +29,9 @@ read that comes up short waits for the next commit and then wakes the queue.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.queues.host import QueueLog
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
 class Owner(Protocol):
     """What a ready store needs from its queue."""
 
-    log: Any  # the group commit, for durable queues; None otherwise
+    log: QueueLog | None  # the group commit, for durable queues
     qid: int
     settings: QueueSettings
     time: Timekeeping
@@ -122,13 +124,15 @@ class Tail:
     def read(self, want: int) -> list[StoredEntry]:
         """Up to ``want`` committed entries from the front of the tail (removed from it)."""
         owner = self._owner
-        stored: list[StoredEntry] = owner.log.read_queue(owner.qid, self.first, want)
+        log = owner.log
+        assert log is not None  # only durable queues have a tail
+        stored: list[StoredEntry] = log.read_queue(owner.qid, self.first, want)
         if stored:
             self.count -= len(stored)
             self.first = stored[-1].seq + 1
         if self.count and len(stored) < want and not self.waiting:
             self.waiting = True
-            owner.log.after_commit(self._committed)
+            log.after_commit(self._committed)
         return stored
 
     def _committed(self, ok: bool) -> None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from leveret.queues.settings import QueueSettings
 
@@ -71,7 +71,7 @@ class Timekeeping:
 SYSTEM = Timekeeping()
 
 
-def timekeeping_of(vhost: Any) -> Timekeeping:
+def timekeeping_of(vhost: object) -> Timekeeping:
     """The vhost's clocks (a vhost-less queue in a unit test gets real clocks, no timers)."""
     return getattr(vhost, "time", None) or SYSTEM
 

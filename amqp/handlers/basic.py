@@ -73,7 +73,7 @@ def _consume_reply_to(ch: Channel, m: commands.Basic.Consume) -> None:
 
 
 def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
-    if ch.vhost.reply_to.cancel(ch, m.consumer_tag):
+    if ch.vhost.reply_to.cancel(ch, m.consumer_tag or ""):
         if not m.nowait:
             ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
         return

@@ -1,0 +1,60 @@
+"""What a queue needs from the outside: its vhost and its durability log, as Protocols.
+
+A queue lives in a vhost (``broker.vhost.VirtualHost``) and, when durable,
+records its entries through the group commit (``persistence.group_commit``).
+``queues`` sits below ``broker`` in the package layers, so it names only the
+few things it uses, here, instead of importing either side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.model.message import Message
+
+if TYPE_CHECKING:
+    from leveret.exchanges import Exchange
+    from leveret.persistence.store import StoredEntry
+    from leveret.queues.queue import Queue
+    from leveret.queues.ttl import Timekeeping
+
+
+class QueueHost(Protocol):
+    """A vhost, as its queues see it: where dead letters are routed and who deletes."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+
+    @property
+    def queues(self) -> Mapping[str, Queue]: ...
+
+    @property
+    def time(self) -> Timekeeping: ...
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove the queue (x-expires, auto-delete); returns its ready count."""
+
+
+class QueueLog(Protocol):
+    """The group commit, as a durable queue records through it."""
+
+    @property
+    def batch(self) -> int: ...
+
+    def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
+                expires_at: int = 0) -> None: ...
+
+    def mark_delivered(self, qid: int, seq: int, message: Message,
+                       delivery_count: int) -> None: ...
+
+    def remove(self, qid: int, seq: int, message: Message) -> None: ...
+
+    def purge(self, qid: int, from_seq: int = 0) -> None: ...
+
+    def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]: ...
+
+    def after_commit(self, callback: Callable[[bool], None]) -> None: ...
