@@ -19,15 +19,14 @@ is the order in which methods were handled; deliveries to the channel's
 consumers wait too (``has_room`` is false) instead of piling up.
 
 Deliveries get per-channel tags from 1. Unacked deliveries are kept in a
-dict by tag plus a deque in tag order, so ``multiple`` acks pop from the left
-and single acks pop from the dict (the deque is compacted lazily).
+``UnackedMap`` (``unacked.py``), O(1) per delivery settled, single or
+``multiple``.
 When the channel closes, everything unacked goes back to its queue.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -42,6 +41,7 @@ from leveret.amqp.codec import (
     encode_method,
 )
 from leveret.amqp.handlers import HANDLERS
+from leveret.amqp.unacked import UnackedMap, UnknownTag
 from leveret.broker import publish_props
 from leveret.broker.permissions import WRITE, Access
 from leveret.confirms.tracker import ConfirmTracker
@@ -117,8 +117,7 @@ class Channel:
         self.stats = MessageStats()  # counted in place; read by the management plane
         # deliveries
         self._next_tag = 1
-        self._unacked: dict[int, Delivery] = {}
-        self._tag_order: deque[int] = deque()
+        self._unacked: UnackedMap[Delivery] = UnackedMap()
         self.consumers: dict[str, Consumer] = {}
         self.consumer_prefetch = 0
         self.global_prefetch = 0
@@ -388,8 +387,7 @@ class Channel:
             consumer.queue.note_delivered(entry)
         consumer.unacked += 1
         self._global_unacked += 1
-        self._unacked[tag] = (entry, consumer.queue, consumer)
-        self._tag_order.append(tag)
+        self._unacked.add(tag, (entry, consumer.queue, consumer))
 
     def deliver_reply(self, consumer_tag: str, message: Message) -> None:
         """A direct reply-to delivery: no ack expected, so the tag is not consumed
@@ -422,31 +420,16 @@ class Channel:
             return
         if entry.stored:
             queue.note_delivered(entry)
-        self._unacked[tag] = (entry, queue, None)
-        self._tag_order.append(tag)
+        self._unacked.add(tag, (entry, queue, None))
 
     # -- acknowledgements --------------------------------------------------------
 
     def _take(self, tag: int, multiple: bool, index: int) -> list[Delivery]:
-        unacked = self._unacked
-        if not multiple:
-            delivery = unacked.pop(tag, None)
-            if delivery is None:
-                raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                                   class_and_method(index))
-            if len(self._tag_order) > 2 * len(unacked) + 64:
-                self._tag_order = deque(t for t in self._tag_order if t in unacked)
-            return [delivery]
-        if tag and tag not in unacked:
+        try:
+            return self._unacked.take(tag, multiple)
+        except UnknownTag:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               class_and_method(index))
-        order = self._tag_order
-        out = []
-        while order and (tag == 0 or order[0] <= tag):
-            delivery = unacked.pop(order.popleft(), None)
-            if delivery is not None:
-                out.append(delivery)
-        return out
+                               class_and_method(index)) from None
 
     def ack(self, tag: int, multiple: bool) -> None:
         if self.tx is not None:
@@ -504,13 +487,11 @@ class Channel:
     def requeue_all(self) -> None:
         touched = set()
         # Requeue newest first is irrelevant: queues restore order by sequence number.
-        for entry, queue, consumer in self._unacked.values():
+        for entry, queue, consumer in self._unacked.take_all():
             queue.requeue(entry)
             touched.add(queue)
             if consumer is not None:
                 consumer.unacked -= 1
-        self._unacked.clear()
-        self._tag_order.clear()
         self._global_unacked = 0
         for queue in touched:
             queue.deliver_ready()
