@@ -14,7 +14,7 @@ States follow the handshake: ``HEADER`` (waiting for ``AMQP\\0\\0\\9\\1``) →
 ``START`` (sent connection.start, waiting for start-ok) → ``TUNE`` →
 ``OPEN`` (waiting for connection.open) → ``RUNNING`` → ``CLOSING`` (we sent
 connection.close and discard everything but close/close-ok) → ``CLOSED``.
-The connection-class methods that move it are one table,
+The connection-class methods that move it are one table in ``handshake.py``,
 ``HANDSHAKE``: (state, method) → (handler, next state), readable against the
 spec's grammar; ``connection.close`` and ``close-ok`` are accepted in every
 state. Any frame a state does not expect is a connection error; errors are raised
@@ -24,7 +24,6 @@ by name anywhere below and turned into close methods in one place, ``_fail``.
 from __future__ import annotations
 
 import logging
-import platform
 import struct
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-import leveret
+from leveret.amqp import handshake
 from leveret.amqp.channel import Channel
 from leveret.amqp.codec import (
     class_and_method,
@@ -50,9 +49,17 @@ from leveret.amqp.frames import (
     FrameBuffer,
     erlang_binary,
 )
-from leveret.broker import auth
+from leveret.amqp.handshake import (
+    CLOSED,
+    CLOSING,
+    HEADER,
+    OPEN,
+    RUNNING,
+    START,
+    STATE_NAMES,
+    TUNE,
+)
 from leveret.model.errors import (
-    ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
@@ -75,7 +82,6 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
-HEADER, START, TUNE, OPEN, RUNNING, CLOSING, CLOSED = range(7)
 
 # Once we have sent connection.close, how long the peer has to answer close-ok before the
 # adapter drops the socket; meanwhile its stream is read only to find close-ok and the rest
@@ -88,20 +94,6 @@ CLOSING_TIMEOUT = 30.0
 # not read at all meanwhile. RabbitMQ's ?SILENT_CLOSE_DELAY: measured on 3.10, 3.0 s after a
 # bad frame end marker (heartbeat 0 or 60) and after a refused tune-ok.
 SILENT_CLOSE_DELAY = 3.0
-# RabbitMQ's names for the states, used in its error texts.
-STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
-
-SERVER_CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,  # amqp/reply_to.py
-}
 
 # channel.open-ok with an empty (deprecated) channel-id, byte for byte what RabbitMQ sends;
 # pamqp insists on "0" there, and aio-pika's robust channels behave differently with it.
@@ -114,19 +106,6 @@ _CHANNEL_FLOW = commands.Channel.Flow.index
 _CHANNEL_FLOW_OK = commands.Channel.FlowOk.index
 _CONNECTION_CLOSE = commands.Connection.Close.index
 _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
-
-
-def _check_negotiated(field: str, value: int, minimum: int, maximum: int) -> None:
-    """A tune-ok value must lie in [minimum, maximum]; 0 is "no limit". RabbitMQ's texts."""
-    if value and value < minimum:
-        raise ConnectionError_(
-            NOT_ALLOWED, f"negotiated {field} = {value} is lower than the minimum allowed "
-            f"value ({minimum})", (10, 30))
-    if maximum and (value == 0 or value > maximum):
-        detail = " (no limit)" if value == 0 and field == "channel_max" else ""
-        raise ConnectionError_(
-            NOT_ALLOWED, f"negotiated {field} = {value}{detail} is higher than the maximum "
-            f"allowed value ({maximum})", (10, 30))
 
 
 # Frames handled per ``receive_data`` call. A client that sends a burst (thousands of acks,
@@ -293,7 +272,7 @@ class Connection:
                     return
                 data = bytes(self._header[8:])
                 self._header = bytearray()
-                self._send_start()
+                handshake.send_start(self)
             self.input_pending = False
             budget = FRAMES_PER_TURN
             frames = self._frames
@@ -371,7 +350,7 @@ class Connection:
                 raise ConnectionError_(CHANNEL_ERROR,
                                        f"unexpected method in connection state {STATE_NAMES[state]}",
                                        class_and_method(index))
-            self._connection_method(decode_method(payload, index), index)
+            handshake.connection_method(self, decode_method(payload, index), index)
             return
         if state != RUNNING:
             raise ConnectionError_(COMMAND_INVALID, "channel method before connection.open-ok",
@@ -441,97 +420,7 @@ class Connection:
             reply_code=int(exc.code), reply_text=exc.reply_text[:255],
             class_id=class_id, method_id=method_id))
 
-    # -- connection class -------------------------------------------------------
-
-    def _send_start(self) -> None:
-        self.state = START
-        props: dict[str, Any] = {
-            "product": "Leveret",
-            "version": leveret.__version__,
-            "platform": f"Python {platform.python_version()}",
-            "copyright": "Leveret contributors",
-            "information": "Licensed under the Apache License 2.0",
-            "cluster_name": self.broker.cluster_name,
-            "capabilities": dict(SERVER_CAPABILITIES),
-        }
-        self.write(encode_method(0, commands.Connection.Start(
-            version_major=0, version_minor=9, server_properties=props,
-            mechanisms=" ".join(auth.mechanisms(self.peer_cert_user)), locales="en_US")))
-
-    def _connection_method(self, method: Any, index: int) -> None:
-        state = self.state
-        if index == _CONNECTION_CLOSE:
-            self.write(encode_method(0, commands.Connection.CloseOk()))
-            self._closed()
-            # As RabbitMQ: the client, which started the close, closes the socket after
-            # reading close-ok; the server only closes it if the client does not.
-            self.peer_closes = True
-            return
-        if index == _CONNECTION_CLOSE_OK:
-            self._closed()
-            return
-        step = HANDSHAKE.get((state, index))
-        if step is None:
-            raise ConnectionError_(CHANNEL_ERROR,
-                                   f"unexpected method in connection state {STATE_NAMES[state]}",
-                                   class_and_method(index))
-        handler, next_state = step
-        handler(self, method)
-        if self.state == state:  # a handler that closed the connection has moved it already
-            self.state = next_state
-
-    def _start_ok(self, method: commands.Connection.StartOk) -> None:
-        self.client_properties = dict(method.client_properties or {})
-        accounts = self.broker.accounts
-        user = auth.authenticate(method.mechanism, method.response, accounts,
-                                 self.peer, self.config, self.peer_cert_user)
-        accounts.auth_attempts["total"] += 1
-        accounts.auth_attempts["succeeded" if user is not None else "failed"] += 1
-        if user is None:
-            if not self.client_capability("authentication_failure_close"):
-                # Clients that cannot handle the close method just see the socket close.
-                self._closed()
-                return
-            raise ConnectionError_(
-                ACCESS_REFUSED,
-                f"Login was refused using authentication mechanism {method.mechanism}. "
-                "For details see the broker logfile.")
-        self.user = user
-        self.write(encode_method(0, commands.Connection.Tune(
-            channel_max=self.config.channel_max, frame_max=self.config.frame_max,
-            heartbeat=self.config.heartbeat)))
-
-    def _open(self, method: commands.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None:
-            raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
-                                   (10, 40))
-        limit = self.config.connection_max
-        if limit and len(self.broker.connections) >= limit:
-            raise ConnectionError_(NOT_ALLOWED, f"connection refused: node connection limit "
-                                   f"({limit}) is reached", (10, 40))
-        user = self.user or ""
-        self.broker.accounts.check_connection(user, vhost)
-        if not self.broker.accounts.control.can_open(user, vhost.name):
-            raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for "
-                                   f"user '{user}'", (10, 40))
-        self.vhost = vhost
-        self.broker.connections.add(self)
-        self.write(encode_method(0, commands.Connection.OpenOk()))
-        log.info("connection %s opened (user %r, vhost %r)", self.name, self.user, vhost.name)
-
-    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
-        self.write(encode_method(0, commands.Connection.UpdateSecretOk()))
-
-    def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
-        # As rabbit_reader's validate_negotiated_integer_value: 0 means "no limit",
-        # which is above any limit we proposed, so it is refused like a larger value.
-        _check_negotiated("frame_max", m.frame_max, 4096, self.config.frame_max)
-        _check_negotiated("channel_max", m.channel_max, 0, self.config.channel_max)
-        self.frame_max = m.frame_max
-        self._frames.frame_max = m.frame_max
-        self.channel_max = m.channel_max
-        self.heartbeat = m.heartbeat
+    # -- connection class: amqp/handshake.py ------------------------------------
 
     # -- errors and closing ------------------------------------------------------
 
@@ -627,13 +516,3 @@ class Connection:
             self.write(HEARTBEAT_FRAME)
         return True
 
-
-# The handshake as data: (state, connection-class method) -> (handler, next state).
-# Anything not here (except close/close-ok, accepted everywhere) is 504 "unexpected
-# method in connection state ...", as RabbitMQ's rabbit_reader answers.
-HANDSHAKE: dict[tuple[int, int], tuple[Callable[[Connection, Any], None], int]] = {
-    (START, commands.Connection.StartOk.index): (Connection._start_ok, TUNE),
-    (TUNE, commands.Connection.TuneOk.index): (Connection._tune_ok, OPEN),
-    (OPEN, commands.Connection.Open.index): (Connection._open, RUNNING),
-    (RUNNING, commands.Connection.UpdateSecret.index): (Connection._update_secret, RUNNING),
-}
