@@ -1,0 +1,106 @@
+"""The management API's route table (RabbitMQ's paths) and its aiohttp application.
+
+One row per route: method, path under ``/api/``, handler, the tag needed
+(``auth.py``). Read it next to RabbitMQ's ``rabbit_mgmt_dispatcher.erl``.
+Every vhost-scoped route also needs vhost access (``auth.may_use_vhost``),
+which is everyone's until permissions exist (issue 11).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from leveret.management_ui import definitions, health, read, views, write
+from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
+from leveret.management_ui.router import Router, error_response, make_handler
+
+__all__ = ["ROUTES", "build_app", "views"]
+
+M, MON, POL, ADM = MANAGEMENT, MONITORING, POLICYMAKER, ADMINISTRATOR
+B = "bindings/{vhost}/e/{source}/{kind}/{dest}"
+
+ROUTES: list[tuple[str, str, Any, str | None]] = [
+    ("GET", "overview", read.overview, M),
+    ("GET", "whoami", read.whoami, M),
+    ("GET", "extensions", read.extensions, M),
+    ("GET", "auth", read.auth_info, None),
+    ("GET", "nodes", read.nodes, MON),
+    ("GET", "nodes/{node}", read.node, MON),
+    ("GET", "connections", read.connections, M),
+    ("GET", "connections/{name}", read.connection, M),
+    ("DELETE", "connections/{name}", write.delete_connection, M),
+    ("GET", "connections/{name}/channels", read.connection_channels, M),
+    ("GET", "vhosts/{vhost}/connections", read.connections, M),
+    ("GET", "channels", read.channels, M),
+    ("GET", "vhosts/{vhost}/channels", read.channels, M),
+    ("GET", "channels/{name}", read.channel, M),
+    ("GET", "consumers", read.consumers, M),
+    ("GET", "consumers/{vhost}", read.consumers, M),
+    ("GET", "exchanges", read.exchanges, M),
+    ("GET", "exchanges/{vhost}", read.exchanges, M),
+    ("GET", "exchanges/{vhost}/{name}", read.exchange, M),
+    ("PUT", "exchanges/{vhost}/{name}", write.put_exchange, M),
+    ("DELETE", "exchanges/{vhost}/{name}", write.delete_exchange, M),
+    ("GET", "exchanges/{vhost}/{name}/bindings/{side}", read.exchange_bindings, M),
+    ("POST", "exchanges/{vhost}/{name}/publish", write.publish, M),
+    ("GET", "queues", read.queues, M),
+    ("GET", "queues/{vhost}", read.queues, M),
+    ("GET", "queues/{vhost}/{name}", read.queue, M),
+    ("PUT", "queues/{vhost}/{name}", write.put_queue, M),
+    ("DELETE", "queues/{vhost}/{name}", write.delete_queue, M),
+    ("GET", "queues/{vhost}/{name}/bindings", read.queue_bindings, M),
+    ("DELETE", "queues/{vhost}/{name}/contents", write.purge_queue, M),
+    ("POST", "queues/{vhost}/{name}/get", write.get, M),
+    ("GET", "bindings", read.bindings, M),
+    ("GET", "bindings/{vhost}", read.bindings, M),
+    ("GET", B, read.bindings_list_between, M),
+    ("POST", B, write.post_binding, M),
+    ("GET", B + "/{props}", read.binding, M),
+    ("DELETE", B + "/{props}", write.delete_binding, M),
+    ("GET", "vhosts", read.vhosts, M),
+    ("GET", "vhosts/{name}", read.vhost, M),
+    ("GET", "users", read.users, ADM),
+    ("GET", "users/{name}", read.user, ADM),
+    ("GET", "permissions", read.permissions, ADM),
+    ("GET", "topic-permissions", read.empty_list, ADM),
+    ("GET", "policies", read.policies, M),
+    ("GET", "policies/{vhost}", read.policies, M),
+    ("GET", "policies/{vhost}/{name}", read.policy, M),
+    ("PUT", "policies/{vhost}/{name}", write.put_policy, POL),
+    ("DELETE", "policies/{vhost}/{name}", write.delete_policy, POL),
+    ("GET", "operator-policies", read.empty_list, M),
+    ("GET", "parameters", read.empty_list, M),
+    ("GET", "global-parameters", read.empty_list, M),
+    ("GET", "vhost-limits", read.empty_list, M),
+    ("GET", "user-limits", read.empty_list, ADM),
+    ("GET", "definitions", definitions.export, ADM),
+    ("POST", "definitions", definitions.import_, ADM),
+    ("GET", "definitions/{vhost}", definitions.export, ADM),
+    ("POST", "definitions/{vhost}", definitions.import_, ADM),
+    ("GET", "health/checks/alarms", health.alarms, M),
+    ("GET", "health/checks/local-alarms", health.local_alarms, M),
+    ("GET", "health/checks/virtual-hosts", health.virtual_hosts, M),
+    ("GET", "health/checks/node-is-quorum-critical", health.single_node, M),
+    ("GET", "health/checks/node-is-mirror-sync-critical", health.single_node, M),
+    ("GET", "health/checks/certificate-expiration/{within}/{unit}",
+     health.certificate_expiration, M),
+    ("GET", "health/checks/port-listener/{port}", health.port_listener, M),
+    ("GET", "health/checks/protocol-listener/{protocol}", health.protocol_listener, M),
+    ("GET", "aliveness-test/{vhost}", health.aliveness_test, M),
+]
+
+
+def build_app(state: Any) -> web.Application:
+    # A definitions file can be large; RabbitMQ's default body limit is 20 MB.
+    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app.router.add_route("*", "/api/{tail:.*}", make_handler(Router(ROUTES), state))
+
+    async def root(request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            return web.Response(text="Leveret management API: see /api/overview\n")
+        return error_response(404, "Object Not Found", "Not Found")
+
+    app.router.add_route("*", "/{tail:.*}", root)
+    return app

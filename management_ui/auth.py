@@ -1,0 +1,88 @@
+"""Who may use the management API: HTTP basic credentials and RabbitMQ's tags.
+
+The one seam to the user model. Today ``Broker.users`` maps a name to a
+password and every user is, in effect, an administrator; when users get tags
+and permissions (issue 11) only ``authenticate`` and ``may_use_vhost`` change.
+
+RabbitMQ's rules (``rabbit_mgmt_util:is_authorized*``, v3.10.8 l.255-290):
+any of ``management``, ``policymaker``, ``monitoring``, ``administrator``
+logs in; each route then needs one of the tags in ``IMPLIED`` (``monitoring``
+and ``policymaker`` are implied by ``administrator``; ``management`` by any).
+``loopback_users`` applies to HTTP logins as it does to AMQP.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from typing import Any
+
+from leveret.broker.auth import is_loopback
+
+MANAGEMENT = "management"
+POLICYMAKER = "policymaker"
+MONITORING = "monitoring"
+ADMINISTRATOR = "administrator"
+
+# Route requirement -> the user tags that satisfy it.
+IMPLIED: dict[str, frozenset[str]] = {
+    MANAGEMENT: frozenset({MANAGEMENT, POLICYMAKER, MONITORING, ADMINISTRATOR}),
+    POLICYMAKER: frozenset({POLICYMAKER, ADMINISTRATOR}),
+    MONITORING: frozenset({MONITORING, ADMINISTRATOR}),
+    ADMINISTRATOR: frozenset({ADMINISTRATOR}),
+}
+# RabbitMQ's texts when a logged-in user lacks the tag a route needs.
+REFUSED_TEXT = {
+    MANAGEMENT: "Not management user",
+    POLICYMAKER: "Not policymaker user",
+    MONITORING: "Not monitor user",
+    ADMINISTRATOR: "Not administrator user",
+}
+LOGIN_FAILED = "Login failed"
+LOOPBACK_ONLY = "User can only log in via localhost"
+
+
+def parse_basic(header: str | None) -> tuple[str, str] | None:
+    """``Authorization: Basic base64(user:password)`` -> (user, password)."""
+    if not header or not header[:6].lower() == "basic ":
+        return None
+    try:
+        user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+def authenticate(broker: Any, user: str, password: str) -> tuple[str, list[str]] | None:
+    """(name, tags) for valid credentials, else None. Every user is an administrator until
+    the user model has tags (issue 11)."""
+    expected = broker.users.get(user)
+    if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+        return None
+    return user, [ADMINISTRATOR]
+
+
+def check_login(broker: Any, config: Any, header: str | None,
+                peer: tuple[str, int] | None) -> tuple[str, list[str]] | str:
+    """The logged-in (name, tags), or the 401 reason."""
+    credentials = parse_basic(header)
+    if credentials is None:
+        return LOGIN_FAILED
+    found = authenticate(broker, *credentials)
+    if found is None:
+        return LOGIN_FAILED
+    if found[0] in config.loopback_users and not is_loopback(peer):
+        return LOOPBACK_ONLY
+    if not IMPLIED[MANAGEMENT] & set(found[1]):
+        return REFUSED_TEXT[MANAGEMENT]
+    return found
+
+
+def allowed(tags: list[str], need: str) -> bool:
+    return bool(IMPLIED[need] & set(tags))
+
+
+def may_use_vhost(broker: Any, user: str, vhost: str) -> bool:
+    """Vhost access for /queues, /exchanges, /bindings...: everyone, until permissions."""
+    return True
