@@ -28,6 +28,7 @@ from aiohttp import web
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.management_ui import views
 
+LEVERET = "leveret_"  # Leveret-only series keep their own prefix
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 AMQP = (("protocol", "amqp091"),)
 CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
@@ -48,7 +49,7 @@ class Writer:
 
     def family(self, name: str, type_: str, help_: str,
                samples: Iterable[tuple[Labels, float]]) -> None:
-        full = self.prefix + name
+        full = name if name.startswith(LEVERET) else self.prefix + name
         self.lines.append(f"# TYPE {full} {type_}\n# HELP {full} {help_}\n")
         for labels, value in samples:
             if labels:
@@ -144,7 +145,7 @@ def write_node(w: Writer, state: Any) -> None:
         ("alarms_memory_used_watermark",
          "is 1 if VM memory watermark alarm is in effect", MEMORY in broker.alarms),
     ):
-        w.one(name, "gauge", help_, int(on))
+        w.one(name, "untyped", help_, int(on))  # untyped, as RabbitMQ types them
     ok, failed = state.http_auth
     http = (("protocol", "http"),)
     w.one("auth_attempts_total", "counter", "Total number of authorization attempts",
@@ -189,7 +190,7 @@ def write_node(w: Writer, state: Any) -> None:
          CLASSIC),
     ):
         w.one(f"global_messages_{name}", "counter", help_, value, labels)
-    w.one("store_backlogged", "gauge",
+    w.one("leveret_store_backlogged", "gauge",
           "1 while the store writer is behind and publishers are paused",
           int(broker.log.backlogged))
 
