@@ -26,6 +26,17 @@ EXCHANGE_TYPE_DESCRIPTIONS = {
 SAMPLE_RETENTION = {"global": [600, 3600, 28800, 86400], "basic": [600, 3600], "detailed": [600]}
 BY_NAME = {"name": lambda o: o.name}
 BY_VHOST_NAME = {"name": lambda o: o.name, "vhost": lambda o: o.vhost.name}
+# Queue fields readable without formatting: sorting 10,000 queues by them formats one page.
+QUEUE_FIELDS = {
+    **BY_VHOST_NAME,
+    "messages": lambda q: q.message_count + q.unacked,
+    "messages_ready": lambda q: q.message_count,
+    "messages_unacknowledged": lambda q: q.unacked,
+    "consumers": lambda q: q.consumer_count,
+    "durable": lambda q: q.durable,
+    "auto_delete": lambda q: q.auto_delete,
+    "exclusive": lambda q: q.exclusive,
+}
 
 
 def vhost_of(req: Request, name: str | None = None) -> Any:
@@ -278,7 +289,7 @@ async def queues(req: Request) -> web.Response:
     full = not truthy(req.query.get("disable_stats", "false"))
     state = req.state
     return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
-                                      lambda q: views.queue_json(q, state, full), BY_VHOST_NAME))
+                                      lambda q: views.queue_json(q, state, full), QUEUE_FIELDS))
 
 
 def queue_of(req: Request, vhost: Any) -> Any:
