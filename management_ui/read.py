@@ -435,5 +435,22 @@ async def permissions(req: Request) -> web.Response:
     return json_response(respond_list(req.query, all_permissions(req.state), lambda p: p))
 
 
+async def vhost_permissions(req: Request) -> web.Response:
+    name = vhost_of(req, req.params["name"]).name
+    found = [p for p in all_permissions(req.state) if p["vhost"] == name]
+    return json_response(respond_list(req.query, found, lambda p: p))
+
+
+async def user_permissions(req: Request) -> web.Response:
+    if req.params["name"] not in req.state.broker.users:
+        raise not_found()
+    found = [p for p in all_permissions(req.state) if p["user"] == req.params["name"]]
+    return json_response(respond_list(req.query, found, lambda p: p))
+
+
+async def cluster_name(req: Request) -> web.Response:
+    return json_response({"name": req.state.broker.cluster_name})
+
+
 async def empty_list(req: Request) -> web.Response:
     return json_response([])

@@ -27,6 +27,9 @@ from leveret.management_ui import api, prometheus, sampler
 
 log = logging.getLogger(__name__)
 
+# How long stopping waits for HTTP requests in flight (aiohttp's default is 60 s); the AMQP
+# side gives its clients SHUTDOWN_GRACE_SECONDS (3 s) in the same spirit.
+HTTP_SHUTDOWN_SECONDS = 2.0
 # RabbitMQ's version is reported where clients (rabbitmqadmin, the UI, dashboards) parse it.
 RABBITMQ_VERSION = "3.10.8"
 PRODUCT_NAME = "Leveret"
@@ -90,7 +93,8 @@ class ManagementService:
             (prometheus.build_app(state), config.prometheus_port, "Prometheus metrics",
              "http/prometheus"),
         ):
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                   shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
             await runner.setup()
             self.runners.append(runner)
             for host in hosts:

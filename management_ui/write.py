@@ -23,7 +23,7 @@ from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import read, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
-from leveret.model.errors import CONNECTION_FORCED
+from leveret.model.errors import CONNECTION_FORCED, ChannelError
 from leveret.model.message import Message
 from leveret.model.properties import encode_properties
 from leveret.queues.policy import PolicyError, validate
@@ -108,6 +108,7 @@ async def put_queue(req: Request) -> web.Response:
 async def delete_queue(req: Request) -> web.Response:
     vhost = read.vhost_of(req)
     queue = read.queue_of(req, vhost)
+    vhost.check_exclusive(queue, None)  # another connection's exclusive queue: 400, as RabbitMQ
     vhost.delete_queue_checked(queue, truthy(req.query.get("if-unused", "false")),
                                truthy(req.query.get("if-empty", "false")))
     return _no_content()
@@ -243,7 +244,10 @@ async def get(req: Request) -> web.Response:
     name = req.params["name"]
     if name not in vhost.queues:
         raise not_found()
-    queue = vhost.queue_for(name, None)
+    try:
+        queue = vhost.queue_for(name, None)
+    except ChannelError as exc:  # RabbitMQ's get reports the channel's close text with its code
+        raise bad_request(f"{int(exc.code)} {exc.reply_text}") from None
     stats = vhost.closed_channel_stats
     taken = []
     out = []

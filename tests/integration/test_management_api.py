@@ -432,3 +432,66 @@ def test_field_names_match_rabbitmq(api, rabbitmq_http, qname):
     finally:
         for target in (api, rabbitmq_http):
             target.delete(Q + qname)
+
+
+def test_exclusive_queue_is_locked_over_http(api, broker, qname):
+    locked = (f"cannot obtain exclusive access to locked queue '{qname}' in vhost '/'. It could "
+              "be originally declared on another connection or the exclusive property value "
+              "does not match that of the original declaration.")
+    conn = _conn(broker)
+    try:
+        ch = conn.channel()
+        ch.queue_declare(qname, exclusive=True)
+        ch.basic_publish("", qname, b"x")
+        status, _, body = api.post(f"{Q}{qname}/get", {"count": 1, "ackmode": "ack_requeue_true",
+                                                       "encoding": "auto"})
+        assert (status, body["reason"]) == (400, f"405 RESOURCE_LOCKED - {locked}")
+        for status, _, body in (api.delete(f"{Q}{qname}/contents"), api.put(Q + qname),
+                                api.delete(Q + qname)):
+            assert (status, body) == (400, {"error": "bad_request", "reason": locked})
+        assert api.ok(Q + qname)["exclusive"] is True
+    finally:
+        conn.close()
+
+
+def test_cluster_name_and_permission_views(api):
+    assert api.ok("/cluster-name")["name"] == api.ok("/overview")["cluster_name"]
+    assert api.ok("/vhosts/%2F/permissions") == [
+        {"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}]
+    assert api.ok("/users/guest/permissions") == api.ok("/vhosts/%2F/permissions")
+    assert api.get("/users/nobody/permissions")[0] == 404
+    assert api.ok("/feature-flags") == []
+
+
+def test_connection_channel_consumer_fields_match_rabbitmq(api, broker, rabbitmq_http, qname):
+    """Connections, channels and consumers seen from both brokers with the same client."""
+    ignore = {"garbage_collection", "reductions", "reductions_details", "idle_since"}
+    views = {}
+    conns = []
+    try:
+        for target, port in ((api, broker.port), (rabbitmq_http, 5672)):
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", port, client_properties={"connection_name": qname}))
+            conns.append(conn)
+            ch = conn.channel()
+            ch.queue_declare(qname, exclusive=True)
+            ch.basic_consume(qname, lambda *a: None)
+            conn.process_data_events(0.1)
+            deadline = time.monotonic() + 10
+            while True:  # RabbitMQ's lists lag behind its stats emission
+                c = [x for x in target.ok("/connections") if x["user_provided_name"] == qname]
+                chans = [x for x in target.ok("/channels") if c and
+                         x["connection_details"]["name"] == c[0]["name"]]
+                cons = [x for x in target.ok("/consumers") if x["queue"]["name"] == qname]
+                if (c and chans and cons) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            views[target] = (c[0], chans[0], cons[0])
+        for ours, theirs in zip(views[api], views[rabbitmq_http]):
+            assert set(theirs) - set(ours) - ignore == set()
+            for nested in ("channel_details", "connection_details", "queue"):
+                if nested in theirs:
+                    assert set(theirs[nested]) == set(ours[nested]), nested
+    finally:
+        for conn in conns:
+            conn.close()
