@@ -13,7 +13,8 @@ management API every second for what the UI's overview and queues pages load
 alternates between rounds. Printed: consumed msg/s of both and their ratio per round,
 and the median ratio (issue 12 asks for <= 3% difference).
 
-Queue timing: declares N queues on a fresh Leveret and times (best and median of 10)
+Queue timing: measures the broker CPU one scrape cycle costs (empty, then with N queues),
+declares N queues on a fresh Leveret and times (best and median of 10)
 /api/queues?page=1&page_size=100, /api/overview, /metrics and /metrics/per-object.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import statistics
 import sys
 import threading
@@ -138,12 +140,38 @@ def throughput(args: argparse.Namespace) -> None:
                   f"(min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (/proc/<pid>/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cycle_cost(pid: int, api: str, metrics: str, cycles: int = 50) -> None:
+    """Broker CPU per scrape cycle (the scraper's one-second batch), unloaded."""
+    wait_for_http(api + "/api/overview")
+    before = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    for i in range(cycles):
+        for path in API_PATHS:
+            fetch(api + path)
+        if i % int(METRICS_EVERY / API_EVERY) == 0:
+            fetch(metrics + "/metrics")
+    used = cpu_seconds(pid) - before
+    print(f"  broker CPU per scrape cycle ({len(API_PATHS)} API requests + /metrics every "
+          f"{METRICS_EVERY:g} s): {used / cycles * 1000:.1f} ms, i.e. "
+          f"{used / cycles / API_EVERY * 100:.2f}% of one core at one cycle per second "
+          f"({cycles} cycles in {time.perf_counter() - t0:.1f} s)", flush=True)
+
+
 def queue_timing(n: int, start_timeout: float) -> None:
     import pika  # the bench's only client dependency beyond the stdlib
 
     lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, start_timeout)
     try:
-        lev.start()
+        pid = lev.start()
+        cycle_cost(pid, f"http://127.0.0.1:{lev.management_port}",
+                   f"http://127.0.0.1:{lev.prometheus_port}")
         t0 = time.perf_counter()
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", lev.port))
         ch = conn.channel()
@@ -153,6 +181,8 @@ def queue_timing(n: int, start_timeout: float) -> None:
             ch.basic_publish("", f"scale-{i:05d}", b"x")
         conn.close()
         print(f"declared {n:,} queues in {time.perf_counter() - t0:.1f}s", flush=True)
+        cycle_cost(pid, f"http://127.0.0.1:{lev.management_port}",
+                   f"http://127.0.0.1:{lev.prometheus_port}")
         api = f"http://127.0.0.1:{lev.management_port}"
         metrics = f"http://127.0.0.1:{lev.prometheus_port}"
         for url in (api + "/api/queues?page=1&page_size=100",

@@ -12,11 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management_ui import definitions, health, read, views, write
+from leveret.management_ui import definitions, health, read, write
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
 from leveret.management_ui.router import Router, error_response, make_handler
 
-__all__ = ["ROUTES", "build_app", "views"]
+__all__ = ["ROUTES", "build_app"]
 
 M, MON, POL, ADM = MANAGEMENT, MONITORING, POLICYMAKER, ADMINISTRATOR
 B = "bindings/{vhost}/e/{source}/{kind}/{dest}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import os
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import read
+from leveret.management_ui import read, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import Request, bad_request, json_response
 from leveret.model.errors import ChannelError
@@ -50,7 +51,7 @@ def _queues(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
         if q.exclusive:
             continue  # RabbitMQ leaves exclusive queues out
         item = {"name": q.name, "vhost": vhost.name, "durable": q.durable,
-                "auto_delete": q.auto_delete, "arguments": read.views.jsonable(q.arguments)}
+                "auto_delete": q.auto_delete, "arguments": views.jsonable(q.arguments)}
         if not with_vhost:
             del item["vhost"]
         out.append(item)
@@ -64,7 +65,7 @@ def _exchanges(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
             continue
         item = {"name": x.name, "vhost": vhost.name, "type": x.type, "durable": x.durable,
                 "auto_delete": x.auto_delete, "internal": x.internal,
-                "arguments": read.views.jsonable(x.arguments)}
+                "arguments": views.jsonable(x.arguments)}
         if not with_vhost:
             del item["vhost"]
         out.append(item)
@@ -73,7 +74,7 @@ def _exchanges(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
 
 def _bindings(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
     out = []
-    for b in read.views.vhost_bindings(vhost):
+    for b in views.vhost_bindings(vhost):
         if b["source"] == "":
             continue
         item = {k: b[k] for k in ("source", "vhost", "destination", "destination_type",
@@ -247,7 +248,7 @@ async def import_(req: Request) -> web.Response:
         upload: Any = form.get("file")
         raw = upload.file.read() if hasattr(upload, "file") else str(upload or "").encode()
         try:
-            defs = read.views.json.loads(raw)
+            defs = json.loads(raw)
         except ValueError:
             raise bad_request("not_json") from None
     else:

@@ -12,6 +12,8 @@ model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
        ``WWW-Authenticate: Basic realm="RabbitMQ Management"``;
        empty body when no credentials were sent (as RabbitMQ)
 400    ``{"error":"bad_request","reason":...}``; AMQP texts as they are
+401    ``{"error":"not_authorised","reason":"Access refused."}`` for an AMQP
+       ACCESS_REFUSED (declaring ``amq.*``), RabbitMQ 3.10's answer
 404    ``{"error":"Object Not Found","reason":"Not Found"}``
 405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
        (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)

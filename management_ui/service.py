@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import time
 from typing import Any
 
@@ -23,7 +22,7 @@ from aiohttp import web
 
 from leveret import __version__
 from leveret.amqp.server import StartupError
-from leveret.management_ui import api, prometheus, sampler
+from leveret.management_ui import api, prometheus, sampler, views
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class State:
             for channel in conn.channels.values():
                 stats = channel.stats.as_dict()
                 s.record_object(("ch", id(channel)),
-                                tuple(stats[f] for f in api.views.CHANNEL_RATE_FIELDS), now)
+                                tuple(stats[f] for f in views.CHANNEL_RATE_FIELDS), now)
         s.end_round()
 
 
@@ -133,10 +132,3 @@ class ManagementService:
             broker = self.state.broker
             broker.listeners[:] = [entry for entry in broker.listeners
                                    if entry[0] not in ("http", "http/prometheus")]
-
-
-def process_fds() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 0

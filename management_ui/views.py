@@ -81,7 +81,8 @@ def queue_json(queue: Any, state: Any, stats: bool = True) -> dict[str, Any]:
     }
     if not stats:
         return out
-    policy = select(vhost.policies, "queues", queue.name) if vhost.policies else None
+    policy = (select(vhost.policies, "queues", queue.name, out["type"])
+              if vhost.policies else None)
     rates = state.sampler.object_rates(queue_key(queue), 3)
     consumers = queue.all_consumers()
     out.update({

@@ -108,7 +108,7 @@ def test_connections_channels_consumers(api, broker, qname):
         ch.basic_publish("", qname, b"x")
         ch.basic_consume(qname, lambda *a: None, consumer_tag="ctag-1")
         conn.process_data_events(0.2)
-        conns = [c for c in api.ok("/connections") if c["user_provided_name"] == "mgmt-conn-test"]
+        conns = [c for c in api.ok("/connections") if c.get("user_provided_name") == "mgmt-conn-test"]
         assert len(conns) == 1
         c = conns[0]
         assert c["name"].endswith(f" -> 127.0.0.1:{broker.port}")
@@ -479,7 +479,7 @@ def test_connection_channel_consumer_fields_match_rabbitmq(api, broker, rabbitmq
             conn.process_data_events(0.1)
             deadline = time.monotonic() + 10
             while True:  # RabbitMQ's lists lag behind its stats emission
-                c = [x for x in target.ok("/connections") if x["user_provided_name"] == qname]
+                c = [x for x in target.ok("/connections") if x.get("user_provided_name") == qname]
                 chans = [x for x in target.ok("/channels") if c and
                          x["connection_details"]["name"] == c[0]["name"]]
                 cons = [x for x in target.ok("/consumers") if x["queue"]["name"] == qname]
