@@ -98,6 +98,9 @@ class Config:
     prometheus_port: int = 15692  # 0 = any free port
     # Interfaces of the management and Prometheus listeners; () = every interface, as ``host``.
     management_host: tuple[str, ...] = ()
+    # A definitions file (RabbitMQ's JSON export) imported at start, as RabbitMQ's
+    # load_definitions; "" = none. Validated whole before anything is applied.
+    load_definitions: str = ""
     frame_max: int = 131072
     channel_max: int = 2047
     heartbeat: int = 60  # 0 disables heartbeats
@@ -260,6 +263,7 @@ _FIELDS: dict[str, _Field] = {
     "management_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "prometheus_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "management_host": _Field("strs", _names("host")),
+    "load_definitions": _Field("str"),
     "frame_max": _Field("int", _int_range(FRAME_MIN_SIZE, MAX_FRAME_MAX)),
     # The spec lets 0 mean "no limit"; we ask for the number (65535) instead.
     "channel_max": _Field("int", _int_range(1, MAX_SHORT)),

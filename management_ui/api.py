@@ -14,9 +14,9 @@ from aiohttp import web
 
 from leveret.management_ui import definitions, health, read, write
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
-from leveret.management_ui.router import Router, error_response, make_handler
+from leveret.management_ui.router import Router, error_response, json_response, make_handler
 
-__all__ = ["ROUTES", "build_app"]
+__all__ = ["ROUTES", "build_app", "openapi_document"]
 
 M, MON, POL, ADM = MANAGEMENT, MONITORING, POLICYMAKER, ADMINISTRATOR
 B = "bindings/{vhost}/e/{source}/{kind}/{dest}"
@@ -94,6 +94,48 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "health/checks/protocol-listener/{protocol}", health.protocol_listener, M),
     ("GET", "aliveness-test/{vhost}", health.aliveness_test, M),
 ]
+
+
+RESPONSES = {
+    "GET": {"200": {"description": "OK"}},
+    "PUT": {"201": {"description": "Created"}, "204": {"description": "Updated"}},
+    "POST": {"200": {"description": "OK"}, "201": {"description": "Created"},
+             "204": {"description": "Done"}},
+    "DELETE": {"204": {"description": "Deleted"}},
+}
+ERRORS = {"400": {"description": "bad_request"}, "401": {"description": "not_authorized"},
+          "404": {"description": "Object Not Found"}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """An OpenAPI 3 description of ROUTES: paths, methods, parameters, tags needed."""
+    paths: dict[str, Any] = {}
+    for method, pattern, handler, need in ROUTES:
+        params = [seg[1:-1] for seg in pattern.split("/") if seg.startswith("{")]
+        doc = (handler.__doc__ or handler.__name__.replace("_", " ")).strip().split("\n")[0]
+        op: dict[str, Any] = {
+            "summary": doc, "operationId": f"{method.lower()}_{pattern}",
+            "parameters": [{"name": p, "in": "path", "required": True,
+                            "schema": {"type": "string"}} for p in params],
+            "responses": {**RESPONSES[method], **ERRORS},
+        }
+        if need is not None:
+            op["security"] = [{"basic": []}]
+            op["x-rabbitmq-tag"] = need
+        paths.setdefault(f"/api/{pattern}", {})[method.lower()] = op
+    return {"openapi": "3.0.3",
+            "info": {"title": "Leveret management API (RabbitMQ 3.10 compatible)",
+                     "version": "1"},
+            "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}},
+            "paths": paths}
+
+
+async def openapi(req: Any) -> web.Response:
+    """This document."""
+    return json_response(openapi_document())
+
+
+ROUTES.append(("GET", "openapi.json", openapi, None))
 
 
 def build_app(state: Any) -> web.Application:

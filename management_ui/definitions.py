@@ -241,6 +241,19 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
     return ops
 
 
+def load_file(broker: Any, path: str) -> int:
+    """Import a definitions file at start (``load_definitions``); returns the operations
+    applied. Raises ``Invalid`` (with nothing applied) or ``OSError``/``ValueError``."""
+    with open(path, "rb") as fh:
+        defs = json.loads(fh.read())
+    if not isinstance(defs, dict):
+        raise Invalid("the file does not hold a JSON object")
+    ops = plan(broker, defs, None)
+    for op in ops:
+        op()
+    return len(ops)
+
+
 async def import_(req: Request) -> web.Response:
     only = read.vhost_of(req).name if "vhost" in req.params else None
     if req.http.content_type.startswith("multipart/"):

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from leveret import __version__
 from leveret.amqp.server import StartupError
-from leveret.management_ui import api, prometheus, sampler, views
+from leveret.management_ui import api, definitions, prometheus, sampler, views
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,15 @@ class ManagementService:
 
     async def start(self, broker: Any, config: Any) -> None:
         state = self.state = State(broker, config)
+        if config.load_definitions:
+            try:
+                count = definitions.load_file(broker, config.load_definitions)
+            except (OSError, ValueError, definitions.Invalid) as exc:
+                reason = getattr(exc, "strerror", None) or exc
+                raise StartupError(f"cannot load definitions from {config.load_definitions}: "
+                                   f"{reason}") from exc
+            log.info("loaded definitions from %s (%d operation(s))", config.load_definitions,
+                     count)
         hosts: list[str | None] = list(config.management_host) or [None]
         for app, port, what, protocol in (
             (api.build_app(state), config.management_port, "HTTP management API", "http"),

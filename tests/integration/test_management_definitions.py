@@ -183,8 +183,10 @@ def test_health_checks_fail_with_503(api, broker, make_broker):
 
 # -- listeners: ports in use, clean stop -----------------------------------------------------
 
-def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERET_")}
+def _serve(tmp_path: Path, *args: str,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LEVERET_")},
+           **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
          "--management-host", "127.0.0.1", "--data-dir", str(tmp_path), "--log-level",
@@ -214,3 +216,33 @@ def test_clean_stop_closes_http(make_broker):
     assert "broker stopped" in b.log_text() and "Traceback" not in b.log_text()
     with pytest.raises(OSError):
         api.get("/overview")
+
+
+def test_load_definitions_at_start(make_broker, tmp_path):
+    name = f"boot-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "defs.json"
+    path.write_text(__import__("json").dumps({"vhosts": [{"name": "/"}], **_objects(name)}))
+    api = private_api(make_broker, LEVERET_LOAD_DEFINITIONS=str(path))
+    assert api.ok(f"/queues/%2F/{name}")["policy"] == name + "-p"
+    assert api.ok(f"/bindings/%2F/e/{name}-x/q/{name}")[0]["routing_key"] == "a.*"
+
+
+def test_bad_definitions_file_stops_start_with_one_line(tmp_path):
+    path = tmp_path / "defs.json"
+    path.write_text('{"exchanges": [{"name": "x", "vhost": "/", "type": "bogus"}]}')
+    result = _serve(tmp_path / "data", "--management-port", "0", "--prometheus-port", "0",
+                    env={"LEVERET_LOAD_DEFINITIONS": str(path)})
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0] == (f"leveret: error: cannot load definitions from {path}: exchange 'x': "
+                        "unknown exchange type 'bogus'")
+
+
+def test_openapi_document_lists_every_route(api):
+    from leveret.management_ui.api import ROUTES
+
+    status, _, doc = api.get("/openapi.json", auth=False)
+    assert status == 200 and doc["openapi"].startswith("3.")
+    for method, pattern, _, _ in ROUTES:
+        assert method.lower() in doc["paths"][f"/api/{pattern}"], (method, pattern)
