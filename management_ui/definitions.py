@@ -31,6 +31,7 @@ from leveret.management_ui import read, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import Request, bad_request, json_response
 from leveret.model.errors import ChannelError
+from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.policy import PolicyError, validate
 
@@ -173,7 +174,7 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
         except PolicyError as exc:
             raise Invalid(f"{what}: {exc}") from None
         ops.append(lambda v=vhost, p=policy: v.set_policy(p))
-    new_exchanges: set[tuple[str, str]] = set()
+    new_exchanges: dict[tuple[str, str], Any] = {}
     for item in _list(defs, "exchanges"):
         name = _str(item, "name", "exchange")
         what = f"exchange '{name}'"
@@ -187,15 +188,20 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
         flags = (truthy(item.get("durable", True)), truthy(item.get("auto_delete", False)),
                  truthy(item.get("internal", False)))
         existing = vhost.exchanges.get(name)
+        if existing is None and name.startswith("amq."):
+            raise Invalid(f"{what}: the 'amq.' prefix is reserved")
+        earlier = new_exchanges.get((vhost.name, name))
+        if earlier is not None and earlier != (type_, flags, args):
+            raise Invalid(f"{what} appears twice with different properties")
         try:
             if existing is not None:  # the same check a redeclare makes, without declaring
                 vhost._check_exchange_equivalent(existing, type_, *flags, args)
         except ChannelError as exc:
             raise Invalid(exc.detail) from None
-        new_exchanges.add((vhost.name, name))
+        new_exchanges[(vhost.name, name)] = (type_, flags, args)
         ops.append(lambda v=vhost, n=name, t=type_, f=flags, a=args:
                    v.declare_exchange(n, t, *f, a))
-    new_queues: set[tuple[str, str]] = set()
+    new_queues: dict[tuple[str, str], Any] = {}
     for item in _list(defs, "queues"):
         name = _str(item, "name", "queue")
         what = f"queue '{name}'"
@@ -204,14 +210,24 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
         if not isinstance(args, dict):
             raise Invalid(f"{what}: 'arguments' must be an object")
         durable, auto_delete = truthy(item.get("durable", True)), truthy(item.get("auto_delete", False))
+        if name.startswith("amq."):
+            raise Invalid(f"{what}: the 'amq.' prefix is reserved")
+        earlier = new_queues.get((vhost.name, name))
+        if earlier is not None and earlier != (durable, auto_delete, args):
+            raise Invalid(f"{what} appears twice with different properties")
         try:
             validate_queue_arguments(args, vhost.describe_queue(name))
             existing = vhost.queues.get(name)
             if existing is not None:
                 vhost._check_queue_equivalent(existing, durable, False, auto_delete, args)
+            else:
+                queue_types.check_declare(
+                    queue_types.queue_type(args), server_named=False, durable=durable,
+                    exclusive=False, auto_delete=auto_delete, arguments=args,
+                    what=vhost.describe_queue(name))
         except ChannelError as exc:
             raise Invalid(exc.detail) from None
-        new_queues.add((vhost.name, name))
+        new_queues[(vhost.name, name)] = (durable, auto_delete, args)
         ops.append(lambda v=vhost, n=name, d=durable, ad=auto_delete, a=args:
                    v.declare_queue(n, durable=d, exclusive=False, auto_delete=ad, arguments=a))
     for item in _list(defs, "bindings"):

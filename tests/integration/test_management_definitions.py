@@ -81,6 +81,10 @@ def test_import_applies_everything(make_broker):
                                      "definition": {"max-length": "x"}}), "policy 'p'"),
     (lambda d: d["queues"].append({"name": "q3", "vhost": "no-vhost"}),
      "vhost 'no-vhost' does not exist"),
+    (lambda d: d["queues"].append({**d["queues"][0], "durable": False}), "appears twice"),
+    (lambda d: d["queues"].append({"name": "qq", "vhost": "/", "durable": False,
+                                   "arguments": {"x-queue-type": "quorum"}}), "queue 'qq'"),
+    (lambda d: d["queues"].append({"name": "amq.q", "vhost": "/"}), "reserved"),
 ])
 def test_bad_import_changes_nothing(make_broker, mutate, reason):
     api = private_api(make_broker)
