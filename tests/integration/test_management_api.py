@@ -495,3 +495,57 @@ def test_connection_channel_consumer_fields_match_rabbitmq(api, broker, rabbitmq
     finally:
         for conn in conns:
             conn.close()
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("PUT", "/queues/%2F/{q}", {"arguments": []}),
+    ("PUT", "/queues/%2F/{q}", {"arguments": {"x-max-length": -1}}),
+    ("PUT", "/queues/%2F/{q}", {"durable": None, "auto_delete": [1]}),
+    ("PUT", "/queues/%2F/{q}", ["not", "an", "object"]),
+    ("PUT", "/exchanges/%2F/{q}", {"type": 5, "arguments": "x"}),
+    ("PUT", "/exchanges/%2F/{q}", {"type": "headers", "arguments": {"x-match": "neither"}}),
+    ("POST", "/bindings/%2F/e/amq.direct/q/{q}", {"routing_key": 5, "arguments": []}),
+    ("POST", "/bindings/%2F/e/amq.headers/q/{q}", {"arguments": {"x-match": "bogus"}}),
+    ("POST", "/bindings/%2F/e/amq.direct/z/{q}", {}),
+    ("POST", "/exchanges/%2F/amq.default/publish", {"routing_key": "{q}", "payload": 5,
+                                                    "payload_encoding": "base64",
+                                                    "properties": {}}),
+    ("POST", "/exchanges/%2F/amq.default/publish", {"routing_key": "{q}", "payload": "x",
+                                                    "payload_encoding": "string",
+                                                    "properties": {"headers": []}}),
+    ("POST", "/exchanges/%2F/amq.default/publish", {"routing_key": "{q}", "payload": "x",
+                                                    "payload_encoding": "string",
+                                                    "properties": {"priority": "high"}}),
+    ("POST", "/exchanges/%2F/amq.default/publish", {"routing_key": "{q}", "payload": "x",
+                                                    "payload_encoding": "string",
+                                                    "properties": {"delivery_mode": 99999}}),
+    ("POST", "/exchanges/%2F/amq.default/publish", {"routing_key": "{q}", "payload": "x",
+                                                    "payload_encoding": "string",
+                                                    "properties": "x"}),
+    ("POST", "/queues/%2F/{q}/get", {"count": "x", "ackmode": "ack_requeue_true",
+                                     "encoding": "auto"}),
+    ("POST", "/queues/%2F/{q}/get", {"count": 1, "ackmode": "ack_requeue_true",
+                                     "encoding": "auto", "truncate": "x"}),
+    ("PUT", "/policies/%2F/{q}", {"pattern": 5, "definition": []}),
+    ("PUT", "/policies/%2F/{q}", {"pattern": "(", "definition": {}}),
+    ("POST", "/definitions", {"queues": "x"}),
+    ("POST", "/definitions", {"queues": [{"name": 5}]}),
+    ("POST", "/definitions", {"bindings": [{"source": "amq.direct", "destination": "{q}",
+                                            "vhost": "/", "arguments": []}]}),
+    ("GET", "/queues?page=1&page_size=x", None),
+    ("GET", "/queues?name=(&use_regex=true", None),
+    ("GET", "/overview?lengths_age=x&msg_rates_incr=-1", None),
+    ("GET", "/health/checks/port-listener/x", None),
+    ("GET", "/health/checks/certificate-expiration/x/eons", None),
+])
+def test_malformed_input_is_never_a_500(api, qname, method, path, body):
+    api.put(Q + qname)
+    path = path.replace("{q}", qname)
+    if isinstance(body, dict):
+        body = {k: (v.replace("{q}", qname) if isinstance(v, str) else v)
+                for k, v in body.items()}
+    status, _, reply = api.request(method, path, body)
+    assert status < 500, (status, reply)  # lenient (2xx) or refused (4xx), never a crash
+    if status >= 400:
+        assert isinstance(reply, dict) and "error" in reply and "reason" in reply, reply
+    api.delete(Q + qname)
