@@ -14,7 +14,7 @@ vhost operations API, so HTTP gets AMQP's rules and texts.
 Layering: this package sits above ``amqp``; the AMQP server cannot import it,
 so the entry point (``cli.py``) passes ``services()`` to ``server.run``, which
 starts them after its listeners and stops them before. Modules: ``router``
-(route matching, auth, error shapes), ``api`` (the route table), ``read``,
+(route matching, auth, error shapes), ``api`` (the route table), ``read``, ``admin``,
 ``write``, ``definitions``, ``health``, ``views`` (object -> JSON),
 ``listing``, ``auth`` (the one seam to the user model), ``prometheus``.
 """

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management_ui import definitions, health, read, write
+from leveret.management_ui import admin, definitions, health, read, write
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
 from leveret.management_ui.router import Router, error_response, json_response, make_handler
 
@@ -59,26 +59,26 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("POST", B, write.post_binding, M),
     ("GET", B + "/{props}", read.binding, M),
     ("DELETE", B + "/{props}", write.delete_binding, M),
-    ("GET", "vhosts", read.vhosts, M),
-    ("GET", "vhosts/{name}", read.vhost, M),
-    ("GET", "vhosts/{name}/permissions", read.vhost_permissions, ADM),
-    ("GET", "cluster-name", read.cluster_name, M),
-    ("GET", "feature-flags", read.empty_list, ADM),
-    ("GET", "users", read.users, ADM),
-    ("GET", "users/{name}", read.user, ADM),
-    ("GET", "users/{name}/permissions", read.user_permissions, ADM),
-    ("GET", "permissions", read.permissions, ADM),
-    ("GET", "topic-permissions", read.empty_list, ADM),
-    ("GET", "policies", read.policies, M),
-    ("GET", "policies/{vhost}", read.policies, M),
-    ("GET", "policies/{vhost}/{name}", read.policy, M),
+    ("GET", "vhosts", admin.vhosts, M),
+    ("GET", "vhosts/{name}", admin.vhost, M),
+    ("GET", "vhosts/{name}/permissions", admin.vhost_permissions, ADM),
+    ("GET", "cluster-name", admin.cluster_name, M),
+    ("GET", "feature-flags", admin.empty_list, ADM),
+    ("GET", "users", admin.users, ADM),
+    ("GET", "users/{name}", admin.user, ADM),
+    ("GET", "users/{name}/permissions", admin.user_permissions, ADM),
+    ("GET", "permissions", admin.permissions, ADM),
+    ("GET", "topic-permissions", admin.empty_list, ADM),
+    ("GET", "policies", admin.policies, M),
+    ("GET", "policies/{vhost}", admin.policies, M),
+    ("GET", "policies/{vhost}/{name}", admin.policy, M),
     ("PUT", "policies/{vhost}/{name}", write.put_policy, POL),
     ("DELETE", "policies/{vhost}/{name}", write.delete_policy, POL),
-    ("GET", "operator-policies", read.empty_list, M),
-    ("GET", "parameters", read.empty_list, M),
-    ("GET", "global-parameters", read.empty_list, M),
-    ("GET", "vhost-limits", read.empty_list, M),
-    ("GET", "user-limits", read.empty_list, ADM),
+    ("GET", "operator-policies", admin.empty_list, M),
+    ("GET", "parameters", admin.empty_list, M),
+    ("GET", "global-parameters", admin.empty_list, M),
+    ("GET", "vhost-limits", admin.empty_list, M),
+    ("GET", "user-limits", admin.empty_list, ADM),
     ("GET", "definitions", definitions.export, ADM),
     ("POST", "definitions", definitions.import_, ADM),
     ("GET", "definitions/{vhost}", definitions.export, ADM),

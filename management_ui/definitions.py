@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import read, views
+from leveret.management_ui import admin, read, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import Request, bad_request, json_response
 from leveret.model.errors import ChannelError
@@ -89,7 +89,7 @@ def _bindings(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
 def _policies(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
     out = []
     for p in sorted(vhost.policies, key=lambda p: p.name):
-        item = read.policy_json(p)
+        item = admin.policy_json(p)
         if not with_vhost:
             del item["vhost"]
         out.append(item)
@@ -115,7 +115,7 @@ async def export(req: Request) -> web.Response:
                       for u, p in sorted(broker.users.items())],
             "vhosts": [{"name": v.name, "limits": [], "metadata": {"description": "", "tags": []}}
                        for v in vhosts],
-            "permissions": read.all_permissions(state), "topic_permissions": [],
+            "permissions": admin.all_permissions(state), "topic_permissions": [],
             "parameters": [], "global_parameters": [],
             "policies": [p for v in vhosts for p in _policies(v, True)],
             "queues": [q for v in vhosts for q in _queues(v, True)],
