@@ -3,6 +3,7 @@
     leveret [serve] [--host H]... [--port N] [--data-dir D] [--management-port N]
                     [--prometheus-port N] [--management-host H]... [--config FILE] [--log-level L]
     leveret ctl [--data-dir D] COMMAND ...   (see ctl.py: set_policy, clear_policy, list_policies)
+    leveret lab list | lab run NAME [--url URL] [--fast]   (teaching labs: see labs/)
     leveret --version
 
 ``main`` is the only place that touches the process: it reads ``sys.argv`` and
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TextIO
 
 from leveret import __version__, ctl
+from leveret.labs import command as lab_command
 from leveret.config import LOG_LEVELS, ConfigError, load_config
 
 __all__ = ["DataDirError", "build_parser", "configure_logging", "main", "prepare_data_dir"]
@@ -39,10 +41,11 @@ PROG = "leveret"
 EXIT_OK = 0
 EXIT_STARTUP = 1
 EXIT_CONFIG = 2
-_SUBCOMMANDS = ("serve", "ctl")
+_SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port",
-                 "management_host", "log_level")
+                 "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
+                 "tls_cafile", "tls_verify")
 
 log = logging.getLogger("leveret.cli")
 
@@ -91,7 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML config file (default: $LEVERET_CONFIG, if set)",
     )
     serve.add_argument("--log-level", metavar="L", help=f"one of {', '.join(LOG_LEVELS)}")
+    serve.add_argument("--tls-port", metavar="N",
+                       help="AMQPS port when a certificate is set (default 5671; 0 = any free)")
+    serve.add_argument("--tls-certfile", metavar="F", help="server certificate (PEM) for AMQPS")
+    serve.add_argument("--tls-keyfile", metavar="F", help="its private key (PEM)")
+    serve.add_argument("--tls-cafile", metavar="F", help="CA certificates for client certificates")
+    serve.add_argument("--tls-verify", metavar="none|peer", help="verify client certificates")
     ctl.add_parser(commands)
+    lab_command.add_parser(commands)
     return parser
 
 
@@ -116,6 +126,8 @@ def main(
         return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else 1
     if args.command == "ctl":
         return ctl.run(args, env, sys.stdout if stdout is None else stdout, err)
+    if args.command == "lab":
+        return lab_command.run(args, sys.stdout if stdout is None else stdout, err)
     try:
         return _serve(args, env, err)
     except KeyboardInterrupt:  # Ctrl-C before run() installed its own handlers

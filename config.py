@@ -115,6 +115,17 @@ class Config:
     memory_high_watermark: float = 0.6
     log_level: str = "info"
     handshake_timeout: float = 10.0
+    # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
+    connection_max: int = 0
+    # AMQPS (amqp/tls.py): a listener on tls_port when tls_certfile is set (0 = any free port).
+    tls_port: int = 5671
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None  # None: the key is in tls_certfile
+    tls_cafile: Path | None = None  # CAs that client certificates must chain to
+    tls_verify: str = "none"  # "peer": ask for a client certificate and verify it
+    tls_fail_if_no_peer_cert: bool = False  # with "peer": refuse clients without one
+    # Where EXTERNAL takes the user name from (RabbitMQ's ssl_cert_login_from).
+    tls_cert_login_from: str = "distinguished_name"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -128,7 +139,7 @@ class Config:
 
 # --- field kinds: reading a value from text or from TOML -------------------
 
-Kind = Literal["int", "float", "str", "path", "strs"]
+Kind = Literal["int", "float", "str", "path", "strs", "bool"]
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 
 
@@ -136,8 +147,15 @@ class _Invalid(Exception):
     """A problem with a value; the caller adds the key and the source."""
 
 
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
 def _from_text(kind: Kind, text: str) -> Any:
     """Read a value from a flag or an environment variable."""
+    if kind == "bool":
+        if text.strip().lower() not in _BOOLS:
+            raise _Invalid(f"expected true or false, got {text!r}")
+        return _BOOLS[text.strip().lower()]
     if kind == "int":
         if not _INT_RE.fullmatch(text.strip()):
             raise _Invalid(f"expected an integer, got {text!r}")
@@ -162,6 +180,10 @@ def _from_text(kind: Kind, text: str) -> Any:
 
 def _from_toml(kind: Kind, value: Any) -> Any:
     """Check a typed TOML (or already-typed flag) value; no silent coercion."""
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise _Invalid(f"expected true or false, got {_describe(value)}")
+        return value
     # bool is an int subclass in Python; `port = true` is still a mistake.
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
@@ -240,6 +262,12 @@ def _names(what: str) -> Check:
     return check
 
 
+def _choice(*choices: str) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+    return check
+
+
 def _no_check(value: Any) -> str | None:
     return None
 
@@ -277,6 +305,14 @@ _FIELDS: dict[str, _Field] = {
     "memory_high_watermark": _Field("float", _positive_float),
     "log_level": _Field("str", _log_level),
     "handshake_timeout": _Field("float", _positive_float),
+    "connection_max": _Field("int", _int_range(0, 2**31 - 1, " (0 = no limit)")),
+    "tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "tls_certfile": _Field("path"),
+    "tls_keyfile": _Field("path"),
+    "tls_cafile": _Field("path"),
+    "tls_verify": _Field("str", _choice("none", "peer")),
+    "tls_fail_if_no_peer_cert": _Field("bool"),
+    "tls_cert_login_from": _Field("str", _choice("distinguished_name", "common_name")),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)}
 

@@ -4,6 +4,18 @@
                 [--apply-to queues|exchanges|all] NAME PATTERN DEFINITION
     leveret ctl ... clear_policy [-p VHOST] NAME
     leveret ctl ... list_policies [-p VHOST]
+    leveret ctl ... add_user USER PASSWORD | delete_user USER | change_password USER PASSWORD
+                    | clear_password USER | authenticate_user USER PASSWORD
+                    | set_user_tags USER [TAG...] | list_users | hash_password PASSWORD
+    leveret ctl ... add_vhost VHOST [--description D] [--tags T] [--default-queue-type T]
+                    | delete_vhost VHOST | list_vhosts [COLUMN...]
+    leveret ctl ... set_permissions [-p VHOST] USER CONF WRITE READ | clear_permissions [-p VHOST] USER
+                    | list_permissions [-p VHOST] | list_user_permissions USER
+                    | set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ
+                    | clear_topic_permissions [-p VHOST] USER [EXCHANGE] | list_topic_permissions [-p VHOST]
+    leveret ctl ... set_vhost_limits [-p VHOST] JSON | set_user_limits USER JSON
+
+List commands take ``--json`` (rabbitmqctl's ``--formatter json``) for scripts.
 
 The broker is found like ``serve`` finds its data dir (flag > LEVERET_DATA_DIR >
 config file > default) and reached over ``<data_dir>/ctl.sock``
@@ -32,6 +44,49 @@ EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE, as rabbitmqctl for a node that is down
 
 COLUMNS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
 
+# Access-control commands: (positional arguments, takes -p, banner, table columns or None).
+# Banners and columns are rabbitmqctl 3.10's; {vhost} and the arguments fill them in.
+ACCESS: dict[str, tuple[tuple[str, ...], bool, str, tuple[str, ...] | None]] = {
+    "add_user": (("user", "password"), False, 'Adding user "{user}" ...', None),
+    "delete_user": (("user",), False, 'Deleting user "{user}" ...', None),
+    "change_password": (("user", "password"), False,
+                        'Changing password for user "{user}" ...', None),
+    "clear_password": (("user",), False, 'Clearing password for user "{user}" ...', None),
+    "authenticate_user": (("user", "password"), False, 'Authenticating user "{user}" ...', None),
+    "set_user_tags": (("user", "tags*"), False, 'Setting tags for user "{user}" to [{tags}] ...',
+                      None),
+    "list_users": ((), False, "Listing users ...", ("user", "tags")),
+    "hash_password": (("password",), False, "Will hash password {password}", None),
+    "add_vhost": (("vhost_name",), False, 'Adding vhost "{vhost_name}" ...', None),
+    "delete_vhost": (("vhost_name",), False, 'Deleting vhost "{vhost_name}" ...', None),
+    "list_vhosts": (("columns*",), False, "Listing vhosts ...", ("name",)),
+    "set_permissions": (("user", "configure", "write", "read"), True,
+                        'Setting permissions for user "{user}" in vhost "{vhost}" ...', None),
+    "clear_permissions": (("user",), True,
+                          'Clearing permissions for user "{user}" in vhost "{vhost}" ...', None),
+    "list_permissions": ((), True, 'Listing permissions for vhost "{vhost}" ...',
+                         ("user", "configure", "write", "read")),
+    "list_user_permissions": (("user",), False, 'Listing permissions for user "{user}" ...',
+                              ("vhost", "configure", "write", "read")),
+    "set_topic_permissions": (("user", "exchange", "write", "read"), True,
+                              'Setting topic permissions on "{exchange}" for user "{user}" in '
+                              'vhost "{vhost}" ...', None),
+    "clear_topic_permissions": (("user", "exchange?"), True,
+                                'Clearing topic permissions for user "{user}" in vhost '
+                                '"{vhost}" ...', None),
+    "list_topic_permissions": ((), True, 'Listing topic permissions for vhost "{vhost}" ...',
+                               ("user", "exchange", "write", "read")),
+    "list_user_topic_permissions": (("user",), False,
+                                    'Listing topic permissions for user "{user}" ...',
+                                    ("vhost", "exchange", "write", "read")),
+    "set_vhost_limits": (("definition",), True,
+                         'Setting vhost limits to "{definition}" for vhost "{vhost}" ...', None),
+    "set_user_limits": (("user", "definition"), False,
+                        'Setting user limits to "{definition}" for user "{user}" ...', None),
+    "list_vhost_limits": ((), True, 'Listing limits for vhost "{vhost}" ...', ("limits",)),
+    "list_user_limits": (("user",), False, 'Listing limits for user "{user}" ...', ("limits",)),
+}
+
 
 def add_parser(commands: Any) -> None:
     ctl = commands.add_parser(
@@ -59,6 +114,26 @@ def add_parser(commands: Any) -> None:
     p.add_argument("name")
     p = sub.add_parser("list_policies", help="list a vhost's policies")
     vhost_arg(p)
+    for name, (positionals, _, _, columns) in ACCESS.items():
+        p = sub.add_parser(name, help=name.replace("_", " "))
+        vhost_arg(p)
+        for arg in positionals:
+            if arg.endswith("*"):
+                p.add_argument(arg[:-1], nargs="*")
+            elif arg.endswith("?"):
+                p.add_argument(arg[:-1], nargs="?")
+            else:
+                p.add_argument(arg)
+        if columns is not None:
+            p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+            p.add_argument("--formatter", choices=("table", "json"), default="table")
+        if name == "add_vhost":
+            p.add_argument("--description", default="")
+            p.add_argument("--tags", default="")
+            p.add_argument("--default-queue-type", default=None)
+        if name == "add_user":
+            p.add_argument("--pre-hashed-password", action="store_true",
+                           help="PASSWORD is a RabbitMQ password hash (base64)")
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
@@ -68,6 +143,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: Text
         print(f"leveret: error: {exc}", file=err)
         return EXIT_CONFIG
     command = args.ctl_command
+    if command in ACCESS:
+        return run_access(args, config, out, err)
     request: dict[str, Any] = {"command": command, "vhost": args.vhost}
     if command == "set_policy":
         print(f'Setting policy "{args.name}" for pattern "{args.pattern}" to '
@@ -107,4 +184,69 @@ def format_policies(rows: list[dict[str, Any]]) -> str:
         cells = [json.dumps(row[c], separators=(",", ":")) if c == "definition" else str(row[c])
                  for c in COLUMNS]
         lines.append("\t".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def run_access(args: argparse.Namespace, config: Any, out: TextIO, err: TextIO) -> int:
+    """One access-control command: banner, request, then a table, JSON or a result line."""
+    command = args.ctl_command
+    positionals, _, banner, columns = ACCESS[command]
+    fields = {a.rstrip("*?"): getattr(args, a.rstrip("*?")) for a in positionals}
+    request: dict[str, Any] = {"command": command, "vhost": args.vhost, **fields}
+    if "vhost_name" in fields:
+        request["vhost"] = fields.pop("vhost_name")
+    if command == "add_vhost":
+        request.update(description=args.description, tags=args.tags,
+                       default_queue_type=args.default_queue_type)
+    if command == "add_user" and args.pre_hashed_password:
+        request["password_hash"] = request.pop("password")
+    if "definition" in request:
+        try:
+            request["definition"] = json.loads(args.definition)
+        except ValueError as exc:
+            print(f"Error:\nJSON decoding error. Reason: {exc}", file=err)
+            return EXIT_REFUSED
+    as_json = columns is not None and (args.json or args.formatter == "json")
+    if not as_json:
+        text = {k: ", ".join(v) if isinstance(v, list) else v for k, v in vars(args).items()}
+        print(banner.format(**{**text, "vhost": request["vhost"],
+                               "vhost_name": request["vhost"]}), file=out)
+    try:
+        result = control.request(Path(config.data_dir), request)
+    except control.BrokerUnreachable as exc:
+        print(f"Error:\n{exc}", file=err)
+        return EXIT_UNREACHABLE
+    except control.ControlError as exc:
+        print(f"Error:\n{exc}", file=err)
+        return exc.exit_code or EXIT_REFUSED
+    if command == "authenticate_user":
+        print("Success", file=out)
+    elif command == "hash_password":
+        print(result, file=out)
+    elif command in ("list_vhost_limits", "list_user_limits") and not as_json:
+        print(json.dumps(result[0]["limits"], separators=(",", ":")), file=out)
+    elif columns is not None:
+        if command == "list_vhosts" and args.columns:
+            columns = tuple(args.columns)
+        if as_json:
+            rows = [{c: row.get(c) for c in columns} for row in result]
+            print(json.dumps(rows, separators=(",", ":")), file=out)
+        else:
+            print(format_table(columns, result), file=out, end="")
+    return EXIT_OK
+
+
+def format_table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+    """rabbitmqctl's TSV: a header row, lists as ``[a, b]``, None as ``undefined``."""
+    def cell(value: Any) -> str:
+        if value is None:
+            return "undefined"
+        if isinstance(value, list):
+            return "[" + ", ".join(map(str, value)) + "]"
+        if isinstance(value, dict):
+            return json.dumps(value, separators=(",", ":"))
+        return str(value)
+
+    lines = ["\t".join(columns)]
+    lines += ["\t".join(cell(row.get(c)) for c in columns) for row in rows]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.amqp import fastpath
 from leveret.broker import publish_props
+from leveret.broker.permissions import WRITE, Access
 from leveret.amqp.assembler import ContentAssembler, Publish
 from leveret.amqp.codec import (
     Method,
@@ -47,7 +48,7 @@ from leveret.amqp.handlers import HANDLERS
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.model.message import Message, parse_expiration
 from leveret.model.stats import MessageStats
-from leveret.queues.queue import REFUSED
+from leveret.queues.entry import PublishResult
 from pamqp import commands
 
 if TYPE_CHECKING:
@@ -58,9 +59,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _PUBLISH = fastpath.BASIC_PUBLISH
+# Deliveries one connection encodes per loop turn before the rest wait for the next turn
+# (Connection.batch_bytes): bounds the output held in memory at once (issue 17 item 2).
+DELIVERY_BATCH_BYTES = 1 << 20
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
+_ACCEPTED = PublishResult.ACCEPTED
+_HELD = PublishResult.HELD
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
@@ -79,6 +85,9 @@ class Channel:
         self.connection = connection
         self.number = number
         self.vhost = connection.vhost
+        # What the user may do here (broker/permissions.py); replaced when permissions change.
+        self.access: Access = connection.broker.accounts.access_for(
+            connection.user or "", self.vhost.name)
         self.closing = False
         self.active = True  # channel.flow
         self.content = ContentAssembler()
@@ -91,6 +100,7 @@ class Channel:
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         self._global_unacked = 0
+        self._global_full = False  # a consumer met the global prefetch limit
         # modes
         self.confirms: ConfirmTracker | None = None
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
@@ -163,6 +173,11 @@ class Channel:
 
     def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
         exchange, routing_key, mandatory = publish
+        access = self.access
+        if exchange not in access.writable:  # one set lookup once allowed (permissions.py)
+            self._check_publish(access, exchange)
+        if access.topics is not None:
+            self._check_topic(access, exchange, routing_key)
         # Set only at a message boundary: an alarm may stop reading here, never mid-message.
         self.connection.has_published = True
         message = Message(exchange, routing_key, props, body)
@@ -180,6 +195,22 @@ class Channel:
         else:
             self.publish(message, mandatory, extra)
 
+    def _check_publish(self, access: Access, exchange: str) -> None:
+        try:
+            access.check_publish(exchange)
+        except ChannelError as exc:
+            exc.method = (60, 40)
+            raise
+
+    def _check_topic(self, access: Access, exchange: str, routing_key: str) -> None:
+        ex = self.vhost.exchanges.get(exchange)
+        if ex is not None and ex.type == "topic":
+            try:
+                access.check_topic(WRITE, exchange, routing_key)
+            except ChannelError as exc:
+                exc.method = (60, 40)
+                raise
+
     def _check_expiration(self, message: Message) -> None:
         """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
         expiration = decoded_properties(message).expiration
@@ -191,12 +222,15 @@ class Channel:
     def _check_user_id(self, message: Message) -> None:
         """Validated user-id: a set ``user_id`` must name the authenticated user.
 
-        RabbitMQ (rabbit_channel ``check_user_id_header``) exempts users tagged
-        ``impersonator``; Leveret has no user tags, so nobody is exempt.
+        As RabbitMQ (rabbit_channel ``check_user_id_header``), users tagged
+        ``impersonator`` are exempt.
         """
         user_id = decoded_properties(message).user_id
         user = self.connection.user
         if user_id is not None and user_id != user:
+            record = self.connection.broker.users.get(user or "")
+            if record is not None and "impersonator" in record.tags:
+                return
             raise ChannelError(
                 PRECONDITION_FAILED,
                 f"user_id property set to '{user_id}' but authenticated user was '{user}'",
@@ -245,13 +279,13 @@ class Channel:
             return
         held = refused = False
         for queue in queues:
-            accepted = queue.publish(message)
-            if accepted:
-                if accepted == REFUSED:  # reject-publish overflow (queues/limits.py)
-                    refused = True
-                else:
+            result = queue.publish(message)
+            if result is not _ACCEPTED:
+                if result is _HELD:
                     held = True
-            if queue.consumers and queue.behind():
+                else:  # reject-publish overflow (queues/limits.py)
+                    refused = True
+            if queue.behind():
                 self.connection.flow_wait(queue)
         if self.tx_durable is not None and held:
             self.tx_durable = True
@@ -289,19 +323,29 @@ class Channel:
     # -- deliveries -------------------------------------------------------------
 
     def has_room(self) -> bool:
-        """Channel-wide (global) prefetch and channel.flow."""
-        if not self.active or not self.connection.writable:
+        """Channel-wide (global) prefetch, channel.flow, and room in this turn's output batch."""
+        conn = self.connection
+        if not self.active or not conn.writable:
             return False
-        return not self.global_prefetch or self._global_unacked < self.global_prefetch
+        if conn.batch_bytes >= DELIVERY_BATCH_BYTES:
+            conn.batch_full = True  # resumed when the batch is taken for the wire
+            return False
+        if self.global_prefetch and self._global_unacked >= self.global_prefetch:
+            # Consumers found no room here are parked by their queues: wake them on an ack.
+            self._global_full = True
+            return False
+        return True
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         tag = self._next_tag
         self._next_tag = tag + 1
         message = entry.message
         conn = self.connection
-        conn.write(fastpath.encode_deliver_with_content(
+        frame = fastpath.encode_deliver_with_content(
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
-            message.routing_key, message.raw_properties, message.body, conn.frame_max))
+            message.routing_key, message.raw_properties, message.body, conn.frame_max)
+        conn.batch_bytes += len(frame)
+        conn.write(frame)
         stats = self.stats
         if entry.delivery_count:
             stats.redeliver += 1
@@ -344,7 +388,6 @@ class Channel:
         else:
             stats.get += 1
         entry.delivery_count += 1
-        queue.unacked += 1
         if no_ack:
             queue.settle(entry)
             return
@@ -391,12 +434,14 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple, _ACK)
         self.stats.ack += len(taken)
+        # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in taken:
-            queue.settle(entry)
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
-        self._resume_consumers()
+            queue.settle(entry)
+        if self._global_full:
+            self._resume_consumers()
 
     def reject(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         if self.tx is not None:
@@ -408,17 +453,19 @@ class Channel:
     def reject_now(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         touched = set()
         for entry, queue, consumer in self._take(tag, multiple, index):
+            if consumer is not None:
+                consumer.unacked -= 1
+                self._global_unacked -= 1
             if requeue:
                 queue.requeue(entry)
                 touched.add(queue)
             else:
                 queue.reject(entry)  # dead-lettered if the queue has a DLX
-            if consumer is not None:
-                consumer.unacked -= 1
-                self._global_unacked -= 1
+        # Delivered again only once all are back in place: the oldest goes first.
         for queue in touched:
-            queue.dispatch()
-        self._resume_consumers()
+            queue.deliver_ready()
+        if self._global_full:
+            self._resume_consumers()
 
     def recover(self) -> None:
         """basic.recover(requeue=true): every unacked delivery goes back to its queue."""
@@ -437,11 +484,17 @@ class Channel:
         self._tag_order.clear()
         self._global_unacked = 0
         for queue in touched:
-            queue.dispatch()
+            queue.deliver_ready()
 
     def _resume_consumers(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.queue.dispatch()
+        """Room may be back for every consumer of the channel (qos, flow, global prefetch).
+
+        O(consumers of the channel), as RabbitMQ's unblock of a channel's consumers;
+        an ack of a delivery resumes only its consumer (``Queue.settle``).
+        """
+        self._global_full = False
+        for consumer in list(self.consumers.values()):
+            consumer.queue.resume(consumer)
 
     # -- consumers ------------------------------------------------------------
 
@@ -457,7 +510,7 @@ class Channel:
         self.consumers.pop(consumer.tag, None)
         queue = consumer.queue
         queue.remove_consumer(consumer)
-        if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+        if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
             self.vhost.delete_queue(queue)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -479,7 +532,7 @@ class Channel:
         self.requeue_all()
         for consumer in consumers:
             queue = consumer.queue
-            if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+            if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:
                 self.vhost.delete_queue(queue)
         self.tx = None
         self.content.reset()

@@ -15,6 +15,10 @@ from pamqp import exceptions as pamqp_exceptions
 
 from leveret.model.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError_
 from leveret.amqp.frames import erlang_binary
+from leveret.model import field_table
+
+# Method arguments and client properties keep their field types (model/field_table.py).
+field_table.install()
 
 _method_id = struct.Struct(">I")
 
@@ -52,7 +56,7 @@ def decode_method(payload: bytes, index: int) -> Method:
         raise ConnectionError_(NOT_IMPLEMENTED, f"unknown method {ids[0]}.{ids[1]}", ids)
     method: Method = cls()
     try:
-        method.unmarshal(payload[4:])
+        field_table.unmarshal_method(method, payload[4:])
     except (struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError, KeyError,
             pamqp_exceptions.PAMQPException) as exc:
         raise ConnectionError_(

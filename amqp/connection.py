@@ -6,6 +6,9 @@ Theory of operation
 accumulate in ``out`` and the adapter is told once (``on_output``) that it
 should flush at the end of the loop turn, so many deliveries share one
 ``writelines``. The adapter also owns the clock and calls ``heartbeat_tick``.
+One call handles at most ``FRAMES_PER_TURN`` frames; ``input_pending`` then
+asks the adapter to stop reading and call again (with ``b""``) on the next
+loop turn, so that no client's burst stalls the others.
 
 States follow the handshake: ``HEADER`` (waiting for ``AMQP\\0\\0\\9\\1``) →
 ``START`` (sent connection.start, waiting for start-ok) → ``TUNE`` →
@@ -60,6 +63,7 @@ from leveret.amqp.frames import (
     FRAME_METHOD,
     HEARTBEAT_FRAME,
     FrameBuffer,
+    erlang_binary,
 )
 
 if TYPE_CHECKING:
@@ -71,6 +75,18 @@ log = logging.getLogger(__name__)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 HEADER, START, TUNE, OPEN, RUNNING, CLOSING, CLOSED = range(7)
+
+# Once we have sent connection.close, how long the peer has to answer close-ok before the
+# adapter drops the socket; meanwhile its stream is read only to find close-ok and the rest
+# is discarded unbuffered (FrameBuffer.feed_closing). As RabbitMQ's rabbit_reader: 30 s
+# (?CLOSING_TIMEOUT) or the heartbeat if shorter; measured on 3.10: 30.0 s with heartbeat
+# 0 and 60, with the client still sending (RabbitMQ read and discarded 10 MB meanwhile).
+CLOSING_TIMEOUT = 30.0
+# After a framing error (the stream cannot be parsed any more) or an error before the
+# connection is open, the socket is dropped after this instead; after a framing error it is
+# not read at all meanwhile. RabbitMQ's ?SILENT_CLOSE_DELAY: measured on 3.10, 3.0 s after a
+# bad frame end marker (heartbeat 0 or 60) and after a refused tune-ok.
+SILENT_CLOSE_DELAY = 3.0
 # RabbitMQ's names for the states, used in its error texts.
 STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
 
@@ -112,6 +128,12 @@ def _check_negotiated(field: str, value: int, minimum: int, maximum: int) -> Non
             f"allowed value ({maximum})", (10, 30))
 
 
+# Frames handled per ``receive_data`` call. A client that sends a burst (thousands of acks,
+# each handing out a delivery) is served in slices of a few ms, other clients in between:
+# the adapter stops reading and calls again on the next loop turn (``input_pending``).
+FRAMES_PER_TURN = 1000
+
+
 class Connection:
     def __init__(
         self,
@@ -131,6 +153,7 @@ class Connection:
         self.state = HEADER
         self.out: list[bytes] = []
         self._frames = FrameBuffer()
+        self.input_pending = False  # frames left unhandled: call receive_data(b"") again
         self._header = bytearray()
         self.channels: dict[int, Channel] = {}
         self._closing_channels: set[int] = set()
@@ -138,6 +161,8 @@ class Connection:
         self.exclusive_queues: list[Any] = []
         self.vhost: Any = None
         self.user: str | None = None
+        # Set by the TLS adapter: the user named by a verified client certificate (EXTERNAL).
+        self.peer_cert_user: str | None = None
         self.client_properties: dict[str, Any] = {}
         self.frame_max = 131072
         self.channel_max = config.channel_max
@@ -145,6 +170,10 @@ class Connection:
         self.last_received = clock()
         self.last_sent = clock()
         self.want_close = False  # adapter: close the transport once ``out`` is flushed
+        # CLOSING: the adapter drops the socket at ``close_deadline`` (``clock`` time) and
+        # stops reading it once ``reading`` is False.
+        self.reading = True
+        self.close_deadline = 0.0
         self.peer_closes = False  # ... but first give the peer CLOSE_GRACE_SECONDS to do it
         self.blocked = False  # by a resource alarm: we stopped reading this socket
         self.has_published = False
@@ -157,6 +186,11 @@ class Connection:
         self.connected_at = time.time()
         broker.churn.connection_created += 1
         self._released = False
+        # Deliveries written since ``out`` was last taken; over DELIVERY_BATCH_BYTES they wait
+        # for the next loop turn (``batch_full``), so a prefetch-0 consumer of a long queue
+        # costs one batch of output at a time, not the whole queue encoded at once.
+        self.batch_bytes = 0
+        self.batch_full = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
@@ -186,6 +220,12 @@ class Connection:
             self.last_sent = self.clock()
             self.send_cnt += 1
             self.send_oct += sum(map(len, out))
+        self.batch_bytes = 0
+        if self.batch_full:
+            self.batch_full = False
+            if self.writable:
+                for channel in list(self.channels.values()):
+                    channel._resume_consumers()
         return out
 
     def want_flush(self, channel: Channel) -> None:
@@ -230,7 +270,8 @@ class Connection:
     # -- input ----------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        if self.state == CLOSED:
+        if self.state == CLOSED or not self.reading:
+            self.input_pending = False
             return
         self.recv_oct += len(data)
         self.recv_cnt += 1
@@ -248,24 +289,44 @@ class Connection:
                 data = bytes(self._header[8:])
                 self._header = bytearray()
                 self._send_start()
-            for ftype, channel, payload in self._frames.feed(data):
+            self.input_pending = False
+            budget = FRAMES_PER_TURN
+            frames = self._frames
+            for ftype, channel, payload in (frames.feed(data) if self.state != CLOSING
+                                            else frames.feed_closing(data)):
                 if self.state == CLOSED:
+                    self.input_pending = False
                     return
+                budget -= 1
+                if not budget:
+                    self.input_pending = True  # after this frame: the rest next turn
                 # Per frame, so the frames after an error in the same chunk still reach
                 # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
                 try:
                     if ftype == FRAME_METHOD:
                         self._on_method(channel, payload)
                     elif ftype == FRAME_HEARTBEAT:
-                        pass  # on any channel: RabbitMQ ignores the channel number here
+                        if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
+                            raise ConnectionError_(
+                                UNEXPECTED_FRAME, f"type 8, all octets = {erlang_binary(payload)}")
                     else:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
                     self._fail(exc)
-        except ConnectionError_ as exc:
+                if not budget:
+                    break
+        except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             self._fail(exc)
+            self._stop_reading()
         except Exception as exc:  # a bug must not take the broker down
-            log.exception("internal error on connection %s", self.name)
+            # One line, not a traceback: a peer that can trigger this must not flood the log.
+            where = exc.__traceback__
+            while where is not None and where.tb_next is not None:
+                where = where.tb_next
+            at = (f" at {where.tb_frame.f_code.co_filename}:{where.tb_lineno}"
+                  if where is not None else "")
+            log.error("internal error on connection %s: %r%s", self.name, exc, at)
+            log.debug("internal error on connection %s", self.name, exc_info=True)
             self._fail(ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
 
     def _bad_header(self) -> None:
@@ -325,6 +386,7 @@ class Connection:
                 raise ConnectionError_(
                     NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
                     f"the negotiated channel_max ({self.channel_max})")
+            self.broker.accounts.check_channel(self.user)
             self.channels[number] = Channel(self, number)
             self.broker.churn.channel_created += 1
             self.write(_CHANNEL_OPEN_OK.pack(1, number, 8, 20, 11, 0, 0xCE))
@@ -389,7 +451,7 @@ class Connection:
         }
         self.write(encode_method(0, commands.Connection.Start(
             version_major=0, version_minor=9, server_properties=props,
-            mechanisms=" ".join(auth.MECHANISMS), locales="en_US")))
+            mechanisms=" ".join(auth.mechanisms(self.peer_cert_user)), locales="en_US")))
 
     def _connection_method(self, method: Any, index: int) -> None:
         state = self.state
@@ -415,8 +477,11 @@ class Connection:
 
     def _start_ok(self, method: commands.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
-        user = auth.authenticate(method.mechanism, method.response, self.broker.users,
-                                 self.peer, self.config)
+        accounts = self.broker.accounts
+        user = auth.authenticate(method.mechanism, method.response, accounts,
+                                 self.peer, self.config, self.peer_cert_user)
+        accounts.auth_attempts["total"] += 1
+        accounts.auth_attempts["succeeded" if user is not None else "failed"] += 1
         if user is None:
             if not self.client_capability("authentication_failure_close"):
                 # Clients that cannot handle the close method just see the socket close.
@@ -436,6 +501,15 @@ class Connection:
         if vhost is None:
             raise ConnectionError_(NOT_ALLOWED, f"vhost {method.virtual_host} not found",
                                    (10, 40))
+        limit = self.config.connection_max
+        if limit and len(self.broker.connections) >= limit:
+            raise ConnectionError_(NOT_ALLOWED, f"connection refused: node connection limit "
+                                   f"({limit}) is reached", (10, 40))
+        user = self.user or ""
+        self.broker.accounts.check_connection(user, vhost)
+        if not self.broker.accounts.control.can_open(user, vhost.name):
+            raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for "
+                                   f"user '{user}'", (10, 40))
         self.vhost = vhost
         self.broker.connections.add(self)
         self.write(encode_method(0, commands.Connection.OpenOk()))
@@ -460,16 +534,28 @@ class Connection:
         """Hard error: send connection.close and wait for close-ok."""
         if self.state in (CLOSING, CLOSED):
             return
-        log.warning("connection %s: closing with %s", self.name, exc.reply_text)
+        text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
+        log.warning("connection %s: closing with %s", self.name, text)
         class_id, method_id = exc.method
         if self.state == HEADER:
             self._closed()
             return
         self.write(encode_method(0, commands.Connection.Close(
-            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            reply_code=int(exc.code), reply_text=text,
             class_id=class_id, method_id=method_id)))
         self._release_all()
+        if self.state == RUNNING:
+            grace = min(self.heartbeat, CLOSING_TIMEOUT) if self.heartbeat else CLOSING_TIMEOUT
+        else:
+            grace = SILENT_CLOSE_DELAY
+        self.close_deadline = self.clock() + grace
         self.state = CLOSING
+
+    def _stop_reading(self) -> None:
+        """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
+        if self.state == CLOSING:
+            self.reading = False
+            self.close_deadline = min(self.close_deadline, self.clock() + SILENT_CLOSE_DELAY)
 
     def close(self, code: int = CONNECTION_FORCED,
               text: str = "broker forced connection closure with reason 'shutdown'") -> None:

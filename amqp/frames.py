@@ -44,10 +44,11 @@ def erlang_binary(data: bytes | bytearray) -> str:
 class FrameBuffer:
     """Accumulates bytes and yields complete frames; ``frame_max`` bounds their size."""
 
-    __slots__ = ("_buf", "frame_max")
+    __slots__ = ("_buf", "_skip", "frame_max")
 
     def __init__(self, frame_max: int = INITIAL_FRAME_MAX) -> None:
         self._buf = bytearray()
+        self._skip = 0  # feed_closing: bytes of a skipped frame still to come
         self.frame_max = frame_max
 
     def __len__(self) -> int:
@@ -107,5 +108,48 @@ class FrameBuffer:
                 yield frame
         finally:
             view.release()
+            if pos:
+                del buf[:pos]
+
+    def feed_closing(self, data: bytes) -> Iterator[tuple[int, int, bytes]]:
+        """After we sent connection.close: yield only channel-0 method frames (close, close-ok).
+
+        Every other frame is skipped as its bytes arrive, without being kept, so a
+        peer that goes on publishing costs no memory; at most one channel-0 frame
+        (bounded by ``frame_max``) is buffered. Framing is still checked, and a
+        framing error raises ``ConnectionError_(FRAME_ERROR)`` as in ``feed``.
+        """
+        skip = self._skip
+        if skip:
+            if len(data) <= skip:
+                self._skip = skip - len(data)
+                return
+            data = bytes(memoryview(data)[skip:])
+            self._skip = 0
+        buf = self._buf
+        buf += data
+        pos = 0
+        try:
+            while len(buf) - pos >= FRAME_HEADER_SIZE:
+                ftype, channel, size = _frame_head.unpack_from(buf, pos)
+                limit = self.frame_max
+                if ftype not in FRAME_TYPES or (limit and size + FRAME_HEADER_SIZE + 1 > limit):
+                    raise ConnectionError_(FRAME_ERROR, f"type {ftype}: bad frame while closing")
+                stop = pos + FRAME_HEADER_SIZE + size
+                if ftype != FRAME_METHOD or channel != 0:
+                    if stop + 1 > len(buf):
+                        self._skip = stop + 1 - len(buf)
+                        pos = len(buf)
+                        break
+                    pos = stop + 1
+                    continue
+                if stop >= len(buf):
+                    break
+                if buf[stop] != FRAME_END:
+                    raise ConnectionError_(FRAME_ERROR, f"type {ftype}: invalid frame end marker")
+                frame = (ftype, channel, bytes(buf[pos + FRAME_HEADER_SIZE : stop]))
+                pos = stop + 1
+                yield frame
+        finally:
             if pos:
                 del buf[:pos]

@@ -5,6 +5,20 @@ bytes to a ``Connection`` and writes what it produces. Output from other
 connections (deliveries, confirms) is flushed once per loop turn with
 ``writelines``. When the socket's write buffer is full the connection stops
 receiving deliveries until it drains (``pause_writing``).
+
+Output backpressure: deliveries stop at the transport's high-water mark, but
+what a connection's own input produces (basic.return, confirms, replies) is
+written regardless. A client that publishes and never reads would make that
+output pile up without bound, so once the unsent output passes
+``OUTPUT_PAUSE_BYTES`` we stop reading the socket, and resume when the
+transport reports it drained (``resume_writing``, at its low-water mark):
+one pause, one release, as for the store writer and resource alarms. The
+test costs nothing while the socket keeps up: it runs only after
+``pause_writing``.
+
+Closing: once the core has sent connection.close (state CLOSING) the socket
+is dropped at the core's ``close_deadline``, and not read at all once the
+core says the stream is unusable (``reading`` False, after a framing error).
 """
 
 from __future__ import annotations
@@ -13,6 +27,7 @@ import asyncio
 import errno
 import fcntl
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -20,10 +35,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from leveret.amqp import tls
+from leveret.amqp.connection import CLOSED, CLOSING, RUNNING, Connection
 from leveret.broker import control
 from leveret.broker.alarms import DISK, MEMORY, MemoryMonitor, trim_heap
 from leveret.broker.broker import Broker
-from leveret.amqp.connection import CLOSED, RUNNING, Connection
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.store import StoreError
 
@@ -41,6 +57,14 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 3.0
 # After close-ok to a client's connection.close, how long the client has to close the socket.
 CLOSE_GRACE_SECONDS = 1.0
+# The data dir and everything in it (store, lock file, ctl socket) are the broker user's
+# only: persistent message bodies are in there.
+DATA_DIR_MODE = 0o700
+DATA_FILE_MODE = 0o600
+# Stop reading a connection whose unsent output passes this (bytes); RabbitMQ bounds the
+# same thing with credit flow between its writer and reader processes. Big enough for a
+# full batch of deliveries and confirms to a client that does read, small next to RAM.
+OUTPUT_PAUSE_BYTES = 4 << 20
 
 
 class StartupError(Exception):
@@ -79,12 +103,18 @@ class AMQPProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = Connection(self.broker, self.config, peer[:2] if peer else None,
                                on_output=self._schedule_flush, clock=self.loop.time)
+        self.conn.peer_cert_user = tls.peer_cert_user(transport, self.config)
         self.conn.on_flow_release = self._flow_release
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):
             self.conn.local = local[:2]
         self._flow_paused = False
         self._store_paused = False
+        self._input_paused = False  # a burst is handled over several loop turns
+        self._output_paused = False  # unsent output over OUTPUT_PAUSE_BYTES
+        self._reading_stopped = False  # closing: the core reads no more of this stream
+        self._close_timer: asyncio.TimerHandle | None = None
+        self._close_at = 0.0
         self.broker.protocols.add(self)
         self._timer = self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
 
@@ -102,11 +132,26 @@ class AMQPProtocol(asyncio.Protocol):
             self._store_paused = True
             self.transport.pause_reading()
             self.broker.log.when_caught_up(self._store_release)
+        if conn.input_pending and self.transport is not None:
+            # Frames left for the next turn (Connection.FRAMES_PER_TURN): read no more meanwhile.
+            if not self._input_paused:
+                self._input_paused = True
+                self.transport.pause_reading()
+            self.loop.call_soon(self._more_input)
         self._flush()
+
+    def _more_input(self) -> None:
+        if self.conn is None or self.transport is None:
+            return
+        self.data_received(b"")
+        if not self.conn.input_pending and self._input_paused:
+            self._input_paused = False
+            self._resume_if_free()
 
     def _may_read(self) -> bool:
         """Reading resumes only when no reason to pause is left (flow, alarm, store)."""
-        return not (self._flow_paused or self._store_paused
+        return not (self._flow_paused or self._store_paused or self._output_paused
+                    or self._input_paused or self._reading_stopped
                     or (self.conn is not None and self.conn.blocked))
 
     def _resume_if_free(self) -> None:
@@ -154,6 +199,13 @@ class AMQPProtocol(asyncio.Protocol):
         out = conn.data_to_send()
         if out and not transport.is_closing():
             transport.writelines(out)
+            if (not conn.writable and not self._output_paused
+                    and transport.get_write_buffer_size() > OUTPUT_PAUSE_BYTES):
+                # The peer does not read what its own input produces: take no more input.
+                self._output_paused = True
+                transport.pause_reading()
+        if conn.state == CLOSING:
+            self._closing(conn, transport)
         if conn.want_close:
             if conn.peer_closes:
                 if not self._closing_later:
@@ -167,11 +219,31 @@ class AMQPProtocol(asyncio.Protocol):
                 self._timer.cancel()
             self._start_heartbeats()
 
+    def _closing(self, conn: Connection, transport: asyncio.Transport) -> None:
+        """We sent connection.close: drop the socket at the core's deadline, stop reading if told."""
+        if not conn.reading and not self._reading_stopped:
+            self._reading_stopped = True
+            transport.pause_reading()
+        if self._close_timer is None or conn.close_deadline < self._close_at:
+            if self._close_timer is not None:
+                self._close_timer.cancel()
+            self._close_at = conn.close_deadline
+            self._close_timer = self.loop.call_at(self._close_at, self._close_timeout)
+
+    def _close_timeout(self) -> None:
+        self._close_timer = None
+        if self.transport is not None and self.conn is not None and self.conn.state == CLOSING:
+            log.info("connection %s: no close-ok in time, dropping it", self.conn.name)
+            self.transport.abort()
+
     def pause_writing(self) -> None:
         if self.conn is not None:
             self.conn.set_writable(False)
 
     def resume_writing(self) -> None:
+        if self._output_paused:
+            self._output_paused = False
+            self._resume_if_free()
         if self.conn is not None:
             self.conn.set_writable(True)
 
@@ -179,6 +251,9 @@ class AMQPProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
         if self.conn is not None:
             self.conn.connection_lost()
         self.broker.protocols.discard(self)
@@ -210,6 +285,8 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         if conn is None or self.transport is None:
             return
+        if self._output_paused or self._store_paused:
+            conn.last_received = self.loop.time()  # we are not reading: the silence is ours
         if not conn.heartbeat_tick():
             self.transport.abort()
             return
@@ -221,8 +298,12 @@ def open_store(config: Config) -> tuple[Any, Any]:
     """Lock the data dir (one broker per dir) and open its LMDB store: (store, lock file)."""
     data_dir = Path(config.data_dir)
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(data_dir / "leveret.lock", "a+")  # noqa: SIM115 - held for the process lifetime
+        # Persistent bodies are in here: owner only (DATA_DIR_MODE, DATA_FILE_MODE).
+        data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+        if data_dir.stat().st_mode & 0o777 != DATA_DIR_MODE:
+            os.chmod(data_dir, DATA_DIR_MODE)  # made by an older Leveret, or by hand
+        lock = os.fdopen(os.open(data_dir / "leveret.lock", os.O_RDWR | os.O_CREAT | os.O_APPEND,
+                                 DATA_FILE_MODE), "a+")
     except OSError as exc:
         raise StartupError(f"data directory {data_dir} is unusable: {exc.strerror or exc}") from exc
     try:
@@ -264,7 +345,39 @@ async def serve(config: Config, broker: Broker | None = None) -> tuple[Broker, l
             address = sock.getsockname()
             broker.listeners.append(("amqp", address[0], address[1]))
             log.info("listening for AMQP 0-9-1 on %s:%d", address[0], address[1])
+    if config.tls_certfile is not None:
+        servers += await _serve_tls(broker, config, hosts, servers)
     return broker, servers
+
+
+async def _serve_tls(broker: Broker, config: Config, hosts: list[str | None],
+                     plain: list[asyncio.AbstractServer]) -> list[asyncio.AbstractServer]:
+    """The AMQPS listener: the same protocol behind stdlib ssl (amqp/tls.py)."""
+    loop = asyncio.get_running_loop()
+    try:
+        context = tls.server_context(config)
+    except tls.TLSConfigError as exc:
+        for s in plain:
+            s.close()
+        raise StartupError(str(exc)) from exc
+    servers: list[asyncio.AbstractServer] = []
+    for host in hosts:
+        try:
+            server = await loop.create_server(
+                lambda: AMQPProtocol(broker, config, loop), host=host, port=config.tls_port,
+                reuse_address=True, backlog=1024, ssl=context,
+                ssl_handshake_timeout=config.handshake_timeout)
+        except OSError as exc:
+            for s in plain + servers:
+                s.close()
+            raise StartupError(f"cannot listen for AMQPS on {host or '*'}:{config.tls_port}: "
+                               f"{exc.strerror or exc}") from exc
+        servers.append(server)
+        for sock in server.sockets:
+            address = sock.getsockname()
+            broker.listeners.append(("amqp/ssl", address[0], address[1]))
+            log.info("listening for AMQP 0-9-1 over TLS on %s:%d", address[0], address[1])
+    return servers
 
 
 async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> None:

@@ -772,6 +772,8 @@ class Config:
     rate: float = 1000.0  # latency: paced publishes per second
     connections: int = 1000  # conns: idle connections to open
     connect_concurrency: int = 100  # conns: handshakes in flight at once
+    consumers: int = 1000  # consumers: consumers of the one queue
+    consumer_channels: str = "one"  # consumers: all on one channel, or one channel each
     extra: dict = field(default_factory=dict)
 
 
@@ -910,6 +912,87 @@ async def scenario_transient(cfg: Config) -> dict:
             await cconn.expect(cmd.Queue.DeleteOk, timeout=10)
         except Exception as exc:  # noqa: BLE001
             res["cleanup_error"] = repr(exc)
+        return res
+    finally:
+        if pconn is not None:
+            await pconn.close()
+        await cconn.close()
+
+
+class ChannelAckConsumer(Consumer):
+    """Counts every channel's deliveries on one connection and acks each on its own channel
+    (``Consumer`` acks on one channel only)."""
+
+    def _on_data(self, data: bytes) -> bytes:
+        pos, n = 0, len(data)
+        acks = []
+        count = 0
+        while n - pos >= 7:
+            ftype, ch, size = _HDR.unpack_from(data, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            if ftype == 1:
+                if _CLASS_METHOD.unpack_from(data, pos + 7)[0] == BASIC_DELIVER:
+                    tag = _U64.unpack_from(data, pos + 12 + data[pos + 11])[0]
+                    count += 1
+                    acks.append(_ACK.pack(1, ch, 13, 60, 80, tag, 0, FRAME_END))
+                else:
+                    self.conn.slow_frame(data[pos:end])
+            pos = end
+        if count:
+            self.count += count
+            if not self.no_ack:
+                self.conn.transport.write(b"".join(acks))
+            w = self.waiter
+            if w is not None and self.count >= w[0]:
+                self.waiter = None
+                if not w[1].done():
+                    w[1].set_result(None)
+        return data[pos:]
+
+
+async def scenario_consumers(cfg: Config) -> dict:
+    """Issue 17.1: ``cfg.consumers`` consumers of one queue on one connection, with
+    ``basic.qos(cfg.prefetch)`` each, on one channel (``--consumer-channels one``) or one
+    channel each (``many``); one ack per message; 1 producer held to ``max_backlog``
+    messages ahead, so that acks keep dispatching from a backlog."""
+    qname = f"leveret-bench-{uuid.uuid4().hex[:12]}"
+    cconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, "bench-consumer")
+    pconn = None
+    channels = 1 if cfg.consumer_channels == "one" else cfg.consumers
+    try:
+        for ch in range(1, channels + 1):
+            await open_channel(cconn, ch)
+            cconn.send(cmd.Basic.Qos(prefetch_count=cfg.prefetch), ch)
+            await cconn.expect(cmd.Basic.QosOk)
+        cconn.send(cmd.Queue.Declare(queue=qname, auto_delete=True), 1)
+        await cconn.expect(cmd.Queue.DeclareOk)
+        for i in range(cfg.consumers):
+            cconn.send(cmd.Basic.Consume(queue=qname, consumer_tag=f"c{i}",
+                                         no_ack=cfg.no_ack), i % channels + 1)
+            await cconn.expect(cmd.Basic.ConsumeOk)
+        consumer = ChannelAckConsumer(cconn, 1, cfg.no_ack, 0)
+        cconn.fast = consumer._on_data  # all consumers are on (the queue is empty): fast parser
+        pconn = await connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost,
+                              "bench-producer")
+        await open_channel(pconn, 1)
+        body = (b"leveret-bench" * (cfg.size // 13 + 1))[: cfg.size]
+        pub = Publisher(pconn, encode_publish("", qname, body), cfg.batch)
+        limit = cfg.max_backlog or cfg.consumers * max(cfg.prefetch, 1) * 2
+
+        async def gate(pub=pub):
+            if pub.published - consumer.count > limit:
+                await consumer.wait_count(pub.published - limit // 2)
+        pub.gate = gate
+        task = asyncio.create_task(pub.run())
+        try:
+            res = await measure(cfg, consumer, [pub])
+        finally:
+            pub.stopped = True
+            await asyncio.wait([task], timeout=2)
+        res.update({"queue": qname, "consumers": cfg.consumers, "channels": channels,
+                    "prefetch": cfg.prefetch})
         return res
     finally:
         if pconn is not None:
@@ -1809,6 +1892,7 @@ SCENARIOS = {
     "topic": scenario_topic,
     "latency": scenario_latency,
     "conns": scenario_conns,
+    "consumers": scenario_consumers,
 }
 
 # Per-scenario defaults for options left unset on the command line (None).
@@ -1825,6 +1909,7 @@ SCENARIO_DEFAULTS = {
               "max_backlog": 10000},
     "latency": {"size": 256, "prefetch": 0, "multi_ack_every": 0, "max_backlog": 0},
     "conns": {"size": 256, "prefetch": 0, "multi_ack_every": 0, "max_backlog": 0},
+    "consumers": {"size": 256, "prefetch": 10, "multi_ack_every": 0, "max_backlog": 0},
 }
 
 
@@ -1889,6 +1974,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="conns: idle connections to open")
     p.add_argument("--connect-concurrency", type=int, default=d.connect_concurrency,
                    help="conns: handshakes in flight at once")
+    p.add_argument("--consumers", type=int, default=d.consumers,
+                   help="consumers: consumers of the one queue")
+    p.add_argument("--consumer-channels", choices=["one", "many"], default=d.consumer_channels,
+                   help="consumers: all on one channel, or one channel each")
     p.add_argument("--max-backlog", type=int, default=None,
                    help="pause publishing while published-consumed exceeds N; 0 = off "
                         "(default 0; fanout 20,000 and topic 10,000 deliveries owed)")

@@ -231,6 +231,7 @@ def run_loadgen(host: str, port: int, broker_pid: int | None, args,
            "--key-pool", str(args.key_pool), "--rate", str(args.rate),
            "--connections", str(args.connections),
            "--connect-concurrency", str(args.connect_concurrency),
+           "--consumers", str(args.consumers), "--consumer-channels", args.consumer_channels,
            "--user", args.user, "--password", args.password]
     cmd.append("--no-ack" if args.no_ack else "--ack")
     if broker_pid:
@@ -465,6 +466,8 @@ SCENARIO_DESCRIPTIONS = {
     "latency": "transient, paced at {rate:,.0f} msg/s, 1 consumer on its own connection",
     "conns": "{connections:,} idle connections x 1 channel, heartbeat 0, "
              "{connect_concurrency} handshakes in flight",
+    "consumers": "transient, {consumers:,} consumers of 1 queue on {consumer_channels} "
+                 "channel(s) of 1 connection, qos {prefetch} each, 1 ack per message",
 }
 
 RABBITMQ_DURABILITY_NOTE = """Note on RabbitMQ's disk behaviour (not the same work as Leveret's):
@@ -837,6 +840,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="loadgen-side cap on published-consumed (0 = off, PerfTest default; "
                         "fanout: 20,000, topic: 10,000 deliveries owed)")
     p.add_argument("--queues", type=int, default=10, help="fanout/topic: queues, 1 consumer each")
+    p.add_argument("--consumers", type=int, default=1000,
+                   help="consumers: consumers of the one queue")
+    p.add_argument("--consumer-channels", choices=["one", "many"], default="one",
+                   help="consumers: all on one channel, or one channel each")
     p.add_argument("--consumer-conns", type=int, default=0,
                    help="fanout/topic: connections shared by the consumers (0 = one each; "
                         "sharing needs no-ack)")

@@ -14,6 +14,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.accounts import Accounts
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
 from leveret.model.stats import Churn, MessageStats
@@ -36,10 +37,10 @@ class Broker:
         self.store: Store = store if store is not None else MemoryStore()
         self.log = GroupCommit(self.store, loop)
         self.cluster_name = f"leveret@{socket.gethostname()}"
-        self.users: dict[str, str] = {config.default_user: config.default_pass}
-        self.vhosts: dict[str, VirtualHost] = {
-            config.default_vhost: VirtualHost(config.default_vhost, self.log)
-        }
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.new_vhost(config.default_vhost)
+        self.accounts = Accounts(self)  # users, permissions, limits (broker/accounts.py)
+        self.users = self.accounts.users
         self.connections: set[Any] = set()
         self.protocols: set[Any] = set()  # transports' adapters, for shutdown and alarms
         self.alarms: set[str] = set()
@@ -69,9 +70,14 @@ class Broker:
             total.add(vh.churn)
         return total
 
+    def new_vhost(self, name: str) -> VirtualHost:
+        vhost = self.vhosts[name] = VirtualHost(name, self.log)
+        return vhost
+
     def recover(self) -> None:
         """Rebuild durable definitions from the store (their messages stay on disk)."""
         defs = self.log.load_definitions()
+        self.accounts.recover(defs.access)  # first: it decides which vhosts exist
         for p in defs.policies:  # first: queues and exchanges get theirs as they are added
             vhost = self.vhosts.get(p.vhost)
             if vhost is not None:

@@ -15,7 +15,9 @@ is the thin asyncio adapter and ``request`` the blocking client the CLI uses.
 
 Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
 definition, priority, apply_to), ``clear_policy`` (vhost, name),
-``list_policies`` (vhost).
+``list_policies`` (vhost), and the users / vhosts / permissions / limits
+commands of ``control_access.py``. A refusal may carry rabbitmqctl's exit
+code: ``{"ok": false, "error": "...", "exit_code": 67}``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker import control_access
+from leveret.broker.accounts import AccountError
 from leveret.queues.policy import PolicyError, validate
 
 if TYPE_CHECKING:
@@ -48,6 +52,10 @@ _SUN_PATH_MAX = 100
 class ControlError(Exception):
     """A request the broker refused; ``str()`` is the message for the user."""
 
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
 
 def socket_path(data_dir: Path | str) -> Path:
     return Path(data_dir) / SOCKET_NAME
@@ -62,6 +70,7 @@ class ControlHandler:
             "set_policy": self.set_policy,
             "clear_policy": self.clear_policy,
             "list_policies": self.list_policies,
+            **control_access.commands(broker.accounts),
         }
 
     def handle_line(self, line: bytes) -> bytes:
@@ -83,6 +92,8 @@ class ControlHandler:
             return {"ok": True, "result": command(request)}
         except ControlError as exc:
             return {"ok": False, "error": str(exc)}
+        except AccountError as exc:
+            return {"ok": False, "error": str(exc), "exit_code": exc.exit_code}
         except (KeyError, TypeError) as exc:
             return {"ok": False, "error": f"malformed request: {exc!r}"}
 
@@ -203,5 +214,5 @@ def request(data_dir: Path, payload: dict[str, Any], timeout: float = 10.0) -> A
         sock.close()
     response = json.loads(data)
     if not response.get("ok"):
-        raise ControlError(response.get("error", "unknown error"))
+        raise ControlError(response.get("error", "unknown error"), response.get("exit_code"))
     return response.get("result")

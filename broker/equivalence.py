@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.model.errors import PRECONDITION_FAILED, ChannelError
-from leveret.model.field_types import amqp_type_name
+from leveret.model.field_table import type_name
 
 # Arguments RabbitMQ compares when a queue or exchange is redeclared; others are ignored.
 QUEUE_EQUIVALENCE_ARGS: tuple[str, ...] = (
@@ -45,9 +45,9 @@ def check_arguments_equivalent(
                 f"inequivalent arg '{name}' for {what}: "
                 f"received '{_shown(new)}' but current is '{_shown(old)}'")
         got = ("none" if new is None
-               else f"the value '{_shown(new)}' of type '{amqp_type_name(new)}'")
+               else f"the value '{_shown(new)}' of type '{type_name(new)}'")
         now = ("none" if old is None
-               else f"the value '{_shown(old)}' of type '{amqp_type_name(old)}'")
+               else f"the value '{_shown(old)}' of type '{type_name(old)}'")
         raise ChannelError(PRECONDITION_FAILED,
                            f"inequivalent arg '{name}' for {what}: received {got} but current is {now}")
 

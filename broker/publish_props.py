@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.errors import FRAME_ERROR, PRECONDITION_FAILED, ChannelError, ConnectionError_
 from leveret.model.properties import decode_properties, encode_properties
-from leveret.model.field_types import amqp_type_name
+from leveret.model.field_table import type_name
 from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.model.message import FLAG_HEADERS, FLAG_REPLY_TO, Message
 
@@ -93,4 +93,4 @@ def routing_keys(headers: dict[str, Any]) -> tuple[str, ...]:
 def _type(value: Any) -> str:
     if value is None:
         return "void"
-    return amqp_type_name(value)
+    return type_name(value)

@@ -24,6 +24,7 @@ from leveret.model.errors import (
     RESOURCE_LOCKED,
     ChannelError,
 )
+from leveret.broker import limits
 from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
@@ -34,7 +35,7 @@ from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues import queue_types
-from leveret.queues.arguments import validate_queue_arguments
+from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 # Names clients may not declare: RabbitMQ reserves them for itself.
 RESERVED_PREFIX = "amq."
 
+TRACE_EXCHANGE = "amq.rabbitmq.trace"
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
     ("amq.fanout", "fanout"),
@@ -59,6 +61,11 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.policies = PolicySet()
+        # Metadata and limits (broker/accounts.py keeps them; RabbitMQ's vhost record).
+        self.description = ""
+        self.tags: tuple[str, ...] = ()
+        self.default_queue_type: str | None = None
+        self.limits: dict[str, int] = {}  # max-connections, max-queues (broker/limits.py)
         self.reply_to = ReplyTo()  # direct reply-to consumers
         # Counters: what closed channels left behind, and queue churn (model/stats.py).
         self.closed_channel_stats = MessageStats()
@@ -69,6 +76,10 @@ class VirtualHost:
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in DEFAULT_EXCHANGES:
             self.exchanges[ex_name] = Exchange(ex_name, ex_type, durable=True, vhost=name)
+        # RabbitMQ pre-declares its firehose exchange in every vhost (internal: clients may
+        # bind to it but not publish to it). Leveret's tracing is its own (issue 13).
+        self.exchanges[TRACE_EXCHANGE] = Exchange(TRACE_EXCHANGE, "topic", durable=True,
+                                                  internal=True, vhost=name)
 
     # -- lookups ------------------------------------------------------------
 
@@ -96,6 +107,7 @@ class VirtualHost:
         self, name: str, type_: str, durable: bool, auto_delete: bool, internal: bool,
         arguments: dict[str, Any],
     ) -> Exchange:
+        check_alternate_exchange(arguments, self.describe_exchange(name))
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)
@@ -262,6 +274,12 @@ class VirtualHost:
             self.check_exclusive(queue, owner)
             self._check_queue_equivalent(queue, durable, exclusive, auto_delete, arguments)
             return queue, False
+        if "max-queues" in self.limits:
+            limits.check_vhost_queues(self.limits, len(self.queues), name, self.name)
+        if (self.default_queue_type and "x-queue-type" not in arguments and durable
+                and not exclusive and not auto_delete and not server_named):
+            # RabbitMQ's vhost default queue type applies to queues that could be of any type.
+            arguments = {**arguments, "x-queue-type": self.default_queue_type}
         queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
                                   durable=durable, exclusive=exclusive, auto_delete=auto_delete,
                                   arguments=arguments, what=self.describe_queue(name))
@@ -354,6 +372,16 @@ class VirtualHost:
         log.debug("deleted queue %r in vhost %r", queue.name, self.name)
         return count
 
+
+    def delete_everything(self) -> None:
+        """The vhost is being deleted: its queues, exchanges and policies go (and their records)."""
+        for queue in list(self.queues.values()):
+            self.delete_queue(queue)
+        for exchange in list(self.exchanges.values()):
+            if exchange is not self.default_exchange:
+                self._remove_exchange(exchange)
+        for policy in list(self.policies):
+            self.clear_policy(policy.name)
 
     # -- policies -------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 One row per route: method, path under ``/api/``, handler, the tag needed
 (``auth.py``). Read it next to RabbitMQ's ``rabbit_mgmt_dispatcher.erl``.
-Every vhost-scoped route also needs vhost access (``auth.may_use_vhost``),
-which is everyone's until permissions exist (issue 11).
+Every route with a ``{vhost}`` also needs access to that vhost
+(``auth.may_use_vhost``: permissions there), checked by the router.
 """
 
 from __future__ import annotations
@@ -61,14 +61,26 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("DELETE", B + "/{props}", write.delete_binding, M),
     ("GET", "vhosts", admin.vhosts, M),
     ("GET", "vhosts/{name}", admin.vhost, M),
+    ("PUT", "vhosts/{name}", admin.put_vhost, ADM),
+    ("DELETE", "vhosts/{name}", admin.delete_vhost, ADM),
     ("GET", "vhosts/{name}/permissions", admin.vhost_permissions, ADM),
     ("GET", "cluster-name", admin.cluster_name, M),
     ("GET", "feature-flags", admin.empty_list, ADM),
     ("GET", "users", admin.users, ADM),
     ("GET", "users/{name}", admin.user, ADM),
+    ("PUT", "users/{name}", admin.put_user, ADM),
+    ("DELETE", "users/{name}", admin.delete_user, ADM),
     ("GET", "users/{name}/permissions", admin.user_permissions, ADM),
     ("GET", "permissions", admin.permissions, ADM),
-    ("GET", "topic-permissions", admin.empty_list, ADM),
+    ("GET", "permissions/{vhost}/{user}", admin.permission, ADM),
+    ("PUT", "permissions/{vhost}/{user}", admin.put_permission, ADM),
+    ("DELETE", "permissions/{vhost}/{user}", admin.delete_permission, ADM),
+    ("GET", "topic-permissions", admin.topic_permissions, ADM),
+    ("GET", "topic-permissions/{vhost}/{user}", admin.topic_permissions, ADM),
+    ("PUT", "topic-permissions/{vhost}/{user}", admin.put_topic_permission, ADM),
+    ("DELETE", "topic-permissions/{vhost}/{user}", admin.delete_topic_permission, ADM),
+    ("DELETE", "topic-permissions/{vhost}/{user}/{exchange}", admin.delete_topic_permission,
+     ADM),
     ("GET", "policies", admin.policies, M),
     ("GET", "policies/{vhost}", admin.policies, M),
     ("GET", "policies/{vhost}/{name}", admin.policy, M),
@@ -77,8 +89,12 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "operator-policies", admin.empty_list, M),
     ("GET", "parameters", admin.empty_list, M),
     ("GET", "global-parameters", admin.empty_list, M),
-    ("GET", "vhost-limits", admin.empty_list, M),
-    ("GET", "user-limits", admin.empty_list, ADM),
+    ("GET", "vhost-limits", admin.vhost_limits, M),
+    ("GET", "vhost-limits/{vhost}", admin.vhost_limits, M),
+    ("PUT", "vhost-limits/{vhost}/{limit}", admin.put_vhost_limit, ADM),
+    ("DELETE", "vhost-limits/{vhost}/{limit}", admin.delete_vhost_limit, ADM),
+    ("GET", "user-limits", admin.user_limits, ADM),
+    ("GET", "user-limits/{name}", admin.user_limits, ADM),
     ("GET", "definitions", definitions.export, ADM),
     ("POST", "definitions", definitions.import_, ADM),
     ("GET", "definitions/{vhost}", definitions.export, ADM),

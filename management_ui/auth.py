@@ -1,8 +1,9 @@
 """Who may use the management API: HTTP basic credentials and RabbitMQ's tags.
 
-The one seam to the user model. Today ``Broker.users`` maps a name to a
-password and every user is, in effect, an administrator; when users get tags
-and permissions (issue 11) only ``authenticate`` and ``may_use_vhost`` change.
+The one seam to the user model (``broker/accounts.py``, issue 11): passwords
+are checked by ``Accounts.authenticate`` against RabbitMQ's salted hashes, tags
+are the user's, and vhost access is "has permissions there", as RabbitMQ's
+``rabbit_mgmt_util:is_authorized_vhost``.
 
 RabbitMQ's rules (``rabbit_mgmt_util:is_authorized*``, v3.10.8 l.255-290):
 any of ``management``, ``policymaker``, ``monitoring``, ``administrator``
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 from typing import Any
 
 from leveret.broker.auth import is_loopback
@@ -41,6 +41,7 @@ REFUSED_TEXT = {
 }
 LOGIN_FAILED = "Login failed"
 LOOPBACK_ONLY = "User can only log in via localhost"
+NO_VHOST_ACCESS = "User not authorised to access virtual host"
 
 
 def parse_basic(header: str | None) -> tuple[str, str] | None:
@@ -55,12 +56,11 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
 
 
 def authenticate(broker: Any, user: str, password: str) -> tuple[str, list[str]] | None:
-    """(name, tags) for valid credentials, else None. Every user is an administrator until
-    the user model has tags (issue 11)."""
-    expected = broker.users.get(user)
-    if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+    """(name, tags) for valid credentials, else None."""
+    found = broker.accounts.authenticate(user, password)
+    if found is None:
         return None
-    return user, [ADMINISTRATOR]
+    return found.name, list(found.tags)
 
 
 def check_login(broker: Any, config: Any, header: str | None,
@@ -84,5 +84,5 @@ def allowed(tags: list[str], need: str) -> bool:
 
 
 def may_use_vhost(broker: Any, user: str, vhost: str) -> bool:
-    """Vhost access for /queues, /exchanges, /bindings...: everyone, until permissions."""
-    return True
+    """Vhost-scoped routes (/queues/{vh}, /exchanges/{vh}...): users with permissions there."""
+    return bool(broker.accounts.control.can_open(user, vhost))

@@ -10,22 +10,24 @@ Import is additive and **validated before anything is applied**: every item
 is checked (types, vhosts, exchange types, queue arguments, policies,
 equivalence with what exists, binding ends present in the broker or the
 file); the first problem is a 400 naming the item, and nothing changes.
-Users and permissions are not imported yet: the user model (issue 11)
-will take them; until then they are reported in the log and skipped. Vhosts
-are not created (also issue 11): a file naming an unknown vhost is refused.
+Vhosts, users, permissions and topic permissions go through ``Accounts``
+(persisted, pushed to live connections); a vhost named in the file is
+validated against as if it existed (an unregistered ``VirtualHost`` stands
+in for it until it is created, first, when applying).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
+import re
 import logging
-import os
 from typing import Any
 
 from aiohttp import web
 
+from leveret.broker.permissions import Permission, TopicPermission
+from leveret.broker.users import User
+from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import admin, read, views
 from leveret.management_ui.listing import truthy
@@ -36,15 +38,6 @@ from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.policy import PolicyError, validate
 
 log = logging.getLogger(__name__)
-
-HASHING = "rabbit_password_hashing_sha256"
-
-
-def password_hash(password: str, salt: bytes | None = None) -> str:
-    """``base64(salt4 + sha256(salt4 + utf8(password)))`` (RabbitMQ's passwords.md)."""
-    salt = os.urandom(4) if salt is None else salt
-    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
-
 
 def _queues(vhost: Any, with_vhost: bool) -> list[dict[str, Any]]:
     out = []
@@ -110,12 +103,14 @@ async def export(req: Request) -> web.Response:
         body = {
             "rabbit_version": state.rabbitmq_version, "rabbitmq_version": state.rabbitmq_version,
             "product_name": state.product_name, "product_version": state.version,
-            "users": [{"name": u, "password_hash": password_hash(p), "hashing_algorithm": HASHING,
-                       "tags": ["administrator"], "limits": {}}
-                      for u, p in sorted(broker.users.items())],
-            "vhosts": [{"name": v.name, "limits": [], "metadata": {"description": "", "tags": []}}
+            "users": [dict(u.record()) for u in sorted(broker.accounts.users.values(),
+                                                       key=lambda u: u.name)],
+            "vhosts": [{"name": v.name, "description": v.description, "tags": list(v.tags),
+                        "default_queue_type": v.default_queue_type, "limits": [],
+                        "metadata": {"description": v.description, "tags": list(v.tags)}}
                        for v in vhosts],
-            "permissions": admin.all_permissions(state), "topic_permissions": [],
+            "permissions": admin.all_permissions(state),
+            "topic_permissions": admin.all_topic_permissions(state),
             "parameters": [], "global_parameters": [],
             "policies": [p for v in vhosts for p in _policies(v, True)],
             "queues": [q for v in vhosts for q in _queues(v, True)],
@@ -150,20 +145,37 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
     """Check everything; return the operations to apply (callables), or raise Invalid."""
     ops: list[Any] = []
 
+    # Vhosts the file creates: validated against an unregistered stand-in, created first.
+    planned_vhosts: dict[str, VirtualHost] = {}
+    if only_vhost is None:
+        for item in _list(defs, "vhosts"):
+            name = _str(item, "name", "vhost")
+            if not name:
+                raise Invalid("vhost: the name cannot be empty")
+            metadata: dict[str, Any] = item.get("metadata") or {}
+            if not isinstance(metadata, dict):
+                metadata = {}
+            description = str(item.get("description", metadata.get("description", "")) or "")
+            tags = item.get("tags", metadata.get("tags", ())) or ()
+            dqt = item.get("default_queue_type") or None
+            if name not in broker.vhosts:
+                planned_vhosts[name] = VirtualHost(name, broker.log)
+            ops.append(lambda n=name, d=description, t=tags, q=dqt:
+                       broker.accounts.add_vhost(n, d, t, q))
+
     def vhost_named(item: dict[str, Any], what: str) -> Any:
         name = only_vhost if only_vhost is not None else item.get("vhost")
         if not isinstance(name, str):
             raise Invalid(f"{what}: 'vhost' is missing")
-        vhost = broker.vhosts.get(name)
+        vhost = broker.vhosts.get(name) or planned_vhosts.get(name)
         if vhost is None:
             raise Invalid(f"{what}: vhost '{name}' does not exist")
         return vhost
 
-    if only_vhost is None:
-        for item in _list(defs, "vhosts"):
-            name = _str(item, "name", "vhost")
-            if name not in broker.vhosts:
-                raise Invalid(f"vhost '{name}' does not exist (Leveret cannot create vhosts yet)")
+    def live(vhost: Any) -> Any:
+        return broker.vhosts[vhost.name]  # at apply time: the stand-in's real vhost
+
+    _plan_accounts(broker, defs, only_vhost, planned_vhosts, ops)
     for item in _list(defs, "policies"):
         what = f"policy '{item.get('name')}'"
         vhost = vhost_named(item, what)
@@ -173,7 +185,7 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
                               item.get("apply-to", "all"))
         except PolicyError as exc:
             raise Invalid(f"{what}: {exc}") from None
-        ops.append(lambda v=vhost, p=policy: v.set_policy(p))
+        ops.append(lambda v=vhost, p=policy: live(v).set_policy(p))
     new_exchanges: dict[tuple[str, str], Any] = {}
     for item in _list(defs, "exchanges"):
         name = _str(item, "name", "exchange")
@@ -200,7 +212,7 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
             raise Invalid(exc.detail) from None
         new_exchanges[(vhost.name, name)] = (type_, flags, args)
         ops.append(lambda v=vhost, n=name, t=type_, f=flags, a=args:
-                   v.declare_exchange(n, t, *f, a))
+                   live(v).declare_exchange(n, t, *f, a))
     new_queues: dict[tuple[str, str], Any] = {}
     for item in _list(defs, "queues"):
         name = _str(item, "name", "queue")
@@ -229,7 +241,8 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
             raise Invalid(exc.detail) from None
         new_queues[(vhost.name, name)] = (durable, auto_delete, args)
         ops.append(lambda v=vhost, n=name, d=durable, ad=auto_delete, a=args:
-                   v.declare_queue(n, durable=d, exclusive=False, auto_delete=ad, arguments=a))
+                   live(v).declare_queue(n, durable=d, exclusive=False, auto_delete=ad,
+                                         arguments=a))
     for item in _list(defs, "bindings"):
         source = _str(item, "source", "binding")
         dest = _str(item, "destination", "binding")
@@ -248,13 +261,63 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
             raise Invalid(f"{what}: cannot bind to the default exchange")
         args = item.get("arguments") or {}
         rk = str(item.get("routing_key", ""))
-        ops.append(lambda v=vhost, s=source, d=dest, k=kind, r=rk, a=args: v.bind(
-            v.exchanges[s], (v.queues if k == "queue" else v.exchanges)[d], r, a))
-    skipped = [k for k in ("users", "permissions", "topic_permissions") if defs.get(k)]
-    if skipped:
-        log.warning("definitions: %s not imported (the user model comes with issue 11)",
-                    ", ".join(skipped))
+        ops.append(lambda v=vhost, s=source, d=dest, k=kind, r=rk, a=args: live(v).bind(
+            live(v).exchanges[s], (live(v).queues if k == "queue" else live(v).exchanges)[d],
+            r, a))
     return ops
+
+
+def _plan_accounts(broker: Any, defs: dict[str, Any], only_vhost: str | None,
+                   planned_vhosts: dict[str, Any], ops: list[Any]) -> None:
+    """Users, permissions and topic permissions of a full (not per-vhost) file."""
+    if only_vhost is not None:
+        return
+    accounts = broker.accounts
+    file_users: set[str] = set()
+    for item in _list(defs, "users"):
+        name = _str(item, "name", "user")
+        what = f"user '{name}'"
+        if "password" in item and "password_hash" in item:
+            raise Invalid(f"{what}: password and password_hash cannot both be set")
+        try:
+            record = User.from_record(item)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise Invalid(f"{what}: {exc}") from None
+        file_users.add(name)
+        if "password" in item:
+            record.set_password(str(item["password"]))
+
+        def put_user(r: User = record) -> None:
+            if r.name in accounts.users:
+                user = accounts.users[r.name]
+                user.password_hash, user.hashing_algorithm = r.password_hash, r.hashing_algorithm
+                accounts.set_user_tags(r.name, r.tags)  # persists the record
+            else:
+                accounts.add_user(r.name, tags=r.tags, password_hash=r.password_hash,
+                                  hashing_algorithm=r.hashing_algorithm)
+            if r.limits:
+                accounts.set_user_limits(r.name, r.limits)
+        ops.append(put_user)
+    known_vhosts = set(broker.vhosts) | set(planned_vhosts)
+    known_users = set(accounts.users) | file_users
+    for key, fields, cls in (("permissions", ("configure", "write", "read"), Permission),
+                             ("topic_permissions", ("exchange", "write", "read"),
+                              TopicPermission)):
+        for item in _list(defs, key):
+            user, vhost = _str(item, "user", key), _str(item, "vhost", key)
+            what = f"{key[:-1].replace('_', ' ')} of '{user}' in '{vhost}'"
+            if user not in known_users:
+                raise Invalid(f"{what}: no user '{user}'")
+            if vhost not in known_vhosts:
+                raise Invalid(f"{what}: vhost '{vhost}' does not exist")
+            values = [_str(item, f, what) for f in fields]
+            try:
+                cls(user, vhost, *values)  # compiles the patterns
+            except (re.error, ValueError) as exc:
+                raise Invalid(f"{what}: {exc}") from None
+            setter = (accounts.set_permissions if key == "permissions"
+                      else accounts.set_topic_permissions)
+            ops.append(lambda f=setter, u=user, v=vhost, vals=values: f(u, v, *vals))
 
 
 def load_file(broker: Any, path: str) -> int:

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import ssl
+import time
+
 from aiohttp import web
 
 from leveret.management_ui import read
@@ -13,6 +16,7 @@ from leveret.model.message import Message
 # Names RabbitMQ accepts for a protocol (rabbit_mgmt_wm_health_check_protocol_listener).
 PROTOCOL_ALIASES = {
     "amqp": "amqp", "amqp091": "amqp", "amqp0-9-1": "amqp", "amqp0.9.1": "amqp",
+    "amqps": "amqp/ssl", "amqp/ssl": "amqp/ssl",
     "http": "http", "management": "http", "http/prometheus": "http/prometheus",
     "prometheus": "http/prometheus",
 }
@@ -50,14 +54,34 @@ async def single_node(req: Request) -> web.Response:
     return ok(reason="single node cluster")
 
 
+UNIT_SECONDS = {"days": 86_400, "weeks": 7 * 86_400, "months": 30 * 86_400,
+                "years": 365 * 86_400}
+
+
 async def certificate_expiration(req: Request) -> web.Response:
+    """Fails when the AMQPS certificate (``tls_certfile``) expires within the period."""
     try:
-        int(req.params["within"])
+        within = int(req.params["within"])
     except ValueError:
         raise bad_request(f"Invalid value {req.params['within']!r}") from None
-    if req.params["unit"] not in ("days", "weeks", "months", "years"):
-        raise bad_request(f"Invalid unit {req.params['unit']!r}")
-    return ok()  # no TLS listeners yet (issue 11): no certificate can expire
+    unit = req.params["unit"]
+    if unit not in UNIT_SECONDS:
+        raise bad_request(f"Invalid unit {unit!r}")
+    certfile = req.state.config.tls_certfile
+    if certfile is None:
+        return ok()  # no TLS listener: no certificate can expire
+    try:
+        # The stdlib's own PEM reader (used by its tests); no dependency for one field.
+        not_after = ssl.cert_time_to_seconds(ssl._ssl._test_decode_cert(str(certfile))["notAfter"])  # type: ignore[attr-defined]
+    except (OSError, ValueError, KeyError, ssl.SSLError) as exc:
+        return failed(f"Cannot read certificate {certfile}: {exc}")
+    if not_after > time.time() + within * UNIT_SECONDS[unit]:
+        return ok()
+    ports = [p for proto, _, p in req.state.broker.listeners if proto == "amqp/ssl"]
+    return failed("Certificates expiring", expired=[{
+        "node": req.state.node, "protocol": "amqp/ssl", "port": ports[0] if ports else None,
+        "certfile": str(certfile),
+        "expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(not_after))}])
 
 
 async def port_listener(req: Request) -> web.Response:
@@ -92,6 +116,5 @@ async def aliveness_test(req: Request) -> web.Response:
     entry = queue.take()
     if entry is None or entry.message.body != b"test_message":
         return failed("aliveness test failed")
-    queue.unacked += 1
     queue.settle(entry)
     return ok()

@@ -167,6 +167,12 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
             if not auth.allowed(tags, route.need):
                 return error_response(401, "not_authorized", auth.REFUSED_TEXT[route.need],
                                       {"WWW-Authenticate": REALM})
+            vhost = params.get("vhost")  # admin routes need no access (RabbitMQ's is_authorized_admin)
+            if (vhost is not None and route.need != auth.ADMINISTRATOR
+                    and vhost in state.broker.vhosts
+                    and not auth.may_use_vhost(state.broker, user, vhost)):
+                return error_response(401, "not_authorized", auth.NO_VHOST_ACCESS,
+                                      {"WWW-Authenticate": REALM})
         try:
             return await route.handler(Request(request, params, user, tags, state))
         except ApiError as exc:

@@ -3,9 +3,8 @@
 Each ``*_json`` reads the live object's plain attributes and counters; none
 keeps state. Per-object rates come from the sampler. Erlang-only fields
 (reductions, garbage_collection, backing_queue_status) are left out.
-Per-queue message counters (publish/deliver/ack per queue) are being added to
-the broker model on another branch: ``queue_message_stats`` is the one place
-to wire them.
+Per-queue counters (published, delivered, redelivered, acked) are the
+queue's own; ``queue_message_stats`` is the one place that maps them.
 """
 
 from __future__ import annotations
@@ -54,14 +53,12 @@ def with_rates(counters: dict[str, int], rates: list[float] | None = None,
 
 # -- queues -------------------------------------------------------------------------------
 
-def queue_message_stats(queue: Any) -> dict[str, int] | None:
-    """Per-queue publish/deliver/ack counters: the accessor the queue branch will fill in.
-    None until queues count (RabbitMQ omits message_stats for a queue with no traffic)."""
-    stats = getattr(queue, "stats", None)
-    if stats is None:
-        return None
-    result: dict[str, int] = stats.as_dict()
-    return result
+def queue_message_stats(queue: Any) -> dict[str, int]:
+    """Per-queue counters, kept by the queue itself (plain integers, ``queues/queue.py``),
+    under RabbitMQ's queue ``message_stats`` names. The one place that maps them."""
+    delivered = queue.delivered
+    return {"publish": queue.published, "deliver_get": delivered, "redeliver": queue.redelivered,
+            "ack": queue.acked}
 
 
 def queue_key(queue: Any) -> tuple[str, str, str]:
@@ -106,9 +103,7 @@ def queue_json(queue: Any, state: Any, stats: bool = True) -> dict[str, Any]:
         "messages_unacknowledged_ram": unacked, "messages_persistent": 0,
         "messages_paged_out": 0,
     })
-    message_stats = queue_message_stats(queue)
-    if message_stats is not None:
-        out["message_stats"] = with_rates(message_stats)
+    out["message_stats"] = with_rates(queue_message_stats(queue))
     return out
 
 

@@ -27,7 +27,7 @@ from leveret.model.errors import CONNECTION_FORCED, ChannelError
 from leveret.model.message import Message
 from leveret.model.properties import encode_properties
 from leveret.queues.policy import PolicyError, validate
-from leveret.queues.queue import REFUSED
+from leveret.queues.entry import PublishResult
 
 ACK_MODES = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false",
              "reject_requeue_false")
@@ -211,8 +211,7 @@ async def publish(req: Request) -> web.Response:
         return json_response({"routed": False})
     held = False
     for queue in queues:
-        accepted = queue.publish(message)
-        if accepted and accepted != REFUSED:
+        if queue.publish(message) is PublishResult.HELD:
             held = True
     if held and vhost.log.deferred:
         # As RabbitMQ's publish (confirm mode): answer once the store has the message.
@@ -256,12 +255,11 @@ async def get(req: Request) -> web.Response:
         if entry is None:
             stats.get_empty += 1
             break
-        redelivered = entry.delivery_count > 0
+        redelivered = entry.delivery_count > 0  # take() counted it unacked and delivered
         if redelivered:
             stats.redeliver += 1
         stats.get += 1
         entry.delivery_count += 1
-        queue.unacked += 1
         taken.append(entry)
         out.append(_message_json(entry.message, redelivered, queue.message_count, encoding,
                                  truncate))

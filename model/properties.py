@@ -12,6 +12,11 @@ import struct
 
 from pamqp import commands
 
+from leveret.model import field_table
+
+# Every table pamqp reads or writes (headers here, arguments in amqp.codec) keeps its types.
+field_table.install()
+
 # --- properties (slow path, via pamqp) -------------------------------------
 
 # What pamqp's property decoders raise on hostile input: struct/type errors
@@ -44,7 +49,7 @@ def decode_properties(raw_properties: bytes | memoryview) -> commands.Basic.Prop
             break
     props = commands.Basic.Properties()
     try:
-        props.unmarshal(flags, data[offset:])
+        field_table.unmarshal_properties(props, flags, data[offset:])
     except _PROPERTY_DECODE_ERRORS as exc:
         raise ValueError(f"malformed content properties: {exc}") from exc
     return props

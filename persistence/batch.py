@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from leveret.persistence.records import binding_identity
-from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
+from leveret.persistence.store import AccessDef, BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.model.message import Message
 
 
@@ -231,6 +231,12 @@ class RecordingStore:
 
     def delete_policy(self, vhost: str, name: str) -> None:
         self._recorder.add(DeleteDef("p", (vhost, name)))
+
+    def put_access(self, access: AccessDef) -> None:
+        self._recorder.add(PutDef("a", (access.kind, *access.key), self._definition(access)))
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None:
+        self._recorder.add(DeleteDef("a", (kind, *key)))
 
     # -- queue entries --
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.persistence.store import (
+    AccessDef,
     BindingDef,
     Definitions,
     ExchangeDef,
@@ -68,6 +69,9 @@ class GroupCommit:
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
         self.failures = 0
+        # Number of the batch being recorded: what is recorded now is released (its
+        # after_commit callbacks run) together, with the same ``ok``.
+        self.batch = 0
         self._recorded = 0  # operations recorded since the last batch was taken
         self._caught_up: list[Callable[[], None]] = []
 
@@ -133,6 +137,14 @@ class GroupCommit:
         self.store.delete_policy(vhost, name)
         self._dirty()
 
+    def put_access(self, access: AccessDef) -> None:
+        self.store.put_access(access)
+        self._dirty()
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None:
+        self.store.delete_access(kind, key)
+        self._dirty()
+
     # -- reads ------------------------------------------------------------------
 
     def load_definitions(self) -> Definitions:
@@ -178,6 +190,7 @@ class GroupCommit:
 
     def _write_now(self) -> None:
         ok = True
+        self.batch += 1
         try:
             self.store.write_batch(self.store.take_batch())
         except StoreError as exc:
@@ -194,6 +207,7 @@ class GroupCommit:
             self._set_idle()
             return
         batch = self.store.take_batch()
+        self.batch += 1
         self._recorded = 0
         held, self._held = self._held, []
         callbacks, self._callbacks = self._callbacks, []
@@ -209,6 +223,9 @@ class GroupCommit:
         ok = exc is None
         if ok:
             self.commits += 1
+            # One line per synced write; `leveret lab run fsync` counts these (no metrics yet).
+            log.debug("group commit %d: %d confirm(s) released by one synced write",
+                      self.commits, len(held))
         else:
             self.failures += 1
             log.error("store write failed; %d confirm(s) become nacks: %s", len(held), exc)

@@ -73,6 +73,7 @@ from leveret.persistence.records import (
     encode_message,
 )
 from leveret.persistence.store import (
+    AccessDef,
     Definitions,
     ExchangeDef,
     PolicyDef,
@@ -116,7 +117,7 @@ class LmdbStore(RecordingStore):
         try:
             self._env = lmdb.open(str(self.path), map_size=map_size, subdir=True, create=True,
                                   max_dbs=len(_DB_NAMES), lock=True, sync=True, metasync=True,
-                                  readahead=False)
+                                  readahead=False, mode=0o600)  # bodies: owner only
         except lmdb.Error as exc:
             raise self._error("cannot open as an LMDB environment", exc) from exc
         try:
@@ -137,7 +138,7 @@ class LmdbStore(RecordingStore):
         if self.path.exists() and not self.path.is_dir():
             raise self._error("exists and is not a directory")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             names = set(os.listdir(self.path))
         except OSError as exc:
             raise self._error("cannot create or list the directory", exc) from exc
@@ -245,6 +246,8 @@ class LmdbStore(RecordingStore):
                         result.queues.append(d)
                     elif isinstance(d, PolicyDef):
                         result.policies.append(d)
+                    elif isinstance(d, AccessDef):
+                        result.access.append(d)
                     else:
                         result.bindings.append(d)
         except _DATA_ERRORS as exc:

@@ -28,6 +28,7 @@ from leveret.persistence.batch import (
 )
 from leveret.persistence.records import encode_definition
 from leveret.persistence.store import (
+    AccessDef,
     BindingDef,
     Definitions,
     ExchangeDef,
@@ -111,7 +112,8 @@ class MemoryStore(RecordingStore):
         return Definitions([d for d in defs if isinstance(d, ExchangeDef)],
                            [d for d in defs if isinstance(d, QueueDef)],
                            [d for d in defs if isinstance(d, BindingDef)],
-                           [d for d in defs if isinstance(d, PolicyDef)])
+                           [d for d in defs if isinstance(d, PolicyDef)],
+                           [d for d in defs if isinstance(d, AccessDef)])
 
 
     def _definition(self, definition: Any) -> Any:

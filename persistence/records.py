@@ -28,7 +28,14 @@ import json
 import struct
 from typing import Any, TypeAlias
 
-from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef, StoreError
+from leveret.persistence.store import (
+    AccessDef,
+    BindingDef,
+    ExchangeDef,
+    PolicyDef,
+    QueueDef,
+    StoreError,
+)
 from leveret.model.message import Message
 
 U32 = struct.Struct(">I")
@@ -137,7 +144,7 @@ def _untable(encoded: Any) -> dict[str, Any]:
 
 # -- definitions -----------------------------------------------------------------------
 
-Definition: TypeAlias = ExchangeDef | QueueDef | BindingDef | PolicyDef
+Definition: TypeAlias = ExchangeDef | QueueDef | BindingDef | PolicyDef | AccessDef
 
 
 def binding_identity(b: BindingDef) -> tuple[str, ...]:
@@ -166,6 +173,8 @@ def encode_definition(d: Definition) -> bytes:
             # The definition is plain JSON already (it came from JSON); no tagging.
             doc = {"kind": "p", "vhost": d.vhost, "name": d.name, "pattern": d.pattern,
                    "apply_to": d.apply_to, "definition": d.definition, "priority": d.priority}
+        elif isinstance(d, AccessDef):  # plain JSON, like a policy
+            doc = {"kind": "a", "access": d.kind, "key": list(d.key), "record": d.record}
         elif isinstance(d, QueueDef):
             doc = {"kind": "q", "vhost": d.vhost, "name": d.name, "durable": d.durable,
                    "auto_delete": d.auto_delete, "arguments": _table(d.arguments), "qid": d.qid}
@@ -183,6 +192,8 @@ def decode_definition(raw: bytes) -> Definition:
     kind = doc.pop("kind")
     if kind == "p":
         return PolicyDef(**doc)
+    if kind == "a":
+        return AccessDef(doc["access"], tuple(doc["key"]), doc["record"])
     doc["arguments"] = _untable(doc["arguments"])
     if kind == "x":
         return ExchangeDef(**doc)

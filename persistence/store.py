@@ -83,12 +83,25 @@ class PolicyDef:
     priority: int = 0
 
 
+@dataclass(frozen=True)
+class AccessDef:
+    """A user, vhost, permission or topic permission, as its definitions-format record.
+
+    ``broker/`` gives the records their meaning (limits ride on the user and
+    vhost records); the store only keeps them by ``(kind, *key)``."""
+
+    kind: str  # "user" | "vhost" | "permission" | "topic_permission"
+    key: tuple[str, ...]
+    record: dict[str, Any] = field(default_factory=dict)  # JSON values
+
+
 @dataclass
 class Definitions:
     exchanges: list[ExchangeDef] = field(default_factory=list)
     queues: list[QueueDef] = field(default_factory=list)
     bindings: list[BindingDef] = field(default_factory=list)
     policies: list[PolicyDef] = field(default_factory=list)
+    access: list[AccessDef] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,12 @@ class Store(Protocol):
         ...
 
     def delete_policy(self, vhost: str, name: str) -> None: ...
+
+    def put_access(self, access: AccessDef) -> None:
+        """Record (or replace) a user, vhost, permission or topic permission."""
+        ...
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None: ...
 
     # -- queue entries (recorded in the pending batch) --
     def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,

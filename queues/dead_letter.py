@@ -29,6 +29,12 @@ the copy for that queue is dropped (RabbitMQ's ``rabbit_dead_letter``
 broke it. A missing dead-letter exchange drops the message silently, as do
 target queues that refuse it (``reject-publish`` overflow).
 
+A message whose headers cannot be decoded (malformed, or nested deeper than
+``amqp/field_table.MAX_DEPTH``) is still dead-lettered, without its headers
+(the new ones hold only the death record), with one log line: dead-lettering
+runs from timers and acks, where an exception would lose the message (it
+has already left its queue). Nothing raised here reaches the caller.
+
 Dead-lettering is at-most-once, as in RabbitMQ's classic queues; but the new
 entries are recorded through the group commit in the same loop turn as the
 removal of the old one, so a persistent message moving between durable
@@ -40,11 +46,15 @@ from __future__ import annotations
 
 import datetime
 import logging
+import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from pamqp import commands
+
 from leveret.model.properties import decode_properties, encode_properties
 from leveret.exchanges.router import route
+from leveret.model.field_table import Long
 from leveret.model.message import Message
 
 if TYPE_CHECKING:
@@ -80,7 +90,7 @@ def update_x_death(headers: dict[str, Any] | None, queue: str, reason: str, exch
     """New headers with this death recorded (a pure function; ``headers`` is not changed)."""
     out = dict(headers or {})
     info: dict[str, Any] = {
-        "count": 1, "reason": reason, "queue": queue, "time": when, "exchange": exchange,
+        "count": Long(1), "reason": reason, "queue": queue, "time": when, "exchange": exchange,
         "routing-keys": list(routing_keys),
     }
     if original_expiration is not None:
@@ -106,7 +116,7 @@ def update_x_death(headers: dict[str, Any] | None, queue: str, reason: str, exch
             # RabbitMQ keeps the first death's details and only counts this one.
             entry = dict(match)
             count = entry.get("count")
-            entry["count"] = (count if isinstance(count, int) else 0) + 1
+            entry["count"] = Long((count if isinstance(count, int) else 0) + 1)
         out["x-death"] = [dict(sorted(entry.items())), *others]
     out["x-last-death-exchange"] = exchange
     out["x-last-death-queue"] = queue
@@ -128,13 +138,39 @@ def is_cycle(queue: str, deaths: Any) -> bool:
     return False
 
 
+_FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING, _FLAG_HEADERS = 0x8000, 0x4000, 0x2000
+
+
+def properties_without_headers(raw: bytes) -> Any:
+    """``raw`` decoded with its headers table skipped by its length (empty if even that fails)."""
+    try:
+        flags = (raw[0] << 8) | raw[1]
+        if flags & 1:  # a second flag word: not Basic's
+            return commands.Basic.Properties()
+        pos = 2
+        for flag in (_FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING):
+            if flags & flag:
+                pos += 1 + raw[pos]
+        if flags & _FLAG_HEADERS:
+            end = pos + 4 + int.from_bytes(raw[pos:pos + 4], "big")
+            raw = struct.pack(">H", flags & ~_FLAG_HEADERS) + raw[2:pos] + raw[end:]
+        return decode_properties(raw)
+    except (ValueError, IndexError):
+        return commands.Basic.Properties()
+
+
 def make_message(message: Message, queue: str, reason: str, dlx: str, dlrk: str | None,
-                 when: datetime.datetime) -> tuple[Message, list[str], dict[str, Any]]:
+                 when: datetime.datetime, keep_headers: bool = True,
+                 ) -> tuple[Message, list[str], dict[str, Any]]:
     """The dead-lettered copy of ``message``, its routing keys and its new headers.
 
-    Raises ValueError for properties that cannot be decoded or re-encoded.
+    Raises ValueError for properties that cannot be decoded or re-encoded,
+    unless ``keep_headers`` is False: then the old headers are dropped unread.
     """
-    props = decode_properties(message.raw_properties)  # a fresh object: never the cached one
+    if keep_headers:
+        props = decode_properties(message.raw_properties)  # a fresh object: never the cached one
+    else:
+        props = properties_without_headers(message.raw_properties)
     headers = props.headers or {}
     death_keys = [message.routing_key, *header_routes(headers)]
     expiration = props.expiration
@@ -152,7 +188,17 @@ def make_message(message: Message, queue: str, reason: str, dlx: str, dlrk: str 
 
 
 def dead_letter(queue: Queue, message: Message, reason: str) -> None:
-    """Publish the dead-lettered copy of ``message`` (which left ``queue``) to its DLX, if any."""
+    """Publish the dead-lettered copy of ``message`` (which left ``queue``) to its DLX, if any.
+
+    Never raises (see the module docstring): a failure is one log line.
+    """
+    try:
+        _dead_letter(queue, message, reason)
+    except Exception as exc:  # noqa: BLE001 - called from timers and acks; say it once
+        log.error("cannot dead-letter a message from %r: %r", queue.name, exc)
+
+
+def _dead_letter(queue: Queue, message: Message, reason: str) -> None:
     settings = queue.settings
     dlx_name = settings.dead_letter_exchange
     vhost = queue.vhost
@@ -167,9 +213,12 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     try:
         dead, keys, headers = make_message(message, queue.name, reason, dlx_name,
                                            settings.dead_letter_routing_key, when)
-    except ValueError as exc:
-        log.warning("cannot dead-letter a message from %r: %s", queue.name, exc)
-        return
+    except (ValueError, RecursionError) as exc:
+        log.warning("dead-lettering a message from %r without its headers: %s",
+                    queue.name, exc)
+        dead, keys, headers = make_message(message, queue.name, reason, dlx_name,
+                                           settings.dead_letter_routing_key, when,
+                                           keep_headers=False)
     if dlx_name:
         targets = cast("list[Queue]", route(exchange, keys[0], headers, exchanges.get, keys[1:]))
     else:  # the default exchange: every routing key names a queue (no bindings to walk)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.model.errors import PRECONDITION_FAILED, ChannelError
-from leveret.model.field_types import amqp_type_name
+from leveret.model.field_table import type_name
 
 CLASSIC = "classic"
 QUORUM = "quorum"
@@ -41,7 +41,7 @@ def queue_type(arguments: dict[str, Any]) -> str:
 def check_type_argument(value: Any) -> str | None:
     """``arguments.py`` check: RabbitMQ's error term for a bad ``x-queue-type``."""
     if not isinstance(value, str):
-        return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+        return f"{{unacceptable_type,{type_name(value)}}}"
     if value == STREAM:
         return f"\"unsupported queue type '{value}'\" (stream queues are not implemented in Leveret)"
     if value not in SUPPORTED:

@@ -33,11 +33,14 @@ tests, or None, in which case expiry is purely lazy).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from leveret.queues.settings import QueueSettings
+
+log = logging.getLogger(__name__)
 
 # A timer never fires earlier than this after being armed (s): a head whose expiry is
 # already due is dropped on the next loop turn instead of recursively within the caller.
@@ -134,7 +137,10 @@ class ExpiryTimer:
 
     def _fire(self) -> None:
         self._handle = None
-        self._callback()
+        try:
+            self._callback()
+        except Exception as exc:  # noqa: BLE001 - one line, not the loop's traceback
+            log.error("message expiry failed: %r", exc)
 
 
 class Lease:

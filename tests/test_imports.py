@@ -31,7 +31,7 @@ ALLOWED = {
 # Bottom to top. Root modules (config, cli, ctl) sit above all packages, except
 # ``config``, a leaf that anything may import.
 LAYERS = ["model", "exchanges", "confirms", "persistence", "queues", "broker", "amqp",
-          "management_ui", "spark_sink"]
+          "management_ui", "spark_sink", "labs"]
 LEAVES = {"config"}
 
 

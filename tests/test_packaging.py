@@ -32,7 +32,7 @@ from .conftest import BrokerProcess
 ROOT = Path(__file__).resolve().parent.parent
 NOT_SHIPPED = {"tests", "bench", "examples", "build", "dist", "setup.py"}
 # Optional extras a module may need; a module missing anything else is a packaging bug.
-OPTIONAL = {"pyspark", "pyarrow"}
+OPTIONAL = {"pyspark", "pyarrow", "pika"}  # pika: the labs (leveret lab run)
 
 # Walks the installed files, not pkgutil: ``leveret.amqp`` is a namespace portion,
 # which ``pkgutil.walk_packages`` does not descend into.
@@ -113,6 +113,14 @@ def test_wheel_carries_every_module_of_the_tree(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         shipped = {n for n in zf.namelist() if n.endswith(".py")}
     assert shipped == _source_modules()
+
+
+def test_wheel_carries_the_lab_lessons(wheel: Path) -> None:
+    """Lessons are Markdown, shipped as package data next to each lab's code."""
+    with zipfile.ZipFile(wheel) as zf:
+        lessons = {n for n in zf.namelist() if n.endswith("/lesson.md")}
+    expected = {f"leveret/{p.relative_to(ROOT).as_posix()}" for p in ROOT.glob("labs/*/lesson.md")}
+    assert expected and lessons == expected
 
 
 def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:

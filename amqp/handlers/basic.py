@@ -13,12 +13,12 @@ from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     ChannelError,
     ConnectionError_,
 )
-from leveret.amqp.handlers.queue import lookup
+from leveret.amqp.handlers.queue import readable
 from leveret.broker.reply_to import PSEUDO_QUEUE
+from leveret.queues.arguments import check_integer_argument
 from leveret.queues.consumer import Consumer
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
     if m.queue == PSEUDO_QUEUE:
         _consume_reply_to(ch, m)
         return
-    queue = lookup(ch, m.queue)
+    queue = readable(ch, m.queue)
     tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
     if tag in ch.consumers:
         raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", (60, 20))
@@ -50,13 +50,8 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
             f"queue '{queue.name}' in vhost '{ch.vhost.name}' in exclusive use",
         )
     arguments = dict(m.arguments or {})
-    priority = arguments.get("x-priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ChannelError(
-            PRECONDITION_FAILED,
-            f"invalid arg 'x-priority' for queue '{queue.name}' in vhost '{ch.vhost.name}': "
-            f"expected an integer, got {priority!r}",
-        )
+    priority = check_integer_argument("x-priority", arguments.get("x-priority", 0),
+                                      ch.vhost.describe_queue(queue.name))
     consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,
                         arguments)
     ch.consumers[tag] = consumer
@@ -90,7 +85,7 @@ def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
 
 
 def get(ch: Channel, m: commands.Basic.Get) -> None:
-    queue = lookup(ch, m.queue)
+    queue = readable(ch, m.queue)
     entry = queue.take()
     if entry is None:
         ch.stats.get_empty += 1

@@ -1,4 +1,6 @@
-"""queue.declare / bind / unbind / purge / delete."""
+"""queue.declare / bind / unbind / purge / delete, with RabbitMQ's permission checks
+(``broker/permissions.py`` has the table; a check comes before the lookup, as in
+rabbit_channel, so a refused name is 403 whether or not it exists)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from leveret.model.errors import (
     NOT_FOUND,
     ChannelError,
 )
+from leveret.amqp.handlers.exchange import check_binding, check_topic_binding
+from leveret.broker.permissions import CONFIGURE, READ, WRITE
 from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.queues.queue import Queue
 
@@ -38,6 +42,13 @@ def lookup(ch: Channel, name: str) -> Queue:
     return ch.vhost.queue_for(resolve_name(ch, name), ch.connection)
 
 
+def readable(ch: Channel, name: str) -> Queue:
+    """consume / get / purge: read on the queue, then the queue."""
+    name = resolve_name(ch, name)
+    ch.access.check(READ, "queue", name)
+    return ch.vhost.queue_for(name, ch.connection)
+
+
 def declare(ch: Channel, m: commands.Queue.Declare) -> None:
     vhost = ch.vhost
     name = m.queue
@@ -54,10 +65,16 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
         # declare of "" with 404 "no queue '' in vhost '/'".
         queue = vhost.queue_for(name, ch.connection)
     else:
+        name = name or generate_name()
+        ch.access.check(CONFIGURE, "queue", name)
+        dlx = (m.arguments or {}).get("x-dead-letter-exchange")
+        if name not in vhost.queues and isinstance(dlx, str):
+            ch.access.check(READ, "queue", name)
+            ch.access.check(WRITE, "exchange", dlx)
         queue, created = vhost.declare_queue(
-            name or generate_name(), durable=m.durable, exclusive=m.exclusive,
+            name, durable=m.durable, exclusive=m.exclusive,
             auto_delete=m.auto_delete, arguments=dict(m.arguments or {}),
-            owner=ch.connection, server_named=not name)
+            owner=ch.connection, server_named=not m.queue)
         if created and m.exclusive:
             ch.connection.exclusive_queues.append(queue)
     queue.touch()  # renews an x-expires lease (RabbitMQ: the stat in every declare)
@@ -68,8 +85,10 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
 
 
 def bind(ch: Channel, m: commands.Queue.Bind) -> None:
+    check_binding(ch, "queue", resolve_name(ch, m.queue), m.exchange)
     queue = lookup(ch, m.queue)
     exchange = ch.vhost.get_exchange(m.exchange)
+    check_topic_binding(ch, exchange, m.routing_key)
     ch.vhost.bind(exchange, queue, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
         ch.send_method(commands.Queue.BindOk())
@@ -77,23 +96,27 @@ def bind(ch: Channel, m: commands.Queue.Bind) -> None:
 
 def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
     vhost = ch.vhost
+    check_binding(ch, "queue", resolve_name(ch, m.queue), m.exchange)
     queue = vhost.queues.get(resolve_name(ch, m.queue))
     exchange = vhost.exchanges.get(m.exchange)
     if queue is not None and exchange is not None:
         vhost.check_exclusive(queue, ch.connection)
+        check_topic_binding(ch, exchange, m.routing_key)
         vhost.unbind(exchange, queue, m.routing_key, dict(m.arguments or {}))
     ch.send_method(commands.Queue.UnbindOk())
 
 
 def purge(ch: Channel, m: commands.Queue.Purge) -> None:
-    count = ch.vhost.purge_queue(lookup(ch, m.queue))
+    count = ch.vhost.purge_queue(readable(ch, m.queue))
     if not m.nowait:
         ch.send_method(commands.Queue.PurgeOk(message_count=count))
 
 
 def delete(ch: Channel, m: commands.Queue.Delete) -> None:
     vhost = ch.vhost
-    queue = vhost.queues.get(resolve_name(ch, m.queue))
+    name = resolve_name(ch, m.queue)
+    ch.access.check(CONFIGURE, "queue", name)
+    queue = vhost.queues.get(name)
     count = 0
     if queue is not None:
         vhost.check_exclusive(queue, ch.connection)

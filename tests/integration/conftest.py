@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -180,3 +181,46 @@ def rabbitmq_http() -> HttpApi:
     if status != 200:
         pytest.skip("no RabbitMQ management API on 127.0.0.1:15672")
     return candidate
+
+# -- differential targets --------------------------------------------------------
+
+RABBITMQ = ("127.0.0.1", 5672)
+
+
+def _rabbitmq_up() -> bool:
+    try:
+        with socket.create_connection(RABBITMQ, timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(params=["leveret", "rabbitmq"])
+def target(request: pytest.FixtureRequest) -> Any:
+    """Leveret, and a real RabbitMQ on 127.0.0.1:5672 when one answers (skipped otherwise):
+    a test taking it proves its expectation on RabbitMQ itself."""
+    if request.param == "rabbitmq":
+        if not _rabbitmq_up():
+            pytest.skip("no RabbitMQ on 127.0.0.1:5672")
+        host, port = RABBITMQ
+    else:
+        b = request.getfixturevalue("broker")
+        host, port = b.host, b.port
+    conns: list[pika.BlockingConnection] = []
+
+    class Target:
+        name = request.param
+        url = f"amqp://guest:guest@{host}:{port}/%2F"
+
+        @staticmethod
+        def connect() -> pika.BlockingConnection:
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                host, port, "/", pika.PlainCredentials("guest", "guest")))
+            conns.append(conn)
+            return conn
+
+    yield Target
+    for conn in conns:
+        if conn.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                conn.close()

@@ -47,6 +47,10 @@ from pamqp import commands as spec
 from pamqp import header as pamqp_header
 from pamqp import heartbeat as pamqp_heartbeat
 
+from leveret.model import field_table
+
+field_table.install()  # send typed values as typed; see the issue-15 cases
+
 TIMEOUT = 5.0
 RABBITMQ = ("127.0.0.1", 5672)
 FRAME_END = b"\xce"
@@ -228,6 +232,90 @@ class RawConnection:
             except (BrokerClosed, OSError):
                 pass
         self.sock.close()
+
+
+# -- RabbitMQ fidelity: declare-time types and limits (issue 15) --------------
+# Each value is sent in the wire type it names (Leveret's typed table codec is
+# installed in this process), so type names in the texts can be compared.
+
+def exchange_declare_default(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Exchange.Declare(exchange="", exchange_type="direct"))
+
+
+def exchange_declare_default_passive(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Exchange.Declare(exchange="", passive=True))
+
+
+def exchange_declare_ae_signedint(t: Target):
+    t.cleanup(exchanges=("diff.x.ae-int",))
+    c = t.raw()
+    c.call(c.channel(), spec.Exchange.Declare(
+        exchange="diff.x.ae-int", exchange_type="direct",
+        arguments={"alternate-exchange": field_table.SignedInt(5)}))
+
+
+def queue_declare_maxlen_longstr(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(queue="diff.q.maxlen-str",
+                                           arguments={"x-max-length": "ten"}))
+
+
+def queue_declare_ttl_bool(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(queue="diff.q.ttl-bool",
+                                           arguments={"x-message-ttl": True}))
+
+
+def queue_declare_dlx_long(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(
+        queue="diff.q.dlx-long", arguments={"x-dead-letter-exchange": field_table.Long(1)}))
+
+
+def queue_declare_dlrk_without_dlx(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(queue="diff.q.dlrk",
+                                           arguments={"x-dead-letter-routing-key": "k"}))
+
+
+def queue_declare_overflow_signedint(t: Target):
+    c = t.raw()
+    c.call(c.channel(), spec.Queue.Declare(
+        queue="diff.q.overflow-int", arguments={"x-overflow": field_table.SignedInt(1)}))
+
+
+def consume_priority_longstr(t: Target):
+    t.cleanup(queues=("diff.q.prio-str",))
+    c = t.raw()
+    ch = c.channel()
+    c.call(ch, spec.Queue.Declare(queue="diff.q.prio-str", auto_delete=True))
+    c.call(ch, spec.Basic.Consume(queue="diff.q.prio-str", arguments={"x-priority": "high"}))
+
+
+def _publish_expiration(t: Target, expiration: str):
+    t.cleanup(queues=("diff.q.exp",))
+    c = t.raw()
+    ch = c.channel()
+    c.call(ch, spec.Queue.Declare(queue="diff.q.exp", auto_delete=True))
+    c.send(ch, spec.Basic.Publish(exchange="", routing_key="diff.q.exp"))
+    c.send(ch, pamqp_header.ContentHeader(0, 1, spec.Basic.Properties(expiration=expiration)))
+    c.send(ch, pamqp_body.ContentBody(b"x"))
+    c.sync(ch)
+
+
+def publish_expiration_too_large(t: Target):
+    _publish_expiration(t, "315360000001")
+
+
+def publish_expiration_too_large_wrapped(t: Target):
+    """Erlang's ~p wraps the term when it would reach column 79."""
+    _publish_expiration(t, "18446744073709551616")
+
+
+def publish_expiration_ten_years_ok(t: Target):
+    _publish_expiration(t, "315360000000")
 
 
 @dataclass
@@ -1019,6 +1107,41 @@ def frame_garbled_table(t: Target):
     c.settle(ch)
 
 
+def frame_longstr_past_table(t: Target):
+    """queue.declare whose table holds a longstr claiming 1,000 bytes where 3 follow."""
+    c = t.raw()
+    ch = c.channel()
+    payload = method_payload(spec.Queue.Declare(queue="diff.q.longstr", exclusive=True))
+    table = b"\x05x-foo" + b"S" + struct.pack(">I", 1000) + b"abc"
+    payload = payload[:-4] + struct.pack(">I", len(table)) + table
+    c.send_bytes(frame_bytes(METHOD, ch, payload))
+    c.settle(ch)
+
+
+def frame_longstr_past_frame(t: Target):
+    """connection.start-ok whose response longstr claims 100 bytes where 12 follow."""
+    c = t.connect()
+    c.send_bytes(RABBIT_HEADER)
+    c.wait(0, ["Connection.Start"])
+    start_ok = (struct.pack(">HH", 10, 11) + b"\x00\x00\x00\x00" + b"\x05PLAIN"
+                + struct.pack(">I", 100) + b"\x00guest\x00guest")
+    c.send_bytes(frame_bytes(METHOD, 0, start_ok))
+    return c.wait(0, ["Connection.Tune"]).name
+
+
+def frame_deeply_nested_table(t: Target):
+    """queue.declare with arguments nested 1,000 tables deep (7 KB)."""
+    c = t.raw()
+    ch = c.channel()
+    table = struct.pack(">I", 0)
+    for _ in range(1000):
+        entry = b"\x01a" + b"F" + table
+        table = struct.pack(">I", len(entry)) + entry
+    payload = method_payload(spec.Queue.Declare(queue="diff.q.nested", exclusive=True))
+    c.send_bytes(frame_bytes(METHOD, ch, payload[:-4] + table))
+    return c.wait(ch, ["Queue.DeclareOk"]).queue
+
+
 def frame_unknown_frame_type(t: Target):
     c = t.raw()
     ch = c.channel()
@@ -1051,9 +1174,17 @@ def channel_zero_open(t: Target):
 
 
 def heartbeat_on_nonzero_channel(t: Target):
+    """A raw heartbeat frame on channel 1 (pamqp would put it on channel 0)."""
     c = t.raw()
     ch = c.channel()
-    c.send(ch, pamqp_heartbeat.Heartbeat())
+    c.send_bytes(frame_bytes(HEARTBEAT, ch, b""))
+    c.settle(ch)
+
+
+def heartbeat_on_channel_zero(t: Target):
+    c = t.raw()
+    ch = c.channel()
+    c.send(ch, pamqp_heartbeat.Heartbeat())  # pamqp sends heartbeats on channel 0
     c.settle(ch)
 
 
@@ -1325,6 +1456,15 @@ CASES: list[Case] = [
          ("connection", 501, "FRAME_ERROR - cannot decode <<0,0,16,100,105,102>>", 50, 10)),
     Case("frame_garbled_table", frame_garbled_table, ("eof",),
          leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 50, 10)),
+    # A longstr running past its table: RabbitMQ's reader crashes (socket closed, no close);
+    # past the frame, in start-ok: same. Leveret answers 501 "cannot decode".
+    Case("frame_longstr_past_table", frame_longstr_past_table, ("eof",),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 50, 10)),
+    Case("frame_longstr_past_frame", frame_longstr_past_frame, ("eof",),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<.*>>"), 10, 11)),
+    # RabbitMQ accepts any nesting a frame holds; Leveret stops at amqp/field_table.MAX_DEPTH.
+    Case("frame_deeply_nested_table", frame_deeply_nested_table, ("ok", "diff.q.nested"),
+         leveret=("connection", 501, re.compile(r"FRAME_ERROR - cannot decode <<[0-9,]*"), 50, 10)),
     Case("frame_unknown_frame_type", frame_unknown_frame_type,
          ("connection", 501,
           'FRAME_ERROR - type 42, all octets = <<"hello">>: unknown_frame', 0, 0)),
@@ -1336,12 +1476,49 @@ CASES: list[Case] = [
          ("connection", 530, ("NOT_ALLOWED - number of channels opened (2) has reached "
                              "the negotiated channel_max (2)"), 0, 0)),
     Case("channel_zero_open", channel_zero_open, ("connection", 504, IN_STATE_RUNNING, 20, 10)),
-    # RabbitMQ ignores a heartbeat frame on a non-zero channel.
-    Case("heartbeat_on_nonzero_channel", heartbeat_on_nonzero_channel, ("ok", None)),
+    # A heartbeat on a non-zero channel is a connection error; on channel 0 it is fine.
+    Case("heartbeat_on_nonzero_channel", heartbeat_on_nonzero_channel,
+         ("connection", 505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0)),
+    Case("heartbeat_on_channel_zero", heartbeat_on_channel_zero, ("ok", None)),
     Case("connection_method_on_nonzero_channel", connection_method_on_nonzero_channel,
          ("connection", 503, "COMMAND_INVALID - unimplemented method", 10, 50)),
     Case("connection_tune_ok_after_open", connection_tune_ok_after_open,
          ("connection", 504, IN_STATE_RUNNING, 10, 31)),
+    # declare-time types and limits (issue 15)
+    Case("exchange_declare_default", exchange_declare_default,
+         ("channel", 403, "ACCESS_REFUSED - operation not permitted on the default exchange",
+          40, 10)),
+    Case("exchange_declare_default_passive", exchange_declare_default_passive,
+         ("channel", 403, "ACCESS_REFUSED - operation not permitted on the default exchange",
+          40, 10)),
+    Case("exchange_declare_ae_signedint", exchange_declare_ae_signedint,
+         ("channel", 406, "PRECONDITION_FAILED - invalid type 'signedint' for arg "
+          "'alternate-exchange' in exchange 'diff.x.ae-int' in vhost '/'", 40, 10)),
+    Case("queue_declare_maxlen_longstr", queue_declare_maxlen_longstr,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue "
+          "'diff.q.maxlen-str' in vhost '/': \"expected integer, got longstr\"", 50, 10)),
+    Case("queue_declare_ttl_bool", queue_declare_ttl_bool,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue "
+          "'diff.q.ttl-bool' in vhost '/': \"expected integer, got bool\"", 50, 10)),
+    Case("queue_declare_dlx_long", queue_declare_dlx_long,
+         ("channel", 406, "PRECONDITION_FAILED - invalid type 'long' for arg "
+          "'x-dead-letter-exchange' in queue 'diff.q.dlx-long' in vhost '/'", 50, 10)),
+    Case("queue_declare_dlrk_without_dlx", queue_declare_dlrk_without_dlx,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for "
+          "queue 'diff.q.dlrk' in vhost '/': routing_key_but_no_dlx_defined", 50, 10)),
+    Case("queue_declare_overflow_signedint", queue_declare_overflow_signedint,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-overflow' for queue "
+          "'diff.q.overflow-int' in vhost '/': {unacceptable_type,signedint}", 50, 10)),
+    Case("consume_priority_longstr", consume_priority_longstr,
+         ("channel", 406, "PRECONDITION_FAILED - invalid arg 'x-priority' for queue "
+          "'diff.q.prio-str' in vhost '/': \"expected integer, got longstr\"", 60, 20)),
+    Case("publish_expiration_too_large", publish_expiration_too_large,
+         ("channel", 406, "PRECONDITION_FAILED - invalid expiration '315360000001': "
+          "{value_too_large,315360000001}", 60, 40)),
+    Case("publish_expiration_too_large_wrapped", publish_expiration_too_large_wrapped,
+         ("channel", 406, "PRECONDITION_FAILED - invalid expiration '18446744073709551616': "
+          "{value_too_large,\n" + " " * 44 + "18446744073709551616}", 60, 40)),
+    Case("publish_expiration_ten_years_ok", publish_expiration_ten_years_ok, ("ok", None)),
 ]
 
 
@@ -1504,7 +1681,8 @@ NOTES = """## Rules that fall out of the table
   connection.tune-ok after open -> 504 `unexpected method in connection state running`; a
   connection-class method on channel 1 -> 503 `COMMAND_INVALID - unimplemented method`.
 * channel_max limits how many channels are open (530, 0,0), not the channel number: with
-  channel_max=10, channel 11 opens fine.  A heartbeat frame on channel 1 is ignored.
+  channel_max=10, channel 11 opens fine.  A heartbeat frame on channel 1 is 505
+  `UNEXPECTED_FRAME - type 8, all octets = <<>>` (0,0); on channel 0 it is ignored.
 * Not errors: deleting a missing queue/exchange, unbinding a missing binding, cancelling an
   unknown consumer tag, passive-declaring amq.direct with another type, basic.recover-async,
   channel.flow active=true, queue.bind with an empty queue name after a declare on the same

@@ -549,3 +549,52 @@ def test_malformed_input_is_never_a_500(api, qname, method, path, body):
     if status >= 400:
         assert isinstance(reply, dict) and "error" in reply and "reason" in reply, reply
     api.delete(Q + qname)
+
+
+def test_users_vhosts_permissions_limits_crud(api, broker, qname):
+    vh, user = f"vh-{qname}", f"u-{qname}"
+    assert api.put(f"/vhosts/{vh}", {"description": "d", "tags": "a,b"})[0] == 201
+    assert api.put(f"/vhosts/{vh}", {"description": "e"})[0] == 204
+    v = api.ok(f"/vhosts/{vh}")
+    assert (v["description"], v["metadata"]["description"]) == ("e", "e")
+    assert api.put(f"/users/{user}", {"password": "pw"})[2] == {
+        "error": "bad_request", "reason": "[{key_missing,tags}]"}
+    assert api.put(f"/users/{user}", {"password": "pw", "tags": "monitoring"})[0] == 201
+    u = api.ok(f"/users/{user}")
+    assert u["tags"] == ["monitoring"] and u["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+    assert api.put(f"/users/{user}", {"password_hash": u["password_hash"],
+                                      "tags": ["management"]})[0] == 204
+    perm = {"configure": "^x", "write": ".*", "read": ".*"}
+    assert api.put(f"/permissions/{vh}/{user}", perm)[0] == 201
+    assert api.put(f"/permissions/{vh}/{user}", perm)[0] == 204
+    assert api.ok(f"/permissions/{vh}/{user}") == {"user": user, "vhost": vh, **perm}
+    assert api.ok(f"/vhosts/{vh}/permissions") == [  # the creator got full permissions
+        {"user": "guest", "vhost": vh, "configure": ".*", "write": ".*", "read": ".*"},
+        {"user": user, "vhost": vh, **perm}]
+    assert api.ok(f"/users/{user}/permissions") == [{"user": user, "vhost": vh, **perm}]
+    status, _, body = api.put(f"/permissions/{vh}/{user}", {**perm, "read": "("})
+    assert status == 400 and body["error"] == "bad_request"
+    topic = {"exchange": "amq.topic", "write": "^a", "read": ".*"}
+    assert api.put(f"/topic-permissions/{vh}/{user}", topic)[0] == 201
+    assert api.ok(f"/topic-permissions/{vh}/{user}") == [{"user": user, "vhost": vh, **topic}]
+    assert api.delete(f"/topic-permissions/{vh}/{user}/amq.topic")[0] == 204
+    assert api.ok(f"/topic-permissions/{vh}/{user}") == []
+    assert api.put(f"/vhost-limits/{vh}/max-queues", {"value": 5})[0] == 204
+    assert api.ok(f"/vhost-limits/{vh}") == [{"vhost": vh, "value": {"max-queues": 5}}]
+    assert api.put(f"/vhost-limits/{vh}/max-queues", {"value": "x"})[0] == 400
+    assert api.delete(f"/vhost-limits/{vh}/max-queues")[0] == 204
+    # The new user logs in with its password and tags; it sees its vhost, not "/".
+    as_user = type(api)(api.base, user, "pw")
+    assert as_user.ok("/whoami") == {"name": user, "tags": ["management"]}
+    assert as_user.ok(f"/queues/{vh}") == []
+    assert as_user.get("/queues/%2F")[2]["reason"] == "User not authorised to access virtual host"
+    assert as_user.get("/users")[0] == 401
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", broker.port, vh, pika.PlainCredentials(user, "pw")))
+    conn.close()
+    assert api.delete(f"/permissions/{vh}/{user}")[0] == 204
+    assert api.delete(f"/permissions/{vh}/{user}")[0] == 404
+    assert api.delete(f"/users/{user}")[0] == 204
+    assert api.delete(f"/users/{user}")[0] == 404
+    assert api.delete(f"/vhosts/{vh}")[0] == 204
+    assert api.get(f"/vhosts/{vh}")[0] == 404

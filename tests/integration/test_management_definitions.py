@@ -250,3 +250,40 @@ def test_openapi_document_lists_every_route(api):
     assert status == 200 and doc["openapi"].startswith("3.")
     for method, pattern, _, _ in ROUTES:
         assert method.lower() in doc["paths"][f"/api/{pattern}"], (method, pattern)
+
+
+def test_import_creates_vhosts_users_permissions(make_broker):
+    api = private_api(make_broker)
+    vh, user = f"vh-{uuid.uuid4().hex[:6]}", f"u-{uuid.uuid4().hex[:6]}"
+    import base64
+    import hashlib
+    salt = b"\x01\x02\x03\x04"
+    pw_hash = base64.b64encode(salt + hashlib.sha256(salt + b"secret").digest()).decode()
+    defs = {"rabbit_version": "3.10.8",
+            "users": [{"name": user, "password_hash": pw_hash,
+                       "hashing_algorithm": "rabbit_password_hashing_sha256",
+                       "tags": "management", "limits": {}}],
+            "vhosts": [{"name": vh, "metadata": {"description": "imported", "tags": []}}],
+            "permissions": [{"user": user, "vhost": vh, "configure": ".*", "write": ".*",
+                             "read": ".*"}],
+            "topic_permissions": [{"user": user, "vhost": vh, "exchange": "amq.topic",
+                                   "write": ".*", "read": ".*"}],
+            "queues": [{"name": "q", "vhost": vh, "durable": True, "auto_delete": False,
+                        "arguments": {}}],
+            "bindings": [{"source": "amq.direct", "vhost": vh, "destination": "q",
+                          "destination_type": "queue", "routing_key": "k", "arguments": {}}]}
+    bad = {**defs, "permissions": [{**defs["permissions"][0], "user": "nobody"}]}
+    status, _, body = api.post("/definitions", bad)
+    assert status == 400 and "no user 'nobody'" in body["reason"]
+    assert api.get(f"/vhosts/{vh}")[0] == 404 and api.get(f"/users/{user}")[0] == 404
+    assert api.post("/definitions", defs)[0] == 204
+    assert api.ok(f"/vhosts/{vh}")["description"] == "imported"
+    as_user = HttpApi(api.base, user, "secret")
+    assert as_user.ok("/whoami") == {"name": user, "tags": ["management"]}
+    assert [q["name"] for q in as_user.ok(f"/queues/{vh}")] == ["q"]
+    exported = api.ok("/definitions")
+    assert {"name": user, "password_hash": pw_hash,
+            "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["management"],
+            "limits": {}} in exported["users"]
+    assert {"user": user, "vhost": vh, "exchange": "amq.topic", "write": ".*",
+            "read": ".*"} in exported["topic_permissions"]

@@ -9,9 +9,7 @@ then proven on RabbitMQ itself. TTLs are 50-200 ms; waits poll instead of sleepi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
-import socket
 import time
 import uuid
 from typing import Any
@@ -19,45 +17,9 @@ from typing import Any
 import pika
 import pytest
 
-RABBITMQ = ("127.0.0.1", 5672)
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
-def _rabbitmq_up() -> bool:
-    try:
-        with socket.create_connection(RABBITMQ, timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.fixture(params=["leveret", "rabbitmq"])
-def target(request: pytest.FixtureRequest) -> Any:
-    if request.param == "rabbitmq":
-        if not _rabbitmq_up():
-            pytest.skip("no RabbitMQ on 127.0.0.1:5672")
-        host, port = RABBITMQ
-    else:
-        b = request.getfixturevalue("broker")
-        host, port = b.host, b.port
-    conns: list[pika.BlockingConnection] = []
-
-    class Target:
-        name = request.param
-        url = f"amqp://guest:guest@{host}:{port}/%2F"
-
-        @staticmethod
-        def connect() -> pika.BlockingConnection:
-            conn = pika.BlockingConnection(pika.ConnectionParameters(
-                host, port, "/", pika.PlainCredentials("guest", "guest")))
-            conns.append(conn)
-            return conn
-
-    yield Target
-    for conn in conns:
-        if conn.is_open:
-            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
-                conn.close()
 
 
 @pytest.fixture

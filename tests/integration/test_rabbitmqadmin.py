@@ -106,3 +106,21 @@ def test_export_import(admin, tmp_path, qname):
     assert "Uploaded definitions" in admin("import", str(path)).stdout
     assert qname in admin("list", "queues").stdout
     admin("delete", "queue", f"name={qname}")
+
+
+def test_users_vhosts_permissions(admin, qname):
+    vh, user = f"vh-{qname}", f"u-{qname}"
+    admin("declare", "vhost", f"name={vh}")
+    admin("declare", "user", f"name={user}", "password=pw", "tags=monitoring")
+    admin("declare", "permission", f"vhost={vh}", f"user={user}", "configure=.*",
+          "write=.*", "read=.*")
+    assert [user, "monitoring"] in tsv(admin("-f", "tsv", "-q", "list", "users", "name", "tags"))
+    assert [vh] in tsv(admin("-f", "tsv", "-q", "list", "vhosts", "name"))
+    assert [user, vh, ".*"] in tsv(admin("-f", "tsv", "-q", "list", "permissions", "user",
+                                         "vhost", "read"))
+    admin("-V", vh, "declare", "queue", f"name={qname}")
+    assert [vh, qname] in tsv(admin("-f", "tsv", "-q", "list", "queues", "vhost", "name"))
+    admin("delete", "permission", f"vhost={vh}", f"user={user}")
+    admin("delete", "user", f"name={user}")
+    admin("delete", "vhost", f"name={vh}")
+    assert vh not in admin("list", "vhosts").stdout

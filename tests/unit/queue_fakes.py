@@ -127,7 +127,6 @@ def msg(body: bytes, **kw: Any) -> Message:
 def drain(q: Queue) -> list[bytes]:
     out = []
     while (entry := q.take()) is not None:
-        q.unacked += 1
         q.settle(entry)
         out.append(entry.message.body)
     return out

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from leveret.exchanges import Exchange
 from leveret.queues import limits
-from leveret.queues.queue import REFUSED
+from leveret.queues.queue import PublishResult
 from leveret.queues.settings import QueueSettings
 
 from .queue_fakes import FakeClock, FakeConsumer, FakeVhost, drain, msg
@@ -57,8 +57,8 @@ def test_max_length_zero_still_delivers_to_a_waiting_consumer() -> None:
 
 def test_reject_publish_refuses_regardless_of_consumers() -> None:
     q = FakeVhost(FakeClock()).queue("q", **{"x-max-length": 1, "x-overflow": "reject-publish"})
-    assert q.publish(msg(b"a")) is False
-    assert q.publish(msg(b"b")) == REFUSED
+    assert q.publish(msg(b"a")) is PublishResult.ACCEPTED
+    assert q.publish(msg(b"b")) is PublishResult.REFUSED
     assert drain(q) == [b"a"]
 
 
@@ -66,7 +66,6 @@ def test_requeue_over_the_limit_drops_head() -> None:
     q = FakeVhost(FakeClock()).queue("q", **{"x-max-length": 1})
     q.publish(msg(b"a"))
     entry = q.take()
-    q.unacked += 1
     q.publish(msg(b"b"))
     q.requeue(entry)  # "a" is back in front and over the limit: the head goes
     assert drain(q) == [b"b"]

@@ -1,7 +1,5 @@
-"""Tag checks per route and the loopback rule, over real HTTP against the management
-application with a stand-in user model (every user of today's model is an administrator,
-so the per-tag rules are driven through ``auth.authenticate``, the one seam to the users
-of issue 11)."""
+"""Tag checks per route, vhost access and the loopback rule, over real HTTP against the
+management application on a broker model whose users (``Accounts``) carry each tag."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from leveret.management_ui import api, auth
 from leveret.management_ui.service import State
 
 TAGS = {"admin": ["administrator"], "mon": ["monitoring"], "pol": ["policymaker"],
-        "mgmt": ["management"], "plain": [], "guest": ["administrator"]}
+        "mgmt": ["management"], "plain": []}
 
 
 def header(user: str) -> dict[str, str]:
@@ -25,12 +23,16 @@ def header(user: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def client(monkeypatch, tmp_path):
-    monkeypatch.setattr(auth, "authenticate",
-                        lambda broker, user, password: (user, TAGS[user])
-                        if user in TAGS and password == "pw" else None)
+async def client(tmp_path):
     config = Config(data_dir=tmp_path)
-    state = State(Broker(config), config)
+    broker = Broker(config)
+    broker.accounts.recover([])  # a fresh node: guest and "/"
+    for name, tags in TAGS.items():
+        if name != "guest":
+            broker.accounts.add_user(name, password="pw", tags=tags)
+            broker.accounts.set_permissions(name, "/", ".*", ".*", ".*")
+    broker.accounts.add_user("nowhere", password="pw", tags=["management"])
+    state = State(broker, config)
     c = TestClient(TestServer(api.build_app(state)))
     await c.start_server()
     yield c
@@ -61,6 +63,14 @@ async def test_tags_gate_routes(client, user, path, method, expected):
         assert resp.headers["WWW-Authenticate"] == 'Basic realm="RabbitMQ Management"'
 
 
+async def test_vhost_access_needs_permissions(client):
+    resp = await client.get("/api/queues/%2F", headers=header("nowhere"))
+    assert resp.status == 401
+    assert (await resp.json())["reason"] == auth.NO_VHOST_ACCESS
+    resp = await client.get("/api/overview", headers=header("nowhere"))
+    assert resp.status == 200
+
+
 async def test_whoami_reports_tags(client):
     resp = await client.get("/api/whoami", headers=header("mon"))
     assert await resp.json() == {"name": "mon", "tags": ["monitoring"]}
@@ -73,8 +83,9 @@ async def test_query_auth_for_downloads(client):
     assert resp.headers["Content-Disposition"] == 'attachment; filename="x.json"'
 
 
-def test_loopback_users_apply_to_http():
-    broker = SimpleNamespace(users={"guest": "guest"})
+def test_loopback_users_apply_to_http(tmp_path):
+    broker = Broker(Config(data_dir=tmp_path))
+    broker.accounts.recover([])
     config = SimpleNamespace(loopback_users=("guest",))
     basic = "Basic " + base64.b64encode(b"guest:guest").decode()
     assert auth.check_login(broker, config, basic, ("10.1.2.3", 5000)) == auth.LOOPBACK_ONLY

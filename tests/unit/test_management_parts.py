@@ -1,14 +1,13 @@
 """The management plane's pure parts: list parameters, the sampler, auth parsing,
-binding properties keys, the password hash and the Prometheus text writer."""
+binding properties keys and the Prometheus text writer."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
 
 import pytest
 
-from leveret.management_ui import auth, definitions, listing, prometheus, sampler, views
+from leveret.management_ui import auth, listing, prometheus, sampler, views
 from leveret.management_ui.router import ApiError
 
 
@@ -113,15 +112,6 @@ def test_properties_key():
     assert key.startswith("k~") and key == views.properties_key("k", {"a": 1})
     assert key != views.properties_key("k", {"a": 2})
     assert views.same_properties_key("a.%23", "a.#")
-
-
-def test_password_hash_is_rabbitmqs():
-    salt = bytes.fromhex("908dc60a")
-    expected = base64.b64encode(salt + hashlib.sha256(salt + b"test12").digest()).decode()
-    assert definitions.password_hash("test12", salt) == expected
-    # The example in RabbitMQ's passwords.md.
-    assert definitions.password_hash("test12", salt) == \
-        "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"
 
 
 def test_prometheus_writer_format():

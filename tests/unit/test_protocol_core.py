@@ -371,11 +371,15 @@ def test_channel_max_bounds_the_open_channel_count_not_numbers() -> None:
     assert "has reached the negotiated channel_max (2)" in close.reply_text
 
 
-def test_heartbeat_on_nonzero_channel_is_ignored() -> None:
-    """The spec asks for 501, but RabbitMQ 3.10 ignores it (tests/integration's recorded table)."""
+def test_heartbeat_on_nonzero_channel_is_505() -> None:
+    """RabbitMQ 3.10, sent a raw heartbeat frame on channel 1, answers 505 (0,0).
+
+    (An older differential case sent it with pamqp, which always puts heartbeats on channel 0.)
+    """
     client = running()
-    assert client.send(b"\x08\x00\x01\x00\x00\x00\x00\xce") == []
-    assert client.conn.state == RUNNING
+    close = expect_connection_close(client, client.send(b"\x08\x00\x01\x00\x00\x00\x00\xce"),
+                                    505, (0, 0))
+    assert close.reply_text == "UNEXPECTED_FRAME - type 8, all octets = <<>>"
 
 
 def test_heartbeat_on_channel_zero_is_accepted() -> None:
@@ -602,3 +606,18 @@ def test_dying_connection_does_not_redeliver_to_its_own_consumers(how: str) -> N
         client.conn.connection_lost()
         assert client.drain() == []
     assert queue.message_count == 4 and queue.unacked == 0 and not queue.consumers
+
+
+def test_a_burst_is_handled_in_slices_of_frames_per_turn() -> None:
+    from leveret.amqp.connection import FRAMES_PER_TURN
+
+    client = running()
+    burst = client.publish_bytes(1, b"x", routing_key="nowhere") * FRAMES_PER_TURN  # 3 frames each
+    client.conn.receive_data(burst)
+    assert client.conn.input_pending  # a third of it handled: the rest waits for the next turn
+    turns = 1
+    while client.conn.input_pending:
+        client.conn.receive_data(b"")
+        turns += 1
+    assert turns in (3, 4)  # 4 when the last slice ends exactly on the budget
+    client.call(1, commands.Confirm.Select())  # the connection is intact after the slices

@@ -88,6 +88,8 @@ class Client:
                 self.conn.receive_data(data[i:i + 1])
         else:
             self.conn.receive_data(data)
+        while self.conn.input_pending:  # what the asyncio adapter does on the next turns
+            self.conn.receive_data(b"")
 
     def drain_raw(self) -> bytes:
         out = b"".join(self.conn.data_to_send())

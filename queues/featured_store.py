@@ -1,0 +1,230 @@
+"""The ready store of a queue with message TTL or length limits.
+
+Theory of operation
+-------------------
+The same order as the plain store (a deque of fresh entries, a heap of
+requeued ones: a requeued entry goes back to its original place), but every
+entry is looked at: its expiry is fixed on enqueue (``ttl.py``), the body
+bytes of ready entries are counted for ``x-max-length-bytes``, and the limits
+are applied (``limits.py``): ``reject-publish`` refuses before enqueueing,
+``drop-head`` trims after every change (``after_change``).
+
+Expiry is lazy, at the head only, as in RabbitMQ's classic queues: ``pop``
+drops expired entries it meets, ``after_change`` drops the expired head run
+and arms one timer (``ttl.ExpiryTimer``) for the next head's expiry, so that a
+queue without consumers expires its messages too. The entry being published
+is exempt until its publish completes: a TTL of 0 delivers it if a consumer
+can take it at once and expires it otherwise (RabbitMQ's replacement for
+``immediate``).
+
+Entries stay in memory (the head and the byte count must be known): a
+featured store is not paged. A plain store that becomes featured hands over
+its tail, which is read back whole; only entries not committed yet stay
+there, and new entries go behind them until they are read (their bytes are
+not counted meanwhile).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from leveret.queues import dead_letter, limits, ttl
+from leveret.queues.entry import PublishResult, QueueEntry
+from leveret.model.message import FLAG_EXPIRATION, Message
+from leveret.queues.ready import Owner, Tail
+
+_EXPIRATION_BIT = FLAG_EXPIRATION >> 8
+_ACCEPTED = PublishResult.ACCEPTED
+_HELD = PublishResult.HELD
+_REFUSED = PublishResult.REFUSED
+
+
+class FeaturedStore:
+    expires = True
+
+    __slots__ = ("_owner", "fresh", "returned", "bytes", "tail", "_expiry", "_exempt")
+
+    def __init__(self, owner: Owner, entries: list[QueueEntry] | None = None,
+                 tail: Tail | None = None) -> None:
+        self._owner = owner
+        self.fresh: deque[QueueEntry] = deque()
+        self.returned: list[QueueEntry] = []
+        self.bytes = 0  # body bytes of the ready entries in memory
+        self.tail = tail or Tail(owner)
+        self._expiry = ttl.ExpiryTimer(owner.time, self._on_timer)
+        self._exempt: QueueEntry | None = None
+        for entry in entries or ():
+            self._push(entry, False)
+        if self.tail.count:
+            self._refill()
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.returned) + self.tail.count
+
+    @property
+    def backlog(self) -> int:
+        return len(self.fresh) + self.tail.count
+
+    # -- the containers (PriorityStore overrides these two) -------------------------
+
+    def _new_entry(self, seq: int, message: Message) -> QueueEntry:
+        return QueueEntry(seq, message)
+
+    def _push(self, entry: QueueEntry, requeued: bool) -> None:
+        self.bytes += len(entry.message.body)
+        if requeued:
+            heapq.heappush(self.returned, entry)
+        else:
+            self.fresh.append(entry)
+
+    def _head(self) -> QueueEntry | None:
+        if self.returned:
+            return self.returned[0]
+        return self.fresh[0] if self.fresh else None
+
+    def _pop_head(self) -> QueueEntry | None:
+        if not self.fresh and not self.returned and self.tail.count:
+            self._refill()
+        if self.returned:
+            entry = heapq.heappop(self.returned)
+        elif self.fresh:
+            entry = self.fresh.popleft()
+        else:
+            return None
+        self.bytes -= len(entry.message.body)
+        return entry
+
+    # -- ReadyStore -------------------------------------------------------------------
+
+    def enqueue(self, seq: int, message: Message) -> PublishResult:
+        owner = self._owner
+        settings = owner.settings
+        if limits.refuses(settings, len(self), self.bytes, len(message.body)):
+            owner.refuse(message)
+            return _REFUSED
+        entry = self._new_entry(seq, message)
+        props = message.raw_properties
+        expiration = message.expiration if props and props[0] & _EXPIRATION_BIT else -1
+        if expiration >= 0 or settings.message_ttl is not None:
+            entry.expires_at = ttl.expiry_of(settings, expiration, ttl.now_ms(owner.time))
+        log = owner.log
+        if self.tail.count:
+            # Behind entries not committed yet when the queue became featured (see above).
+            self.tail.append(seq)
+            log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0)
+            owner.written(seq)
+            return _HELD if message.persistent else _ACCEPTED
+        result = _ACCEPTED
+        if log is not None and message.persistent:
+            entry.stored = True
+            log.enqueue(owner.qid, seq, message, False, entry.expires_at or 0)
+            owner.written(seq)
+            result = _HELD
+        self._push(entry, False)
+        self._exempt = entry
+        return result
+
+    def pop(self) -> QueueEntry | None:
+        now = ttl.now_ms(self._owner.time)
+        exempt = self._exempt
+        while True:
+            entry = self._pop_head()
+            if entry is None or entry is exempt or not ttl.is_expired(entry.expires_at, now):
+                return entry
+            self._owner.drop(entry, dead_letter.EXPIRED)
+
+    def requeue(self, entry: QueueEntry) -> None:
+        self._push(entry, True)
+
+    unpop = requeue  # the entry just popped is older than every fresh one: the heap's top
+
+    def after_change(self) -> None:
+        self._exempt = None
+        self._expire_head()
+        settings = self._owner.settings
+        dropped = False
+        while limits.drops_head(settings, len(self), self.bytes):
+            entry = self._pop_head()
+            if entry is None:
+                break
+            self._owner.drop(entry, dead_letter.MAXLEN)
+            dropped = True
+        if dropped:
+            self._expire_head()
+
+    def _expire_head(self) -> None:
+        now = ttl.now_ms(self._owner.time)
+        while True:
+            head = self._head()
+            if head is None or head.expires_at is None:
+                return
+            if now < head.expires_at:
+                self._expiry.arm(head.expires_at)
+                return
+            self._pop_head()
+            self._owner.drop(head, dead_letter.EXPIRED)
+
+    def _on_timer(self) -> None:
+        if not self._owner.deleted:
+            self._expire_head()
+
+    def _refill(self) -> None:
+        """Read everything committed of the tail (a featured store is not paged)."""
+        for item in self.tail.read(self.tail.count):
+            entry = self._new_entry(item.seq, item.message)
+            entry.delivery_count = item.delivery_count
+            entry.stored = True
+            if item.expires_at:
+                entry.expires_at = item.expires_at
+            self._push(entry, False)
+
+    def purge(self) -> int:
+        count = len(self)
+        owner = self._owner
+        log = owner.log
+        if log is not None:
+            for entries in (self.fresh, self.returned):
+                for entry in entries:
+                    if entry.stored:
+                        log.remove(owner.qid, entry.seq, entry.message)
+            if self.tail.count:
+                log.purge(owner.qid, self.tail.first)
+                self.tail.count = 0
+        self.fresh.clear()
+        self.returned.clear()
+        self.bytes = 0
+        self._expiry.cancel()
+        return count
+
+    def recover(self, count: int, first_seq: int) -> None:
+        self.tail.count = count
+        self.tail.first = first_seq
+        if count:
+            self._refill()
+            head = self._head()
+            if head is not None and head.expires_at is not None:
+                # Not now: the dead-letter exchange's bindings are not recovered yet.
+                self._expiry.arm(head.expires_at)
+
+    def forget(self, start: int, end: int) -> int:
+        def failed(e: QueueEntry) -> bool:
+            return e.stored and start <= e.seq < end
+
+        lost = self.tail.forget(start, end)
+        for name in ("fresh", "returned"):
+            entries = getattr(self, name)
+            gone = [e for e in entries if failed(e)]
+            if gone:
+                kept = [e for e in entries if not failed(e)]
+                self.bytes -= sum(len(e.message.body) for e in gone)
+                lost += len(gone)
+                if name == "fresh":
+                    self.fresh = deque(kept)
+                else:
+                    heapq.heapify(kept)
+                    self.returned = kept
+        return lost
+
+    def close(self) -> None:
+        self._expiry.cancel()

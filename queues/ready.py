@@ -1,0 +1,144 @@
+"""What a queue's ready store is, and the paged-out tail the stores share.
+
+Theory of operation
+-------------------
+A queue keeps its *ready* messages (enqueued, not delivered or requeued since)
+in one store, chosen once from its settings (``Queue._choose_store``):
+
+* ``PlainStore`` (``plain_store.py``): no per-message features; a durable
+  queue pages its tail out to the disk store.
+* ``FeaturedStore`` (``featured_store.py``): message TTL and length limits;
+  entries stay in memory (the head and the byte count must be known).
+* ``PriorityStore`` (``priority_store.py``): ``x-max-priority``; a featured
+  store whose entries are ordered by priority first.
+
+A plain queue switches once to a featured store when it first meets a message
+with an ``expiration`` (or a policy gives it a TTL or a limit), as LavinMQ's
+queue flavours are chosen once instead of testing a flag on every call.
+
+All stores answer the ``ReadyStore`` protocol; the queue's single dispatch
+loop calls ``pop`` only. A store reaches what it needs of its queue through
+``Owner``: the group commit and queue id for durable entries, the settings
+and clocks for TTL and limits, and ``drop`` to dead-letter what it discards.
+
+``Tail`` is the part of a durable queue that lives only in the disk store:
+``count`` entries from sequence ``first`` on, read back in order as the
+in-memory head drains. The disk store only returns committed entries, so a
+read that comes up short waits for the next commit and then wakes the queue.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from leveret.persistence.store import StoredEntry
+    from leveret.queues.entry import PublishResult, QueueEntry
+    from leveret.model.message import Message
+    from leveret.queues.settings import QueueSettings
+    from leveret.queues.ttl import Timekeeping
+
+
+class Owner(Protocol):
+    """What a ready store needs from its queue."""
+
+    log: Any  # the group commit, for durable queues; None otherwise
+    qid: int
+    settings: QueueSettings
+    time: Timekeeping
+    deleted: bool
+
+    def drop(self, entry: QueueEntry, reason: str) -> None:
+        """``entry`` leaves the queue dead (expired, over a limit): dead-letter, forget."""
+
+    def refuse(self, message: Message) -> None:
+        """A message refused by reject-publish(-dlx) overflow."""
+
+    def written(self, seq: int) -> None:
+        """The enqueue of ``seq`` was recorded in the disk store's pending batch."""
+
+    def needs_expiry(self) -> None:
+        """A plain store met an entry with an expiration: switch to a featured store."""
+
+    def wake(self) -> None:
+        """Entries became available (tail committed): deliver if consumers can take."""
+
+
+class ReadyStore(Protocol):
+    # Entries may expire (TTL): publish and settings changes call ``after_change``.
+    expires: bool
+
+    def __len__(self) -> int:
+        """Ready entries, paged-out ones included (queue.declare-ok's message_count)."""
+
+    @property
+    def backlog(self) -> int:
+        """Ready entries as flow control counts them."""
+
+    def enqueue(self, seq: int, message: Message) -> PublishResult:
+        """A new message at the back (recorded in the disk store when it must be)."""
+
+    def pop(self) -> QueueEntry | None:
+        """Remove and return the entry to deliver next (expired ones are dropped on the way)."""
+
+    def unpop(self, entry: QueueEntry) -> None:
+        """Undo the last ``pop`` (no consumer could take the entry after all)."""
+
+    def requeue(self, entry: QueueEntry) -> None:
+        """A delivered entry comes back, to its original place."""
+
+    def after_change(self) -> None:
+        """Entries came or went: expire the head, apply drop-head (featured stores)."""
+
+    def purge(self) -> int:
+        """Drop every ready entry (and its stored copy); returns how many."""
+
+    def recover(self, count: int, first_seq: int) -> None:
+        """After a restart: ``count`` stored entries from ``first_seq`` on are ready."""
+
+    def forget(self, start: int, end: int) -> int:
+        """A store write failed: entries with ``start <= seq < end`` were never stored."""
+
+    def close(self) -> None:
+        """The queue is deleted: cancel timers."""
+
+
+class Tail:
+    """The paged-out part of a durable queue (see the module docstring)."""
+
+    __slots__ = ("count", "first", "waiting", "_owner")
+
+    def __init__(self, owner: Owner) -> None:
+        self._owner = owner
+        self.count = 0
+        self.first = 0
+        self.waiting = False  # a short read waits for the next commit
+
+    def append(self, seq: int) -> None:
+        if not self.count:
+            self.first = seq
+        self.count += 1
+
+    def read(self, want: int) -> list[StoredEntry]:
+        """Up to ``want`` committed entries from the front of the tail (removed from it)."""
+        owner = self._owner
+        stored: list[StoredEntry] = owner.log.read_queue(owner.qid, self.first, want)
+        if stored:
+            self.count -= len(stored)
+            self.first = stored[-1].seq + 1
+        if self.count and len(stored) < want and not self.waiting:
+            self.waiting = True
+            owner.log.after_commit(self._committed)
+        return stored
+
+    def _committed(self, ok: bool) -> None:
+        self.waiting = False
+        if not self._owner.deleted:
+            self._owner.wake()
+
+    def forget(self, start: int, end: int) -> int:
+        """Entries of a failed write: the tail holds consecutive sequence numbers."""
+        lost = max(0, min(end, self.first + self.count) - max(start, self.first))
+        self.count -= lost
+        return lost
+

@@ -1,0 +1,69 @@
+"""The teaching labs (``leveret lab``): listed, documented, and each run as a user would.
+
+Every lab runs with ``--fast`` as a subprocess, starting and killing its own
+broker; it must exit 0 (the broker behaved as the lesson predicts), print its
+timeline and its table of counts, and stay under the 20 s the issue allows.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leveret.labs import LABS
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST_LIMIT_S = 20.0
+SECTIONS = ("## The question", "## Predict", "## Watch", "## What happened and why",
+            "## Read more")
+
+
+def _leveret(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "leveret", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT.parent)
+
+
+def test_list_prints_one_lab_per_line_and_nothing_else() -> None:
+    out = _leveret("lab", "list")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [lab.name for lab in LABS]
+    assert all(len(line.split("\t")) == 2 and line.split("\t")[1] for line in lines)
+
+
+def test_unknown_lab_is_a_usage_error() -> None:
+    out = _leveret("lab", "run", "no-such-lab")
+    assert out.returncode == 2 and "no lab 'no-such-lab'" in out.stderr
+
+
+@pytest.mark.parametrize("name", [lab.name for lab in LABS])
+def test_each_lab_has_a_lesson_and_a_plain_pika_example(name: str) -> None:
+    folder = ROOT / "labs" / name
+    lesson = (folder / "lesson.md").read_text()
+    for section in SECTIONS:
+        assert section in lesson, f"{name}/lesson.md lacks {section!r}"
+    assert "https://www.rabbitmq.com/docs/" in lesson
+    example = (folder / "example.py").read_text()
+    assert "import pika" in example and "leveret" not in example.split('"""')[-1]
+
+
+@pytest.mark.parametrize("name", [lab.name for lab in LABS])
+def test_lab_runs_fast_and_behaves_as_the_lesson_predicts(name: str) -> None:
+    started = time.monotonic()
+    out = _leveret("lab", "run", name, "--fast")
+    elapsed = time.monotonic() - started
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert "\ntimeline\n" in text and re.search(r"\d+\.\d{3}s  start ", text)
+    header = re.search(r"^  case +sent +confirmed +survived +lost +duplicated$", text, re.M)
+    assert header, text
+    rows = text[header.end():].split("\n\n")[0].strip().splitlines()
+    assert rows, "the table of counts is empty"
+    assert "FAIL" not in text and "result: as the lesson predicts" in text
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert elapsed < FAST_LIMIT_S, f"{name} took {elapsed:.1f} s"
