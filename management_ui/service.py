@@ -45,6 +45,8 @@ class State:
         self.rabbitmq_version = RABBITMQ_VERSION
         self.product_name = PRODUCT_NAME
         self.http_auth = [0, 0]  # succeeded, failed
+        # (ready, unacked, consumers) summed over every queue at the last sample.
+        self.queue_totals: tuple[int, int, int] | None = None
 
     def auth_attempts(self, ok: bool) -> None:
         self.http_auth[0 if ok else 1] += 1
@@ -57,13 +59,15 @@ class State:
             s.record(f"message_stats.{name}", value, now)
         for name, value in broker.churn_totals().as_dict().items():
             s.record(f"churn_rates.{name}", value, now)
-        ready = unacked = 0
+        ready = unacked = consumers = 0
         for vhost in broker.vhosts.values():
             for queue in vhost.queues.values():
                 r, u = queue.message_count, queue.unacked
                 ready += r
                 unacked += u
+                consumers += queue.consumer_count
                 s.record_object(("q", vhost.name, queue.name), (r + u, r, u), now)
+        self.queue_totals = (ready, unacked, consumers)
         s.record("queue_totals.messages", ready + unacked, now)
         s.record("queue_totals.messages_ready", ready, now)
         s.record("queue_totals.messages_unacknowledged", unacked, now)
