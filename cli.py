@@ -1,7 +1,7 @@
 """The ``leveret`` command (also ``python -m leveret``).
 
     leveret [serve] [--host H]... [--port N] [--data-dir D] [--management-port N]
-                    [--config FILE] [--log-level L]
+                    [--prometheus-port N] [--management-host H]... [--config FILE] [--log-level L]
     leveret ctl [--data-dir D] COMMAND ...   (see ctl.py: set_policy, clear_policy, list_policies)
     leveret lab list | lab run NAME [--url URL] [--fast]   (teaching labs: see labs/)
     leveret --version
@@ -43,8 +43,9 @@ EXIT_STARTUP = 1
 EXIT_CONFIG = 2
 _SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
-_SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "log_level", "tls_port",
-                 "tls_certfile", "tls_keyfile", "tls_cafile", "tls_verify")
+_SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port",
+                 "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
+                 "tls_cafile", "tls_verify")
 
 log = logging.getLogger("leveret.cli")
 
@@ -76,7 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", metavar="N", help="AMQP port (default 5672; 0 = any free)")
     serve.add_argument("--data-dir", metavar="D", help="message store directory")
-    serve.add_argument("--management-port", metavar="N", help="management port (default 15672)")
+    serve.add_argument("--management-port", metavar="N",
+                       help="management HTTP API port (default 15672; 0 = any free)")
+    serve.add_argument("--prometheus-port", metavar="N",
+                       help="Prometheus metrics port (default 15692; 0 = any free)")
+    serve.add_argument(
+        "--management-host",
+        action="append",
+        metavar="H",
+        help="interface for the management and Prometheus listeners; repeatable (default: all)",
+    )
     serve.add_argument(
         "--config",
         type=Path,
@@ -142,9 +152,12 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str], err: TextIO) -> int
             raise  # a real bug inside the server: keep its traceback
         return _fail(err, "the AMQP server module leveret.amqp.server is missing", EXIT_STARTUP)
 
+    # The management API and Prometheus run beside the AMQP listeners on the same loop;
+    # the AMQP layer cannot import them (it sits below), so they are handed in here.
+    management = importlib.import_module("leveret.management_ui")
     log.info("leveret %s starting; data dir %s", __version__, config.data_dir)
     try:
-        server.run(config)
+        server.run(config, management.services())
     except server.StartupError as exc:
         return _fail(err, str(exc), EXIT_STARTUP)
     return EXIT_OK

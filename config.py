@@ -95,6 +95,12 @@ class Config:
     port: int = 5672  # 0 = any free port (tests)
     data_dir: Path = field(default_factory=lambda: default_data_dir(os.environ))
     management_port: int = 15672  # 0 = any free port
+    prometheus_port: int = 15692  # 0 = any free port
+    # Interfaces of the management and Prometheus listeners; () = every interface, as ``host``.
+    management_host: tuple[str, ...] = ()
+    # A definitions file (RabbitMQ's JSON export) imported at start, as RabbitMQ's
+    # load_definitions; "" = none. Validated whole before anything is applied.
+    load_definitions: str = ""
     frame_max: int = 131072
     channel_max: int = 2047
     heartbeat: int = 60  # 0 disables heartbeats
@@ -286,6 +292,9 @@ _FIELDS: dict[str, _Field] = {
     "port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "data_dir": _Field("path"),
     "management_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "prometheus_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "management_host": _Field("strs", _names("host")),
+    "load_definitions": _Field("str"),
     "frame_max": _Field("int", _int_range(FRAME_MIN_SIZE, MAX_FRAME_MAX)),
     # The spec lets 0 mean "no limit"; we ask for the number (65535) instead.
     "channel_max": _Field("int", _int_range(1, MAX_SHORT)),
@@ -316,7 +325,7 @@ def _normalise(name: str, value: Any) -> Any:
     """Small, unambiguous clean-ups applied whatever the source."""
     if name == "log_level" and isinstance(value, str):
         return value.strip().lower()
-    if name == "host" and isinstance(value, tuple):
+    if name in ("host", "management_host") and isinstance(value, tuple):
         return tuple(dict.fromkeys(value))  # binding one address twice would fail
     return value
 

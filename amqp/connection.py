@@ -126,6 +126,7 @@ class Connection:
         self.broker = broker
         self.config = config
         self.peer = peer
+        self.local: tuple[str, int] | None = None  # our address (set by the adapter)
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.on_output = on_output or (lambda: None)
         self.clock = clock

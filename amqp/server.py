@@ -30,8 +30,9 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from leveret.amqp import tls
 from leveret.amqp.connection import CLOSED, CLOSING, RUNNING, Connection
@@ -69,6 +70,17 @@ class StartupError(Exception):
     """The broker cannot start (port taken, data dir unusable): one line for the user."""
 
 
+class Service(Protocol):
+    """Something run beside the AMQP listeners on the broker's loop: the management API
+    and Prometheus (``leveret.management_ui``), handed in by the entry point because this
+    layer may not import the layers above it. Started after the AMQP listeners (so it can
+    report them), stopped before them; ``start`` raises ``StartupError`` to abort startup."""
+
+    async def start(self, broker: Broker, config: Config) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class AMQPProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, config: Config, loop: asyncio.AbstractEventLoop) -> None:
         self.broker = broker
@@ -92,6 +104,9 @@ class AMQPProtocol(asyncio.Protocol):
                                on_output=self._schedule_flush, clock=self.loop.time)
         self.conn.peer_cert_user = tls.peer_cert_user(transport, self.config)
         self.conn.on_flow_release = self._flow_release
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple):
+            self.conn.local = local[:2]
         self._flow_paused = False
         self._store_paused = False
         self._input_paused = False  # a burst is handled over several loop turns
@@ -327,6 +342,7 @@ async def serve(config: Config, broker: Broker | None = None) -> tuple[Broker, l
         servers.append(server)
         for sock in server.sockets:
             address = sock.getsockname()
+            broker.listeners.append(("amqp", address[0], address[1]))
             log.info("listening for AMQP 0-9-1 on %s:%d", address[0], address[1])
     if config.tls_certfile is not None:
         servers += await _serve_tls(broker, config, hosts, servers)
@@ -358,6 +374,7 @@ async def _serve_tls(broker: Broker, config: Config, hosts: list[str | None],
         servers.append(server)
         for sock in server.sockets:
             address = sock.getsockname()
+            broker.listeners.append(("amqp/ssl", address[0], address[1]))
             log.info("listening for AMQP 0-9-1 over TLS on %s:%d", address[0], address[1])
     return servers
 
@@ -419,9 +436,19 @@ async def watch_disk(broker: Broker, config: Config, interval: float = 5.0) -> N
         broker.log.on_commit = None
 
 
-async def main(config: Config) -> None:
+async def main(config: Config, services: Sequence[Service] = ()) -> None:
     loop = asyncio.get_running_loop()
     broker, servers = await serve(config)
+    started: list[Service] = []
+    try:
+        for service in services:
+            await service.start(broker, config)
+            started.append(service)
+    except StartupError:
+        for service in reversed(started):
+            await service.stop()
+        await shutdown(broker, servers)
+        raise
     ctl = await _start_control(broker, config)
     watchers = [asyncio.create_task(watch_memory(broker, config)),
                 asyncio.create_task(watch_disk(broker, config))]
@@ -436,6 +463,8 @@ async def main(config: Config) -> None:
     log.info("shutting down: closing %d connection(s)", len(broker.connections))
     for watcher in watchers:
         watcher.cancel()
+    for service in reversed(started):
+        await service.stop()
     if ctl is not None:
         ctl.close()
         control.remove_socket(Path(config.data_dir))
@@ -452,8 +481,9 @@ async def _start_control(broker: Broker, config: Config) -> asyncio.AbstractServ
         return None
 
 
-def run(config: Config) -> None:
-    """Run the broker until SIGINT/SIGTERM; raises StartupError if it cannot start."""
+def run(config: Config, services: Sequence[Service] = ()) -> None:
+    """Run the broker (and ``services``) until SIGINT/SIGTERM; raises StartupError if it
+    cannot start."""
     loop_factory: Any = uvloop.new_event_loop if uvloop is not None else None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main(config))
+        runner.run(main(config, services))

@@ -46,6 +46,8 @@ def rabbitmq_container():
     _make_certs(d)
     log = open(f"{d}/broker.log", "wb")
     proc = _sp.Popen([LEVERET_PY, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+                      "--management-host", "127.0.0.1", "--management-port", "0",
+                      "--prometheus-port", "0",
                       "--tls-port", "0", "--tls-certfile", f"{d}/server.crt", "--tls-keyfile",
                       f"{d}/server.key", "--data-dir", f"{d}/data"], stdout=log, stderr=_sp.STDOUT)
     ports = {}

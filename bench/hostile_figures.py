@@ -31,6 +31,9 @@ PY = sys.executable
 def start():
     d = tempfile.mkdtemp(prefix="h17m-")
     env = dict(os.environ)
+    # Free HTTP ports (a RabbitMQ may hold 15672/15692); older Leverets ignore these.
+    env.update(LEVERET_MANAGEMENT_PORT="0", LEVERET_PROMETHEUS_PORT="0",
+               LEVERET_MANAGEMENT_HOST="127.0.0.1")
     if BASE:
         env["PYTHONPATH"] = os.environ["LEVERET_BASE_PATH"]
     log = open(f"{d}/log", "wb")

@@ -30,7 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import loadgen
 
-DEFAULT_LEVERET_CMD = "{python} -m leveret serve --port {port} --data-dir {data_dir}"
+DEFAULT_LEVERET_CMD = ("{python} -m leveret serve --port {port} --data-dir {data_dir} "
+                       "--management-host 127.0.0.1 --management-port {management_port} "
+                       "--prometheus-port {prometheus_port}")
 TARGET_ORDER = ("leveret", "rabbitmq")
 
 
@@ -118,10 +120,14 @@ class LeveretProcess:
     def __init__(self, cmd_template: str, start_timeout: float) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="leveret-bench-")
         self.port = free_port()
+        # Its own HTTP ports: the defaults (15672/15692) belong to a RabbitMQ on this machine.
+        self.management_port = free_port()
+        self.prometheus_port = free_port()
         self.data_dir = os.path.join(self.tmp.name, "data")
         self.log_path = os.path.join(self.tmp.name, "leveret.log")
-        self.cmd = shlex.split(cmd_template.format(python=shlex.quote(sys.executable),
-                                                   port=self.port, data_dir=self.data_dir))
+        self.cmd = shlex.split(cmd_template.format(
+            python=shlex.quote(sys.executable), port=self.port, data_dir=self.data_dir,
+            management_port=self.management_port, prometheus_port=self.prometheus_port))
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
@@ -800,7 +806,7 @@ def print_combined(rows: list[dict], wall_s: float) -> None:
           "spread = its min..max.  Single-round medians are one measurement.")
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", choices=["both", "leveret", "rabbitmq"], default="both")
     p.add_argument("--rounds", type=int, default=3)
@@ -858,13 +864,18 @@ def main(argv=None) -> int:
     p.add_argument("--rabbitmq-pid", type=int, default=None,
                    help="default: owner of the listening socket")
     p.add_argument("--leveret-cmd", default=DEFAULT_LEVERET_CMD,
-                   help="format fields: {python} {port} {data_dir} (default: %(default)s)")
+                   help="format fields: {python} {port} {data_dir} {management_port} "
+                   "{prometheus_port} (default: %(default)s)")
     p.add_argument("--leveret-addr", default=None,
                    help="host:port of an already running Leveret (then nothing is spawned)")
     p.add_argument("--leveret-pid", type=int, default=None)
     p.add_argument("--start-timeout", type=float, default=30.0)
     p.add_argument("--results-dir", default=str(HERE / "results"))
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
 
     # The Leveret child inherits this process's limits: raise the soft open-files
     # limit to the hard limit so that `conns` (1,000 sockets) fits.

@@ -64,6 +64,7 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = data_dir / "broker.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+         "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
          "--data-dir", str(data_dir / "data")],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )

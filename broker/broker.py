@@ -45,6 +45,9 @@ class Broker:
         self.connections: set[ClientSession] = set()
         self.protocols: set[Blockable] = set()  # transports' adapters, for alarms
         self.alarms: set[str] = set()
+        # What the front doors listen on: (protocol, ip, port), RabbitMQ's protocol names
+        # ("amqp", "http", "http/prometheus"); for /api/overview and the health checks.
+        self.listeners: list[tuple[str, str, int]] = []
         self.data_dir_lock: Any = None  # held open while the broker owns its data dir
         self.churn = Churn()  # connections and channels; queues count per vhost
         self.started_at = time.time()

@@ -35,6 +35,7 @@ def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = workdir / "broker.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+         "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
          "--data-dir", str(workdir / "data")],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )

@@ -80,6 +80,7 @@ class OwnBroker:
         mark = len(self.lines)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+             "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
              "--data-dir", str(self.data_dir), "--log-level", "debug"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, errors="replace")

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+MANAGEMENT_RE = re.compile(r"listening for HTTP management API on 127\.0\.0\.1:(\d+)")
+PROMETHEUS_RE = re.compile(r"listening for Prometheus metrics on 127\.0\.0\.1:(\d+)")
 START_TIMEOUT = 20.0
 
 
@@ -34,6 +36,8 @@ class BrokerProcess:
     proc: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"
     port: int = 0
+    management_port: int = 0
+    prometheus_port: int = 0
     # The command that runs the broker; the packaging test passes an installed `leveret`.
     command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "leveret"])
 
@@ -41,12 +45,22 @@ class BrokerProcess:
     def url(self) -> str:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.management_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}"
+
     def start(self) -> BrokerProcess:
         self._log = open(self.log_path, "ab")
         offset = self.log_path.stat().st_size
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             [*self.command, "serve", "--host", "127.0.0.1", "--port", "0",
+             "--management-host", "127.0.0.1", "--management-port", "0",
+             "--prometheus-port", "0",
              "--data-dir", str(self.data_dir), "--log-level", "debug", *self.extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
@@ -54,8 +68,12 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             text = self.log_path.read_bytes()[offset:].decode(errors="replace")
             match = LISTEN_RE.search(text)
-            if match:
+            management = MANAGEMENT_RE.search(text)
+            prometheus = PROMETHEUS_RE.search(text)
+            if match and management and prometheus:
                 self.port = int(match.group(1))
+                self.management_port = int(management.group(1))
+                self.prometheus_port = int(prometheus.group(1))
                 return self
             if self.proc.poll() is not None:
                 break

@@ -108,6 +108,80 @@ def helpers() -> Any:
     return H
 
 
+# -- the management HTTP API ----------------------------------------------------------------
+
+class HttpApi:
+    """A tiny blocking client for the management API (stdlib only): ``(status, headers,
+    body)`` where body is the decoded JSON, or the text when it is not JSON."""
+
+    def __init__(self, base: str, user: str = "guest", password: str = "guest") -> None:
+        self.base = base
+        self.user = user
+        self.password = password
+
+    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+                headers: dict[str, str] | None = None, auth: bool = True) -> tuple[int, Any, Any]:
+        import base64
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if auth:
+            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status, hdrs, text = resp.status, resp.headers, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            status, hdrs, text = exc.code, exc.headers, exc.read().decode()
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        return status, hdrs, parsed
+
+    def get(self, path: str, **kw: Any) -> tuple[int, Any, Any]:
+        return self.request("GET", path, **kw)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any, Any]:
+        return self.request("PUT", path, body if body is not None else {}, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any, Any]:
+        return self.request("POST", path, body if body is not None else {}, **kw)
+
+    def delete(self, path: str, **kw: Any) -> tuple[int, Any, Any]:
+        return self.request("DELETE", path, **kw)
+
+    def ok(self, path: str) -> Any:
+        status, _, body = self.get(path)
+        assert status == 200, (path, status, body)
+        return body
+
+
+@pytest.fixture
+def api(broker: Any) -> HttpApi:
+    """The session broker's management API."""
+    return HttpApi(broker.api_url + "/api")
+
+
+@pytest.fixture
+def rabbitmq_http() -> HttpApi:
+    """The real RabbitMQ's management API on 127.0.0.1:15672 (skips when none answers)."""
+    candidate = HttpApi("http://127.0.0.1:15672/api")
+    try:
+        status, _, _ = candidate.get("/overview")
+    except OSError:
+        status = 0
+    if status != 200:
+        pytest.skip("no RabbitMQ management API on 127.0.0.1:15672")
+    return candidate
+
 # -- differential targets --------------------------------------------------------
 
 RABBITMQ = ("127.0.0.1", 5672)

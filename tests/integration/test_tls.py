@@ -248,3 +248,33 @@ async def test_aio_pika_tls_plain_and_external(make_broker: Any, tmp_path: Path,
     conn = await aio_pika.connect(f"amqps://guest:guest@localhost:{tls_port}/",
                                   ssl_context=client_context(certs))
     await conn.close()
+
+
+def test_management_certificate_expiration_and_amqps_listener(make_broker: Any, tmp_path: Path,
+                                                             certs: Certs) -> None:
+    """The management API's certificate-expiration check reads the AMQPS certificate (valid
+    for one day here) and the listener checks see the AMQPS port."""
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+
+    b, tls_port = start_tls_broker(make_broker, tmp_path, certs, "mgmt")
+
+    def get(path: str) -> tuple[int, Any]:
+        req = urllib.request.Request(f"{b.api_url}/api{path}", headers={
+            "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    assert get("/health/checks/certificate-expiration/0/days") == (200, {"status": "ok"})
+    status, body = get("/health/checks/certificate-expiration/1/months")
+    assert status == 503 and body["reason"] == "Certificates expiring"
+    assert body["expired"][0]["port"] == tls_port
+    assert body["expired"][0]["certfile"] == str(certs.server[0])
+    assert get(f"/health/checks/port-listener/{tls_port}") == (
+        200, {"status": "ok", "port": tls_port})
+    assert get("/health/checks/protocol-listener/amqps")[0] == 200

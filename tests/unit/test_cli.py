@@ -217,7 +217,7 @@ def _fake_server(monkeypatch: pytest.MonkeyPatch, behaviour: str | None) -> list
     class StartupError(Exception):
         pass
 
-    def run(config: Config) -> None:
+    def run(config: Config, services: object = ()) -> None:
         calls.append(config)
         if behaviour == "startup":
             raise StartupError("port 5672 is already in use")

@@ -1,0 +1,225 @@
+"""What the management plane costs: throughput with and without scraping, and
+response times with many queues.
+
+    python bench/scrape_cost.py --rounds 3 --duration 10         # transient and confirmed
+    python bench/scrape_cost.py --scenario transient --rounds 1 --duration 5
+    python bench/scrape_cost.py --queues-timing 10000            # response times only
+
+Throughput: for each scenario and round, a fresh Leveret (run.py's LeveretProcess)
+runs the loadgen twice, once unscraped and once while a scraper thread asks the
+management API every second for what the UI's overview and queues pages load
+(/api/overview, /api/nodes, /api/queues?page=1&page_size=100&pagination=true,
+/api/connections, /api/channels) and Prometheus every 5 s (/metrics). The order
+alternates between rounds. Printed: consumed msg/s of both and their ratio per round,
+and the median ratio (issue 12 asks for <= 3% difference).
+
+Queue timing: measures the broker CPU one scrape cycle costs (empty, then with N queues),
+declares N queues on a fresh Leveret and times (best and median of 10)
+/api/queues?page=1&page_size=100, /api/overview, /metrics and /metrics/per-object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import run
+
+AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+API_EVERY = 1.0
+METRICS_EVERY = 5.0
+API_PATHS = ("/api/overview", "/api/nodes", "/api/queues?page=1&page_size=100&pagination=true",
+             "/api/connections", "/api/channels")
+
+
+def fetch(url: str) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": AUTH})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return len(resp.read())
+
+
+def wait_for_http(url: str, timeout: float = 10.0) -> None:
+    """The HTTP listeners start just after the AMQP one: wait for them (in both modes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fetch(url)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+class Scraper(threading.Thread):
+    def __init__(self, api: str, metrics: str) -> None:
+        super().__init__(daemon=True)
+        self.api, self.metrics = api, metrics
+        self.stop_event = threading.Event()
+        self.requests = 0
+        self.errors = 0
+        self.last_error = ""
+
+    def run(self) -> None:
+        next_metrics = time.monotonic()
+        while not self.stop_event.is_set():
+            t0 = time.monotonic()
+            urls = [self.api + p for p in API_PATHS]
+            if t0 >= next_metrics:
+                urls.append(self.metrics + "/metrics")
+                next_metrics = t0 + METRICS_EVERY
+            for url in urls:
+                try:
+                    fetch(url)
+                    self.requests += 1
+                except OSError as exc:
+                    self.errors += 1
+                    self.last_error = f"{url}: {exc}"
+            self.stop_event.wait(max(0.0, API_EVERY - (time.monotonic() - t0)))
+
+
+def one_run(args: argparse.Namespace, scraped: bool) -> dict:
+    lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, args.start_timeout)
+    try:
+        pid = lev.start()
+        scraper = None
+        wait_for_http(f"http://127.0.0.1:{lev.management_port}/api/overview")
+        if scraped:
+            scraper = Scraper(f"http://127.0.0.1:{lev.management_port}",
+                              f"http://127.0.0.1:{lev.prometheus_port}")
+            scraper.start()
+        res = run.run_loadgen("127.0.0.1", lev.port, pid, args, data_dir=lev.data_dir)
+        if scraper is not None:
+            scraper.stop_event.set()
+            scraper.join()
+            res["scrape_requests"] = scraper.requests
+            res["scrape_errors"] = scraper.errors
+            if scraper.errors:
+                print(f"  scrape error: {scraper.last_error}", flush=True)
+        return res
+    finally:
+        lev.stop()
+
+
+def throughput(args: argparse.Namespace) -> None:
+    for scenario in args.scenario:
+        sargs = run.scenario_args(run.build_parser().parse_args(
+            ["--duration", str(args.duration), "--warmup", str(args.warmup)]), scenario)
+        ratios = []
+        print(f"## {scenario}: {args.rounds} round(s), {args.duration:g} s each", flush=True)
+        for i in range(args.rounds):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            got = {}
+            for scraped in order:
+                res = one_run(sargs, scraped)
+                if not res.get("ok"):
+                    print(f"  round {i + 1} {'scraped' if scraped else 'plain'}: FAILED "
+                          f"{res.get('error')}", flush=True)
+                    break
+                got[scraped] = res
+            if len(got) < 2:
+                continue
+            plain, scr = got[False]["consumed_per_s"], got[True]["consumed_per_s"]
+            ratios.append(scr / plain)
+            print(f"  round {i + 1}: plain {plain:,.0f} msg/s, scraped {scr:,.0f} msg/s "
+                  f"({got[True]['scrape_requests']} requests, {got[True]['scrape_errors']} "
+                  f"errors), scraped/plain {scr / plain:.3f}; broker us/msg plain "
+                  f"{run._fmt(got[False].get('broker_cpu_us_per_msg'), '.1f')}, scraped "
+                  f"{run._fmt(got[True].get('broker_cpu_us_per_msg'), '.1f')}", flush=True)
+        if ratios:
+            print(f"  median scraped/plain {statistics.median(ratios):.3f} "
+                  f"(min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (/proc/<pid>/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cycle_cost(pid: int, api: str, metrics: str, cycles: int = 50) -> None:
+    """Broker CPU per scrape cycle (the scraper's one-second batch), unloaded."""
+    wait_for_http(api + "/api/overview")
+    before = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    for i in range(cycles):
+        for path in API_PATHS:
+            fetch(api + path)
+        if i % int(METRICS_EVERY / API_EVERY) == 0:
+            fetch(metrics + "/metrics")
+    used = cpu_seconds(pid) - before
+    print(f"  broker CPU per scrape cycle ({len(API_PATHS)} API requests + /metrics every "
+          f"{METRICS_EVERY:g} s): {used / cycles * 1000:.1f} ms, i.e. "
+          f"{used / cycles / API_EVERY * 100:.2f}% of one core at one cycle per second "
+          f"({cycles} cycles in {time.perf_counter() - t0:.1f} s)", flush=True)
+
+
+def queue_timing(n: int, start_timeout: float) -> None:
+    import pika  # the bench's only client dependency beyond the stdlib
+
+    lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, start_timeout)
+    try:
+        pid = lev.start()
+        cycle_cost(pid, f"http://127.0.0.1:{lev.management_port}",
+                   f"http://127.0.0.1:{lev.prometheus_port}")
+        t0 = time.perf_counter()
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", lev.port))
+        ch = conn.channel()
+        for i in range(n):
+            ch.queue_declare(f"scale-{i:05d}")
+        for i in range(0, n, 10):
+            ch.basic_publish("", f"scale-{i:05d}", b"x")
+        conn.close()
+        print(f"declared {n:,} queues in {time.perf_counter() - t0:.1f}s", flush=True)
+        cycle_cost(pid, f"http://127.0.0.1:{lev.management_port}",
+                   f"http://127.0.0.1:{lev.prometheus_port}")
+        api = f"http://127.0.0.1:{lev.management_port}"
+        metrics = f"http://127.0.0.1:{lev.prometheus_port}"
+        for url in (api + "/api/queues?page=1&page_size=100",
+                    api + "/api/queues?page=1&page_size=100&pagination=true&sort=messages"
+                          "&sort_reverse=true",
+                    api + "/api/queues?page=50&page_size=100&name=scale-0&pagination=true",
+                    api + "/api/overview", metrics + "/metrics", metrics + "/metrics/per-object"):
+            times, size = [], 0
+            for _ in range(10):
+                t = time.perf_counter()
+                size = fetch(url)
+                times.append((time.perf_counter() - t) * 1000)
+            print(f"  {url.split('//', 1)[1].split('/', 1)[1]:<90} best {min(times):7.1f} ms, "
+                  f"median {statistics.median(times):7.1f} ms, {size / 1024:,.0f} KiB",
+                  flush=True)
+    finally:
+        lev.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", action="append", choices=["transient", "confirmed"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--start-timeout", type=float, default=30.0)
+    p.add_argument("--queues-timing", type=int, default=0, metavar="N",
+                   help="only time responses with N queues")
+    args = p.parse_args(argv)
+    run.loadgen.raise_nofile()
+    if args.queues_timing:
+        queue_timing(args.queues_timing, args.start_timeout)
+        return 0
+    args.scenario = args.scenario or ["transient", "confirmed"]
+    throughput(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The management API's route table (RabbitMQ's paths) and its aiohttp application.
+
+One row per route: method, path under ``/api/``, handler, the tag needed
+(``auth.py``). Read it next to RabbitMQ's ``rabbit_mgmt_dispatcher.erl``.
+Every route with a ``{vhost}`` also needs access to that vhost
+(``auth.may_use_vhost``: permissions there), checked by the router.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from leveret.management_ui import admin, definitions, health, read, write
+from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
+from leveret.management_ui.router import Router, error_response, json_response, make_handler
+
+__all__ = ["ROUTES", "build_app", "openapi_document"]
+
+M, MON, POL, ADM = MANAGEMENT, MONITORING, POLICYMAKER, ADMINISTRATOR
+B = "bindings/{vhost}/e/{source}/{kind}/{dest}"
+
+ROUTES: list[tuple[str, str, Any, str | None]] = [
+    ("GET", "overview", read.overview, M),
+    ("GET", "whoami", read.whoami, M),
+    ("GET", "extensions", read.extensions, M),
+    ("GET", "auth", read.auth_info, None),
+    ("GET", "nodes", read.nodes, MON),
+    ("GET", "nodes/{node}", read.node, MON),
+    ("GET", "connections", read.connections, M),
+    ("GET", "connections/{name}", read.connection, M),
+    ("DELETE", "connections/{name}", write.delete_connection, M),
+    ("GET", "connections/{name}/channels", read.connection_channels, M),
+    ("GET", "vhosts/{vhost}/connections", read.connections, M),
+    ("GET", "channels", read.channels, M),
+    ("GET", "vhosts/{vhost}/channels", read.channels, M),
+    ("GET", "channels/{name}", read.channel, M),
+    ("GET", "consumers", read.consumers, M),
+    ("GET", "consumers/{vhost}", read.consumers, M),
+    ("GET", "exchanges", read.exchanges, M),
+    ("GET", "exchanges/{vhost}", read.exchanges, M),
+    ("GET", "exchanges/{vhost}/{name}", read.exchange, M),
+    ("PUT", "exchanges/{vhost}/{name}", write.put_exchange, M),
+    ("DELETE", "exchanges/{vhost}/{name}", write.delete_exchange, M),
+    ("GET", "exchanges/{vhost}/{name}/bindings/{side}", read.exchange_bindings, M),
+    ("POST", "exchanges/{vhost}/{name}/publish", write.publish, M),
+    ("GET", "queues", read.queues, M),
+    ("GET", "queues/{vhost}", read.queues, M),
+    ("GET", "queues/{vhost}/{name}", read.queue, M),
+    ("PUT", "queues/{vhost}/{name}", write.put_queue, M),
+    ("DELETE", "queues/{vhost}/{name}", write.delete_queue, M),
+    ("GET", "queues/{vhost}/{name}/bindings", read.queue_bindings, M),
+    ("DELETE", "queues/{vhost}/{name}/contents", write.purge_queue, M),
+    ("POST", "queues/{vhost}/{name}/get", write.get, M),
+    ("GET", "bindings", read.bindings, M),
+    ("GET", "bindings/{vhost}", read.bindings, M),
+    ("GET", B, read.bindings_list_between, M),
+    ("POST", B, write.post_binding, M),
+    ("GET", B + "/{props}", read.binding, M),
+    ("DELETE", B + "/{props}", write.delete_binding, M),
+    ("GET", "vhosts", admin.vhosts, M),
+    ("GET", "vhosts/{name}", admin.vhost, M),
+    ("PUT", "vhosts/{name}", admin.put_vhost, ADM),
+    ("DELETE", "vhosts/{name}", admin.delete_vhost, ADM),
+    ("GET", "vhosts/{name}/permissions", admin.vhost_permissions, ADM),
+    ("GET", "cluster-name", admin.cluster_name, M),
+    ("GET", "feature-flags", admin.empty_list, ADM),
+    ("GET", "users", admin.users, ADM),
+    ("GET", "users/{name}", admin.user, ADM),
+    ("PUT", "users/{name}", admin.put_user, ADM),
+    ("DELETE", "users/{name}", admin.delete_user, ADM),
+    ("GET", "users/{name}/permissions", admin.user_permissions, ADM),
+    ("GET", "permissions", admin.permissions, ADM),
+    ("GET", "permissions/{vhost}/{user}", admin.permission, ADM),
+    ("PUT", "permissions/{vhost}/{user}", admin.put_permission, ADM),
+    ("DELETE", "permissions/{vhost}/{user}", admin.delete_permission, ADM),
+    ("GET", "topic-permissions", admin.topic_permissions, ADM),
+    ("GET", "topic-permissions/{vhost}/{user}", admin.topic_permissions, ADM),
+    ("PUT", "topic-permissions/{vhost}/{user}", admin.put_topic_permission, ADM),
+    ("DELETE", "topic-permissions/{vhost}/{user}", admin.delete_topic_permission, ADM),
+    ("DELETE", "topic-permissions/{vhost}/{user}/{exchange}", admin.delete_topic_permission,
+     ADM),
+    ("GET", "policies", admin.policies, M),
+    ("GET", "policies/{vhost}", admin.policies, M),
+    ("GET", "policies/{vhost}/{name}", admin.policy, M),
+    ("PUT", "policies/{vhost}/{name}", write.put_policy, POL),
+    ("DELETE", "policies/{vhost}/{name}", write.delete_policy, POL),
+    ("GET", "operator-policies", admin.empty_list, M),
+    ("GET", "parameters", admin.empty_list, M),
+    ("GET", "global-parameters", admin.empty_list, M),
+    ("GET", "vhost-limits", admin.vhost_limits, M),
+    ("GET", "vhost-limits/{vhost}", admin.vhost_limits, M),
+    ("PUT", "vhost-limits/{vhost}/{limit}", admin.put_vhost_limit, ADM),
+    ("DELETE", "vhost-limits/{vhost}/{limit}", admin.delete_vhost_limit, ADM),
+    ("GET", "user-limits", admin.user_limits, ADM),
+    ("GET", "user-limits/{name}", admin.user_limits, ADM),
+    ("GET", "definitions", definitions.export, ADM),
+    ("POST", "definitions", definitions.import_, ADM),
+    ("GET", "definitions/{vhost}", definitions.export, ADM),
+    ("POST", "definitions/{vhost}", definitions.import_, ADM),
+    ("GET", "health/checks/alarms", health.alarms, M),
+    ("GET", "health/checks/local-alarms", health.local_alarms, M),
+    ("GET", "health/checks/virtual-hosts", health.virtual_hosts, M),
+    ("GET", "health/checks/node-is-quorum-critical", health.single_node, M),
+    ("GET", "health/checks/node-is-mirror-sync-critical", health.single_node, M),
+    ("GET", "health/checks/certificate-expiration/{within}/{unit}",
+     health.certificate_expiration, M),
+    ("GET", "health/checks/port-listener/{port}", health.port_listener, M),
+    ("GET", "health/checks/protocol-listener/{protocol}", health.protocol_listener, M),
+    ("GET", "aliveness-test/{vhost}", health.aliveness_test, M),
+]
+
+
+RESPONSES = {
+    "GET": {"200": {"description": "OK"}},
+    "PUT": {"201": {"description": "Created"}, "204": {"description": "Updated"}},
+    "POST": {"200": {"description": "OK"}, "201": {"description": "Created"},
+             "204": {"description": "Done"}},
+    "DELETE": {"204": {"description": "Deleted"}},
+}
+ERRORS = {"400": {"description": "bad_request"}, "401": {"description": "not_authorized"},
+          "404": {"description": "Object Not Found"}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """An OpenAPI 3 description of ROUTES: paths, methods, parameters, tags needed."""
+    paths: dict[str, Any] = {}
+    for method, pattern, handler, need in ROUTES:
+        params = [seg[1:-1] for seg in pattern.split("/") if seg.startswith("{")]
+        doc = (handler.__doc__ or handler.__name__.replace("_", " ")).strip().split("\n")[0]
+        op: dict[str, Any] = {
+            "summary": doc, "operationId": f"{method.lower()}_{pattern}",
+            "parameters": [{"name": p, "in": "path", "required": True,
+                            "schema": {"type": "string"}} for p in params],
+            "responses": {**RESPONSES[method], **ERRORS},
+        }
+        if need is not None:
+            op["security"] = [{"basic": []}]
+            op["x-rabbitmq-tag"] = need
+        paths.setdefault(f"/api/{pattern}", {})[method.lower()] = op
+    return {"openapi": "3.0.3",
+            "info": {"title": "Leveret management API (RabbitMQ 3.10 compatible)",
+                     "version": "1"},
+            "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}},
+            "paths": paths}
+
+
+async def openapi(req: Any) -> web.Response:
+    """This document."""
+    return json_response(openapi_document())
+
+
+ROUTES.append(("GET", "openapi.json", openapi, None))
+
+
+def build_app(state: Any) -> web.Application:
+    # A definitions file can be large; RabbitMQ's default body limit is 20 MB.
+    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app.router.add_route("*", "/api/{tail:.*}", make_handler(Router(ROUTES), state))
+
+    async def root(request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            return web.Response(text="Leveret management API: see /api/overview\n")
+        return error_response(404, "Object Not Found", "Not Found")
+
+    app.router.add_route("*", "/{tail:.*}", root)
+    return app

@@ -1,0 +1,325 @@
+"""Prometheus metrics on their own port, with rabbitmq_prometheus's names, types and labels.
+
+``/metrics`` is aggregated (its size does not grow with queues: one walk over
+them to sum), ``/metrics/per-object`` adds one series per queue, connection
+and channel, ``/metrics/detailed?family=...&vhost=...`` the
+``rabbitmq_detailed_`` families asked for. Text format 0.0.4 is written
+directly, laid out as RabbitMQ does (``# TYPE`` then ``# HELP`` then samples;
+counters keep their ``_total`` name). Unauthenticated, as RabbitMQ's.
+
+Where Leveret differs: ``rabbitmq_global_messages_received_confirm_total``
+is the number of messages *confirmed* (Leveret does not count publishes per
+channel mode; the two differ only by messages in flight), and the message
+size histogram (``rabbitmq_message_size_bytes``, dashboard HEAD) is not
+served: it needs work per published message. Erlang VM families are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
+from leveret.management_ui import views
+
+LEVERET = "leveret_"  # Leveret-only series keep their own prefix
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+AMQP = (("protocol", "amqp091"),)
+CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Writer:
+    """Families in the 0.0.4 text format."""
+
+    def __init__(self, prefix: str = "rabbitmq_") -> None:
+        self.prefix = prefix
+        self.lines: list[str] = []
+
+    def family(self, name: str, type_: str, help_: str,
+               samples: Iterable[tuple[Labels, float]]) -> None:
+        full = name if name.startswith(LEVERET) else self.prefix + name
+        self.lines.append(f"# TYPE {full} {type_}\n# HELP {full} {help_}\n")
+        for labels, value in samples:
+            if labels:
+                text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels)
+                self.lines.append(f"{full}{{{text}}} {_number(value)}\n")
+            else:
+                self.lines.append(f"{full} {_number(value)}\n")
+
+    def one(self, name: str, type_: str, help_: str, value: float, labels: Labels = ()) -> None:
+        self.family(name, type_, help_, [(labels, value)])
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def _fds() -> tuple[int, int]:
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 0
+    return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def write_node(w: Writer, state: Any) -> None:
+    """Build/identity info, object counts and churn, node resources, global counters."""
+    broker, config = state.broker, state.config
+    w.one("build_info", "untyped", "RabbitMQ & Erlang/OTP version info", 1, (
+        ("rabbitmq_version", state.rabbitmq_version),
+        ("prometheus_plugin_version", state.version),
+        ("prometheus_client_version", state.version), ("erlang_version", "n/a"),
+        ("product_name", state.product_name), ("product_version", state.version)))
+    w.one("identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
+        ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster_name),
+        ("rabbitmq_cluster_permanent_id", f"leveret-{broker.cluster_name}")))
+    churn = broker.churn_totals()
+    connections = list(broker.connections)
+    channels = [ch for c in connections for ch in c.channels.values()]
+    queues = [q for vh in broker.vhosts.values() for q in vh.queues.values()]
+    consumers = sum(q.consumer_count for q in queues)
+    for name, help_, value, type_ in (
+        ("connections", "Connections currently open", len(connections), "gauge"),
+        ("connections_opened_total", "Total number of connections opened",
+         churn.connection_created, "counter"),
+        ("connections_closed_total", "Total number of connections closed or terminated",
+         churn.connection_closed, "counter"),
+        ("channels", "Channels currently open", len(channels), "gauge"),
+        ("channels_opened_total", "Total number of channels opened", churn.channel_created,
+         "counter"),
+        ("channels_closed_total", "Total number of channels closed", churn.channel_closed,
+         "counter"),
+        ("queues", "Queues available", len(queues), "gauge"),
+        ("queues_declared_total", "Total number of queues declared", churn.queue_declared,
+         "counter"),
+        ("queues_created_total", "Total number of queues created", churn.queue_created,
+         "counter"),
+        ("queues_deleted_total", "Total number of queues deleted", churn.queue_deleted,
+         "counter"),
+        ("consumers", "Consumers currently connected", consumers, "gauge"),
+    ):
+        w.one(name, type_, help_, value)
+    try:
+        disk_free = shutil.disk_usage(config.data_dir).free
+    except OSError:
+        disk_free = 0
+    fds, max_fds = _fds()
+    for name, help_, value in (
+        ("process_open_fds", "Open file descriptors", fds),
+        ("process_open_tcp_sockets", "Open TCP sockets", len(broker.protocols)),
+        ("process_resident_memory_bytes", "Memory used in bytes", resident_memory()),
+        ("disk_space_available_bytes", "Disk space available in bytes", disk_free),
+        ("process_max_fds", "Open file descriptors limit", max_fds),
+        ("process_max_tcp_sockets", "Open TCP sockets limit", max_fds),
+        ("resident_memory_limit_bytes", "Memory high watermark in bytes",
+         int(total_memory() * config.memory_high_watermark)),
+        ("disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
+         config.disk_free_limit),
+        ("erlang_uptime_seconds", "Node uptime", round(time.time() - broker.started_at, 3)),
+    ):
+        w.one(name, "gauge", help_, value)
+    for name, help_, on in (
+        ("alarms_file_descriptor_limit",
+         "is 1 if file descriptor limit alarm is in effect", False),
+        ("alarms_free_disk_space_watermark",
+         "is 1 if free disk space watermark alarm is in effect", DISK in broker.alarms),
+        ("alarms_memory_used_watermark",
+         "is 1 if VM memory watermark alarm is in effect", MEMORY in broker.alarms),
+    ):
+        w.one(name, "untyped", help_, int(on))  # untyped, as RabbitMQ types them
+    ok, failed = state.http_auth
+    http = (("protocol", "http"),)
+    w.one("auth_attempts_total", "counter", "Total number of authorization attempts",
+          ok + failed, http)
+    w.one("auth_attempts_succeeded_total", "counter",
+          "Total number of successful authentication attempts", ok, http)
+    w.one("auth_attempts_failed_total", "counter",
+          "Total number of failed authentication attempts", failed, http)
+    w.one("global_consumers", "gauge", "Current number of consumers", consumers, AMQP)
+    w.one("global_publishers", "gauge", "Current number of publishers",
+          sum(1 for c in connections if c.has_published), AMQP)
+    s = broker.message_stats()
+    delivered = s.deliver + s.deliver_no_ack + s.get + s.get_no_ack
+    for name, help_, value, labels in (
+        ("received_total", "Total number of messages received from publishers", s.publish, AMQP),
+        ("received_confirm_total",
+         "Total number of messages received from publishers expecting confirmations",
+         s.confirm, AMQP),
+        ("routed_total", "Total number of messages routed to queues or streams",
+         s.publish - s.drop_unroutable - s.return_unroutable, AMQP),
+        ("unroutable_dropped_total", "Total number of messages published as non-mandatory "
+         "into an exchange and dropped as unroutable", s.drop_unroutable, AMQP),
+        ("unroutable_returned_total", "Total number of messages published as mandatory into "
+         "an exchange and returned to the publisher as unroutable", s.return_unroutable, AMQP),
+        ("confirmed_total", "Total number of messages confirmed to publishers", s.confirm, AMQP),
+        ("delivered_total", "Total number of messages delivered to consumers", delivered,
+         CLASSIC),
+        ("delivered_consume_manual_ack_total", "Total number of messages delivered to "
+         "consumers using basic.consume with manual acknowledgment", s.deliver, CLASSIC),
+        ("delivered_consume_auto_ack_total", "Total number of messages delivered to "
+         "consumers using basic.consume with automatic acknowledgment", s.deliver_no_ack,
+         CLASSIC),
+        ("delivered_get_manual_ack_total", "Total number of messages delivered to consumers "
+         "using basic.get with manual acknowledgment", s.get, CLASSIC),
+        ("delivered_get_auto_ack_total", "Total number of messages delivered to consumers "
+         "using basic.get with automatic acknowledgment", s.get_no_ack, CLASSIC),
+        ("get_empty_total", "Total number of times basic.get operations fetched no message",
+         s.get_empty, CLASSIC),
+        ("redelivered_total", "Total number of messages redelivered to consumers",
+         s.redeliver, CLASSIC),
+        ("acknowledged_total", "Total number of messages acknowledged by consumers", s.ack,
+         CLASSIC),
+    ):
+        w.one(f"global_messages_{name}", "counter", help_, value, labels)
+    w.one("leveret_store_backlogged", "gauge",
+          "1 while the store writer is behind and publishers are paused",
+          int(broker.log.backlogged))
+
+
+QUEUE_FAMILIES = (
+    ("queue_messages_ready", "Messages ready to be delivered to consumers"),
+    ("queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
+    ("queue_messages", "Sum of ready and unacknowledged messages - total queue depth"),
+    ("queue_consumers", "Consumers on a queue"),
+)
+
+
+def _queue_values(queue: Any) -> tuple[int, int, int, int]:
+    ready, unacked = queue.message_count, queue.unacked
+    return ready, unacked, ready + unacked, queue.consumer_count
+
+
+def write_queues_aggregated(w: Writer, state: Any) -> None:
+    totals = [0, 0, 0, 0]
+    channel_consumers = 0
+    for vhost in state.broker.vhosts.values():
+        for queue in vhost.queues.values():
+            for i, v in enumerate(_queue_values(queue)):
+                totals[i] += v
+    for conn in list(state.broker.connections):
+        for ch in conn.channels.values():
+            channel_consumers += len(ch.consumers)
+    for (name, help_), value in zip(QUEUE_FAMILIES, totals):
+        w.one(name, "gauge", help_, value)
+    w.one("channel_consumers", "gauge", "Consumers on a channel", channel_consumers)
+
+
+def write_queues_per_object(w: Writer, state: Any, vhost_filter: set[str] | None = None) -> None:
+    rows = [((("vhost", vh.name), ("queue", q.name)), _queue_values(q))
+            for vh in state.broker.vhosts.values()
+            if vhost_filter is None or vh.name in vhost_filter for q in vh.queues.values()]
+    for i, (name, help_) in enumerate(QUEUE_FAMILIES):
+        w.family(name, "gauge", help_, [(labels, values[i]) for labels, values in rows])
+
+
+def write_connections_channels(w: Writer, state: Any) -> None:
+    conns = sorted(state.broker.connections, key=views.connection_name)
+    conn_rows = [((("channel", views.connection_name(c)),), c) for c in conns]
+    for name, help_, get, type_ in (
+        ("connection_incoming_bytes_total", "Total number of bytes received on a connection",
+         lambda c: c.recv_oct, "counter"),
+        ("connection_outgoing_bytes_total", "Total number of bytes sent on a connection",
+         lambda c: c.send_oct, "counter"),
+        ("connection_incoming_packets_total", "Total number of packets received on a "
+         "connection", lambda c: c.recv_cnt, "counter"),
+        ("connection_outgoing_packets_total", "Total number of packets sent on a connection",
+         lambda c: c.send_cnt, "counter"),
+        ("connection_pending_packets", "Number of packets waiting to be sent on a connection",
+         lambda c: 0, "gauge"),
+        ("connection_channels", "Channels on a connection", lambda c: len(c.channels), "gauge"),
+    ):
+        w.family(name, type_, help_, [(labels, get(c)) for labels, c in conn_rows])
+    ch_rows = [((("channel", views.channel_name(ch)),), ch)
+               for c in conns for ch in sorted(c.channels.values(), key=lambda ch: ch.number)]
+    for name, help_, get, type_ in (
+        ("channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers), "gauge"),
+        ("channel_messages_unacked", "Delivered but not yet acknowledged messages",
+         lambda ch: len(ch._unacked), "gauge"),
+        ("channel_prefetch", "Total limit of unacknowledged messages for all consumers on a "
+         "channel", lambda ch: ch.global_prefetch, "gauge"),
+        ("channel_messages_published_total", "Total number of messages published into an "
+         "exchange on a channel", lambda ch: ch.stats.publish, "counter"),
+        ("channel_messages_confirmed_total", "Total number of messages published into an "
+         "exchange and confirmed on the channel", lambda ch: ch.stats.confirm, "counter"),
+        ("channel_messages_unroutable_returned_total", "Total number of messages published "
+         "as mandatory into an exchange and returned to the publisher as unroutable",
+         lambda ch: ch.stats.return_unroutable, "counter"),
+        ("channel_messages_unroutable_dropped_total", "Total number of messages published "
+         "as non-mandatory into an exchange and dropped as unroutable",
+         lambda ch: ch.stats.drop_unroutable, "counter"),
+        ("channel_get_ack_total", "Total number of messages fetched with basic.get in manual "
+         "acknowledgement mode", lambda ch: ch.stats.get, "counter"),
+        ("channel_get_total", "Total number of messages fetched with basic.get in automatic "
+         "acknowledgement mode", lambda ch: ch.stats.get_no_ack, "counter"),
+        ("channel_messages_delivered_ack_total", "Total number of messages delivered to "
+         "consumers in manual acknowledgement mode", lambda ch: ch.stats.deliver, "counter"),
+        ("channel_messages_delivered_total", "Total number of messages delivered to "
+         "consumers in automatic acknowledgement mode", lambda ch: ch.stats.deliver_no_ack,
+         "counter"),
+        ("channel_messages_redelivered_total", "Total number of messages redelivered to "
+         "consumers", lambda ch: ch.stats.redeliver, "counter"),
+        ("channel_messages_acked_total", "Total number of messages acknowledged by "
+         "consumers", lambda ch: ch.stats.ack, "counter"),
+        ("channel_get_empty_total", "Total number of times basic.get operations fetched no "
+         "message", lambda ch: ch.stats.get_empty, "counter"),
+    ):
+        w.family(name, type_, help_, [(labels, get(ch)) for labels, ch in ch_rows])
+
+
+def _text(w: Writer) -> web.Response:
+    return web.Response(body=w.text().encode(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def build_app(state: Any) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        w = Writer()
+        write_node(w, state)
+        write_queues_aggregated(w, state)
+        return _text(w)
+
+    async def per_object(request: web.Request) -> web.Response:
+        w = Writer()
+        write_node(w, state)
+        write_queues_per_object(w, state)
+        write_connections_channels(w, state)
+        return _text(w)
+
+    async def detailed(request: web.Request) -> web.Response:
+        families = set(request.query.getall("family", []))
+        vhosts = set(request.query.getall("vhost", [])) or None
+        w = Writer("rabbitmq_detailed_")
+        rows = [((("vhost", vh.name), ("queue", q.name)), _queue_values(q))
+                for vh in state.broker.vhosts.values()
+                if vhosts is None or vh.name in vhosts for q in vh.queues.values()]
+        if "queue_coarse_metrics" in families:
+            for i, (name, help_) in enumerate(QUEUE_FAMILIES[:3]):
+                w.family(name, "gauge", help_, [(labels, v[i]) for labels, v in rows])
+        if "queue_consumer_count" in families:
+            name, help_ = QUEUE_FAMILIES[3]
+            w.family(name, "gauge", help_, [(labels, v[3]) for labels, v in rows])
+        return _text(w)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/per-object", per_object)
+    app.router.add_get("/metrics/detailed", detailed)
+    return app

@@ -1,0 +1,359 @@
+"""Read routes: overview, nodes, connections, channels, consumers, exchanges, queues,
+bindings, vhosts, policies, whoami, extensions, auth (RabbitMQ's paths and fields)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import time
+from typing import Any
+
+from aiohttp import web
+
+from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
+from leveret.exchanges import EXCHANGE_TYPES
+from leveret.management_ui import views
+from leveret.management_ui.listing import respond_list, truthy
+from leveret.management_ui.router import Request, json_response, not_found
+
+EXCHANGE_TYPE_DESCRIPTIONS = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+}
+# Above this many queues, /api/overview's queue totals come from the last sample (<= 5 s old,
+# like RabbitMQ's, which its stats emission delays too) instead of a walk over every queue.
+LIVE_TOTALS_MAX_QUEUES = 1_000
+SAMPLE_RETENTION = {"global": [600, 3600, 28800, 86400], "basic": [600, 3600], "detailed": [600]}
+BY_NAME = {"name": lambda o: o.name}
+BY_VHOST_NAME = {"name": lambda o: o.name, "vhost": lambda o: o.vhost.name}
+# Queue fields readable without formatting: sorting 10,000 queues by them formats one page.
+QUEUE_FIELDS = {
+    **BY_VHOST_NAME,
+    "messages": lambda q: q.message_count + q.unacked,
+    "messages_ready": lambda q: q.message_count,
+    "messages_unacknowledged": lambda q: q.unacked,
+    "consumers": lambda q: q.consumer_count,
+    "durable": lambda q: q.durable,
+    "auto_delete": lambda q: q.auto_delete,
+    "exclusive": lambda q: q.exclusive,
+}
+
+
+def vhost_of(req: Request, name: str | None = None) -> Any:
+    vhost = req.state.broker.vhosts.get(req.params["vhost"] if name is None else name)
+    if vhost is None:
+        raise not_found()
+    return vhost
+
+
+def vhosts_in_scope(req: Request) -> list[Any]:
+    if "vhost" in req.params:
+        return [vhost_of(req)]
+    return list(req.state.broker.vhosts.values())
+
+
+def _chart(req: Request, kind: str) -> tuple[int | None, int | None]:
+    age, incr = req.query.get(f"{kind}_age"), req.query.get(f"{kind}_incr")
+    try:
+        return (int(age) if age else None), (int(incr) if incr else None)
+    except ValueError:
+        return None, None
+
+
+def exchange_types() -> list[dict[str, Any]]:
+    return [{"name": t, "description": EXCHANGE_TYPE_DESCRIPTIONS.get(t, ""), "enabled": True}
+            for t in sorted(EXCHANGE_TYPES)]
+
+
+def listeners(state: Any) -> list[dict[str, Any]]:
+    return [{"node": state.node, "protocol": protocol, "ip_address": ip, "port": port,
+             "socket_opts": {}} for protocol, ip, port in state.broker.listeners]
+
+
+async def overview(req: Request) -> web.Response:
+    state, broker = req.state, req.state.broker
+    s = state.sampler
+    rate_age, rate_incr = _chart(req, "msg_rates")
+    len_age, len_incr = _chart(req, "lengths")
+    message_stats: dict[str, Any] = {}
+    for name, value in broker.message_stats().as_dict().items():
+        message_stats[name] = value
+        message_stats[f"{name}_details"] = s.details(f"message_stats.{name}", rate_age, rate_incr)
+    for name in ("disk_reads", "disk_writes"):
+        message_stats[name] = 0
+        message_stats[f"{name}_details"] = {"rate": 0.0}
+    churn: dict[str, Any] = {}
+    for name, value in broker.churn_totals().as_dict().items():
+        churn[name] = value
+        churn[f"{name}_details"] = s.details(f"churn_rates.{name}", rate_age, rate_incr)
+    queues = sum(len(vh.queues) for vh in broker.vhosts.values())
+    exchanges = sum(len(vh.exchanges) for vh in broker.vhosts.values())
+    if queues > LIVE_TOTALS_MAX_QUEUES and state.queue_totals is not None:
+        ready, unacked, consumers = state.queue_totals  # at most one sample (5 s) old
+    else:
+        ready = unacked = consumers = 0
+        for vhost in broker.vhosts.values():
+            for queue in vhost.queues.values():
+                ready += queue.message_count
+                unacked += queue.unacked
+                consumers += queue.consumer_count
+    queue_totals: dict[str, Any] = {}
+    for name, value in (("messages", ready + unacked), ("messages_ready", ready),
+                        ("messages_unacknowledged", unacked)):
+        queue_totals[name] = value
+        queue_totals[f"{name}_details"] = s.details(f"queue_totals.{name}", len_age, len_incr)
+    connections = list(broker.connections)
+    return json_response({
+        "management_version": state.version, "rates_mode": "basic",
+        "sample_retention_policies": SAMPLE_RETENTION, "exchange_types": exchange_types(),
+        "product_version": state.version, "product_name": state.product_name,
+        "rabbitmq_version": state.rabbitmq_version, "cluster_name": broker.cluster_name,
+        "erlang_version": "n/a", "erlang_full_version": "n/a",
+        "disable_stats": False, "enable_queue_totals": False,
+        "message_stats": message_stats, "churn_rates": churn, "queue_totals": queue_totals,
+        "object_totals": {"channels": sum(len(c.channels) for c in connections),
+                          "connections": len(connections), "consumers": consumers,
+                          "exchanges": exchanges, "queues": queues},
+        "statistics_db_event_queue": 0, "node": state.node,
+        "listeners": listeners(state),
+        "contexts": [{"node": state.node, "description": "Leveret Management", "path": "/",
+                      "port": str(port)} for protocol, _, port in broker.listeners
+                     if protocol == "http"],
+    })
+
+
+def node_json(state: Any) -> dict[str, Any]:
+    broker, config = state.broker, state.config
+    try:
+        disk_free = shutil.disk_usage(config.data_dir).free
+    except OSError:
+        disk_free = 0
+    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    try:
+        fd_used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        fd_used = 0
+    return {
+        "name": state.node, "type": "disc", "running": True, "os_pid": str(os.getpid()),
+        "mem_used": resident_memory(), "mem_used_details": {"rate": 0.0},
+        "mem_limit": int(total_memory() * config.memory_high_watermark),
+        "mem_alarm": MEMORY in broker.alarms, "mem_calculation_strategy": "rss",
+        "disk_free": disk_free, "disk_free_details": {"rate": 0.0},
+        "disk_free_limit": config.disk_free_limit, "disk_free_alarm": DISK in broker.alarms,
+        "fd_used": fd_used, "fd_total": fd_total,
+        "sockets_used": len(broker.protocols), "sockets_total": fd_total,
+        "proc_used": 0, "proc_total": 0, "run_queue": 0,
+        "uptime": int((time.time() - broker.started_at) * 1000),
+        "processors": os.cpu_count() or 1, "rates_mode": "basic",
+        "net_ticktime": 0, "exchange_types": exchange_types(),
+        "auth_mechanisms": [{"name": m, "description": "", "enabled": True}
+                            for m in ("PLAIN", "AMQPLAIN")],
+        "partitions": [], "applications": [], "enabled_plugins": [], "cluster_links": [],
+        "db_dir": str(config.data_dir), "log_files": [], "config_files": [],
+        "contexts": [],
+    }
+
+
+async def nodes(req: Request) -> web.Response:
+    return json_response(respond_list(req.query, [req.state], node_json))
+
+
+async def node(req: Request) -> web.Response:
+    if req.params["node"] != req.state.node:
+        raise not_found()
+    return json_response(node_json(req.state))
+
+
+async def whoami(req: Request) -> web.Response:
+    return json_response({"name": req.user, "tags": req.tags})
+
+
+async def extensions(req: Request) -> web.Response:
+    return json_response([])
+
+
+async def auth_info(req: Request) -> web.Response:
+    return json_response({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
+
+
+# -- connections, channels, consumers --------------------------------------------------------
+
+def _connections(req: Request) -> list[Any]:
+    conns = [c for c in req.state.broker.connections if c.vhost is not None]
+    if "vhost" in req.params:
+        vhost = vhost_of(req)
+        conns = [c for c in conns if c.vhost is vhost]
+    conns.sort(key=views.connection_name)
+    return conns
+
+
+def find_connection(req: Request) -> Any:
+    name = req.params["name"]
+    for conn in req.state.broker.connections:
+        if views.connection_name(conn) == name:
+            return conn
+    raise not_found()
+
+
+async def connections(req: Request) -> web.Response:
+    return json_response(respond_list(req.query, _connections(req),
+                                      lambda c: views.connection_json(c, req.state),
+                                      {"name": views.connection_name}))
+
+
+async def connection(req: Request) -> web.Response:
+    return json_response(views.connection_json(find_connection(req), req.state))
+
+
+async def connection_channels(req: Request) -> web.Response:
+    conn = find_connection(req)
+    channels = sorted(conn.channels.values(), key=lambda ch: ch.number)
+    return json_response(respond_list(req.query, channels,
+                                      lambda ch: views.channel_json(ch, req.state)))
+
+
+def _channels(req: Request) -> list[Any]:
+    out = []
+    for conn in _connections(req):
+        out.extend(sorted(conn.channels.values(), key=lambda ch: ch.number))
+    return out
+
+
+async def channels(req: Request) -> web.Response:
+    return json_response(respond_list(req.query, _channels(req),
+                                      lambda ch: views.channel_json(ch, req.state),
+                                      {"name": views.channel_name}))
+
+
+async def channel(req: Request) -> web.Response:
+    for ch in views.vhost_channels(req.state.broker):
+        if views.channel_name(ch) == req.params["name"]:
+            return json_response(views.channel_json(ch, req.state))
+    raise not_found()
+
+
+async def consumers(req: Request) -> web.Response:
+    found = []
+    for vhost in vhosts_in_scope(req):
+        for queue in vhost.queues.values():
+            found.extend(queue.all_consumers())
+    return json_response(respond_list(req.query, found,
+                                      lambda c: views.consumer_json(c, req.state)))
+
+
+# -- exchanges, queues, bindings -----------------------------------------------------------------
+
+def exchange_of(req: Request, vhost: Any, name: str) -> Any:
+    exchange = vhost.exchanges.get("" if name == "amq.default" else name)
+    if exchange is None:
+        raise not_found()
+    return exchange
+
+
+def _sorted_exchanges(vhosts: list[Any]) -> list[Any]:
+    return sorted((x for vh in vhosts for x in vh.exchanges.values()),
+                  key=lambda x: (x.vhost, x.name))
+
+
+async def exchanges(req: Request) -> web.Response:
+    return json_response(respond_list(req.query, _sorted_exchanges(vhosts_in_scope(req)),
+                                      views.exchange_json,
+                                      {"name": lambda x: x.name, "vhost": lambda x: x.vhost}))
+
+
+async def exchange(req: Request) -> web.Response:
+    vhost = vhost_of(req)
+    out = views.exchange_json(exchange_of(req, vhost, req.params["name"]))
+    out["incoming"] = []  # per-exchange publish stats: not counted (no work per message)
+    out["outgoing"] = []
+    return json_response(out)
+
+
+async def exchange_bindings(req: Request) -> web.Response:
+    vhost = vhost_of(req)
+    exchange = exchange_of(req, vhost, req.params["name"])
+    if req.params["side"] == "source":
+        found = [b for b in views.vhost_bindings(vhost) if b["source"] == exchange.name]
+    elif req.params["side"] == "destination":
+        found = [b for b in views.vhost_bindings(vhost)
+                 if b["destination_type"] == "exchange" and b["destination"] == exchange.name]
+    else:
+        raise not_found()
+    return json_response(respond_list(req.query, found, lambda b: b))
+
+
+def _sorted_queues(vhosts: list[Any]) -> list[Any]:
+    return sorted((q for vh in vhosts for q in vh.queues.values()),
+                  key=lambda q: (q.vhost.name, q.name))
+
+
+async def queues(req: Request) -> web.Response:
+    full = not truthy(req.query.get("disable_stats", "false"))
+    state = req.state
+    return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
+                                      lambda q: views.queue_json(q, state, full), QUEUE_FIELDS))
+
+
+def queue_of(req: Request, vhost: Any) -> Any:
+    queue = vhost.queues.get(req.params["name"])
+    if queue is None:
+        raise not_found()
+    return queue
+
+
+async def queue(req: Request) -> web.Response:
+    vhost = vhost_of(req)
+    q = queue_of(req, vhost)
+    out = views.queue_json(q, req.state, not truthy(req.query.get("disable_stats", "false")))
+    out["consumer_details"] = [views.consumer_json(c, req.state) for c in q.all_consumers()]
+    out["deliveries"] = []
+    out["incoming"] = []
+    return json_response(out)
+
+
+async def queue_bindings(req: Request) -> web.Response:
+    vhost = vhost_of(req)
+    q = queue_of(req, vhost)
+    found = [b for b in views.vhost_bindings(vhost)
+             if b["destination_type"] == "queue" and b["destination"] == q.name]
+    return json_response(respond_list(req.query, found, lambda b: b))
+
+
+async def bindings(req: Request) -> web.Response:
+    found = [b for vh in vhosts_in_scope(req) for b in views.vhost_bindings(vh)]
+    return json_response(respond_list(req.query, found, lambda b: b))
+
+
+def bindings_between(req: Request) -> tuple[Any, Any, Any, list[dict[str, Any]]]:
+    """/bindings/{vhost}/e/{source}/{q|e}/{destination}: (vhost, source, dest, bindings)."""
+    vhost = vhost_of(req)
+    source = exchange_of(req, vhost, req.params["source"])
+    kind = req.params["kind"]
+    if kind == "q":
+        dest = vhost.queues.get(req.params["dest"])
+        dest_type = "queue"
+    elif kind == "e":
+        dest = vhost.exchanges.get(req.params["dest"])
+        dest_type = "exchange"
+    else:
+        raise not_found()
+    if dest is None:
+        raise not_found()
+    found = [b for b in views.vhost_bindings(vhost)
+             if b["source"] == source.name and b["destination"] == dest.name
+             and b["destination_type"] == dest_type]
+    return vhost, source, dest, found
+
+
+async def bindings_list_between(req: Request) -> web.Response:
+    return json_response(respond_list(req.query, bindings_between(req)[3], lambda b: b))
+
+
+async def binding(req: Request) -> web.Response:
+    for b in bindings_between(req)[3]:
+        if views.same_properties_key(b["properties_key"], req.params["props"]):
+            return json_response(b)
+    raise not_found()

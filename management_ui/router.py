@@ -1,0 +1,187 @@
+"""The management API's routes as one table, and the request/response plumbing.
+
+aiohttp serves one catch-all route; ``Router`` matches the *raw* path split on
+``/`` and percent-decoded per segment, because RabbitMQ's paths carry vhosts
+as ``%2F`` (a decoded path would have an empty segment there). A route is
+(method, pattern, handler, tag needed): ``ROUTES`` in ``api.py`` reads like
+RabbitMQ's dispatcher. Errors are raised by name (``ApiError`` or the broker
+model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
+
+=====  ==========================================================
+401    ``{"error":"not_authorized","reason":"Login failed"}`` +
+       ``WWW-Authenticate: Basic realm="RabbitMQ Management"``;
+       empty body when no credentials were sent (as RabbitMQ)
+400    ``{"error":"bad_request","reason":...}``; AMQP texts as they are
+401    ``{"error":"not_authorised","reason":"Access refused."}`` for an AMQP
+       ACCESS_REFUSED (declaring ``amq.*``), RabbitMQ 3.10's answer
+404    ``{"error":"Object Not Found","reason":"Not Found"}``
+405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
+       (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)
+=====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from leveret.management_ui import auth
+from leveret.model.errors import ACCESS_REFUSED, NOT_FOUND, ChannelError
+
+log = logging.getLogger(__name__)
+
+REALM = 'Basic realm="RabbitMQ Management"'
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+
+def bad_request(reason: str) -> ApiError:
+    return ApiError(400, "bad_request", reason)
+
+
+def not_found() -> ApiError:
+    return ApiError(404, "Object Not Found", "Not Found")
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=json.dumps(data, separators=(",", ":"), default=str).encode(),
+                        status=status, content_type="application/json", headers=headers)
+
+
+def error_response(status: int, error: str, reason: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    return json_response({"error": error, "reason": reason}, status, headers)
+
+
+@dataclass
+class Request:
+    """What a handler gets: the aiohttp request, path parameters, the user, the state."""
+
+    http: web.Request
+    params: dict[str, str]
+    user: str
+    tags: list[str]
+    state: Any  # management_ui.service.State
+
+    @property
+    def query(self) -> Any:
+        return self.http.query
+
+    async def body(self) -> dict[str, Any]:
+        """The JSON object body; ``{}`` when empty; 400 ``not_json`` otherwise."""
+        raw = await self.http.read()
+        if not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise bad_request("not_json") from None
+        if not isinstance(data, dict):
+            raise bad_request("not_json")
+        return data
+
+
+Handler = Callable[[Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: tuple[str, ...]  # literal segments, or "{name}" for a parameter
+    handler: Handler
+    need: str | None  # tag needed (auth.MANAGEMENT...), None = no login at all
+
+
+class Router:
+    def __init__(self, routes: list[tuple[str, str, Handler, str | None]]) -> None:
+        self.routes = [Route(m, tuple(p.strip("/").split("/")), h, n) for m, p, h, n in routes]
+
+    def match(self, method: str, segments: list[str]) -> tuple[Route, dict[str, str]] | list[str]:
+        """The route and its parameters, or the methods allowed on this path ([] = none)."""
+        allowed: list[str] = []
+        for route in self.routes:
+            params = _match(route.pattern, segments)
+            if params is None:
+                continue
+            if route.method == method or (method == "HEAD" and route.method == "GET"):
+                return route, params
+            allowed.append(route.method)
+        return allowed
+
+
+def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    if len(pattern) != len(segments):
+        return None
+    params = {}
+    for want, got in zip(pattern, segments):
+        if want.startswith("{"):
+            params[want[1:-1]] = got
+        elif want != got:
+            return None
+    return params
+
+
+def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
+        [web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler for everything under ``prefix``."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raw = request.rel_url.raw_path
+        if not raw.startswith(prefix):
+            return error_response(404, "Object Not Found", "Not Found")
+        segments = [unquote(s) for s in raw[len(prefix):].rstrip("/").split("/")]
+        found = router.match(request.method, segments)
+        if isinstance(found, list):
+            if not found:
+                return error_response(404, "Object Not Found", "Not Found")
+            allow = ", ".join(sorted(set(found)))
+            return error_response(405, "Method Not Allowed",
+                                  f"{request.method} is not allowed here", {"Allow": allow})
+        route, params = found
+        user, tags = "", list[str]()
+        if route.need is not None:
+            header = request.headers.get("Authorization")
+            if header is None and "auth" in request.query:  # the UI's ?auth=<b64> downloads
+                header = "Basic " + request.query["auth"]
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            login = auth.check_login(state.broker, state.config, header, peer)
+            if isinstance(login, str):
+                state.auth_attempts(False)
+                if header is None:
+                    return web.Response(status=401, headers={"WWW-Authenticate": REALM})
+                return error_response(401, "not_authorized", login, {"WWW-Authenticate": REALM})
+            state.auth_attempts(True)
+            user, tags = login
+            if not auth.allowed(tags, route.need):
+                return error_response(401, "not_authorized", auth.REFUSED_TEXT[route.need],
+                                      {"WWW-Authenticate": REALM})
+            vhost = params.get("vhost")  # admin routes need no access (RabbitMQ's is_authorized_admin)
+            if (vhost is not None and route.need != auth.ADMINISTRATOR
+                    and vhost in state.broker.vhosts
+                    and not auth.may_use_vhost(state.broker, user, vhost)):
+                return error_response(401, "not_authorized", auth.NO_VHOST_ACCESS,
+                                      {"WWW-Authenticate": REALM})
+        try:
+            return await route.handler(Request(request, params, user, tags, state))
+        except ApiError as exc:
+            return error_response(exc.status, exc.error, exc.reason)
+        except ChannelError as exc:
+            if exc.code == NOT_FOUND:
+                return error_response(404, "Object Not Found", "Not Found")
+            if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 (e.g. declaring "amq.x")
+                return error_response(401, "not_authorised", "Access refused.")
+            return error_response(400, "bad_request", exc.detail)
+
+    return handle

@@ -1,0 +1,147 @@
+"""The management and Prometheus listeners: aiohttp in-process on the broker's loop.
+
+``ManagementService`` is an ``amqp.server.Service``: the entry point (cli.py)
+hands it to ``server.run``, which starts it after the AMQP listeners and stops
+it before them. aiohttp's ``AppRunner`` leaves signal handling to the broker
+(``handle_signals=False`` is its default). Ports and failures behave like the
+AMQP listener's: port 0 picks a free port and the chosen one is logged
+("listening for HTTP management API on 127.0.0.1:15672"); a port in use is
+one ``StartupError`` line. ``State`` is what handlers share: the broker, the
+config, the sampler and the HTTP login counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from leveret import __version__
+from leveret.amqp.server import StartupError
+from leveret.management_ui import api, definitions, prometheus, sampler, views
+
+log = logging.getLogger(__name__)
+
+# How long stopping waits for HTTP requests in flight (aiohttp's default is 60 s); the AMQP
+# side gives its clients SHUTDOWN_GRACE_SECONDS (3 s) in the same spirit.
+HTTP_SHUTDOWN_SECONDS = 2.0
+# RabbitMQ's version is reported where clients (rabbitmqadmin, the UI, dashboards) parse it.
+RABBITMQ_VERSION = "3.10.8"
+PRODUCT_NAME = "Leveret"
+
+
+class State:
+    def __init__(self, broker: Any, config: Any) -> None:
+        self.broker = broker
+        self.config = config
+        self.node = broker.cluster_name
+        self.sampler = sampler.Sampler()
+        self.started = time.time()
+        self.version = __version__
+        self.rabbitmq_version = RABBITMQ_VERSION
+        self.product_name = PRODUCT_NAME
+        self.http_auth = [0, 0]  # succeeded, failed
+        # (ready, unacked, consumers) summed over every queue at the last sample.
+        self.queue_totals: tuple[int, int, int] | None = None
+
+    def auth_attempts(self, ok: bool) -> None:
+        self.http_auth[0 if ok else 1] += 1
+
+    def sample(self) -> None:
+        """One sampling round (every sampler.INTERVAL s): read counters, keep them."""
+        broker, s = self.broker, self.sampler
+        now = time.time()
+        for name, value in broker.message_stats().as_dict().items():
+            s.record(f"message_stats.{name}", value, now)
+        for name, value in broker.churn_totals().as_dict().items():
+            s.record(f"churn_rates.{name}", value, now)
+        ready = unacked = consumers = 0
+        for vhost in broker.vhosts.values():
+            for queue in vhost.queues.values():
+                r, u = queue.message_count, queue.unacked
+                ready += r
+                unacked += u
+                consumers += queue.consumer_count
+                s.record_object(("q", vhost.name, queue.name), (r + u, r, u), now)
+        self.queue_totals = (ready, unacked, consumers)
+        s.record("queue_totals.messages", ready + unacked, now)
+        s.record("queue_totals.messages_ready", ready, now)
+        s.record("queue_totals.messages_unacknowledged", unacked, now)
+        for conn in list(broker.connections):
+            s.record_object(("c", id(conn)), (conn.recv_oct, conn.send_oct), now)
+            for channel in conn.channels.values():
+                stats = channel.stats.as_dict()
+                s.record_object(("ch", id(channel)),
+                                tuple(stats[f] for f in views.CHANNEL_RATE_FIELDS), now)
+        s.end_round()
+
+
+class ManagementService:
+    """Starts the two HTTP listeners and the sampler; stops them."""
+
+    def __init__(self) -> None:
+        self.runners: list[web.AppRunner] = []
+        self.sampling: asyncio.Task[None] | None = None
+        self.state: State | None = None
+
+    async def start(self, broker: Any, config: Any) -> None:
+        state = self.state = State(broker, config)
+        if config.load_definitions:
+            try:
+                count = definitions.load_file(broker, config.load_definitions)
+            except (OSError, ValueError, definitions.Invalid) as exc:
+                reason = getattr(exc, "strerror", None) or exc
+                raise StartupError(f"cannot load definitions from {config.load_definitions}: "
+                                   f"{reason}") from exc
+            log.info("loaded definitions from %s (%d operation(s))", config.load_definitions,
+                     count)
+        hosts: list[str | None] = list(config.management_host) or [None]
+        for app, port, what, protocol in (
+            (api.build_app(state), config.management_port, "HTTP management API", "http"),
+            (prometheus.build_app(state), config.prometheus_port, "Prometheus metrics",
+             "http/prometheus"),
+        ):
+            runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                   shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
+            await runner.setup()
+            self.runners.append(runner)
+            for host in hosts:
+                site = web.TCPSite(runner, host, port, reuse_address=True)
+                try:
+                    await site.start()
+                except OSError as exc:
+                    await self.stop()
+                    where = f"{host or '*'}:{port}"
+                    if exc.errno == errno.EADDRINUSE:
+                        raise StartupError(f"cannot listen for {what} on {where}: port {port} "
+                                           "is already in use") from exc
+                    raise StartupError(f"cannot listen for {what} on {where}: "
+                                       f"{exc.strerror or exc}") from exc
+            for address in runner.addresses:
+                broker.listeners.append((protocol, address[0], address[1]))
+                log.info("listening for %s on %s:%d", what, address[0], address[1])
+        self.sampling = asyncio.create_task(self._sample_forever(state))
+
+    async def _sample_forever(self, state: State) -> None:
+        while True:
+            try:
+                state.sample()
+            except Exception:
+                log.exception("management sampler failed")
+            await asyncio.sleep(sampler.INTERVAL)
+
+    async def stop(self) -> None:
+        if self.sampling is not None:
+            self.sampling.cancel()
+            self.sampling = None
+        for runner in reversed(self.runners):
+            await runner.cleanup()
+        self.runners = []
+        if self.state is not None:
+            broker = self.state.broker
+            broker.listeners[:] = [entry for entry in broker.listeners
+                                   if entry[0] not in ("http", "http/prometheus")]
