@@ -14,6 +14,7 @@
                     | set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ
                     | clear_topic_permissions [-p VHOST] USER [EXCHANGE] | list_topic_permissions [-p VHOST]
     leveret ctl ... set_vhost_limits [-p VHOST] JSON | set_user_limits USER JSON
+                    | clear_vhost_limits [-p VHOST] | clear_user_limits USER LIMIT|all
 
 List commands take ``--json`` (rabbitmqctl's ``--formatter json``) for scripts.
     leveret ctl ... compact
@@ -92,6 +93,9 @@ ACCESS: dict[str, tuple[tuple[str, ...], bool, str, tuple[str, ...] | None]] = {
                          'Setting vhost limits to "{definition}" for vhost "{vhost}" ...', None),
     "set_user_limits": (("user", "definition"), False,
                         'Setting user limits to "{definition}" for user "{user}" ...', None),
+    "clear_vhost_limits": ((), True, 'Clearing vhost "{vhost}" limits ...', None),
+    "clear_user_limits": (("user", "limit"), False,
+                          'Clearing "{limit}" limit for user "{user}" ...', None),
     "list_vhost_limits": ((), True, 'Listing limits for vhost "{vhost}" ...', ("limits",)),
     "list_user_limits": (("user",), False, 'Listing limits for user "{user}" ...', ("limits",)),
 }
@@ -225,6 +229,8 @@ def run_access(args: argparse.Namespace, config: Any, out: TextIO, err: TextIO) 
     as_json = columns is not None and (args.json or args.formatter == "json")
     if not as_json:
         text = {k: ", ".join(v) if isinstance(v, list) else v for k, v in vars(args).items()}
+        if command == "clear_user_limits" and args.limit == "all":
+            banner = 'Clearing all limits for user "{user}" ...'
         print(banner.format(**{**text, "vhost": request["vhost"],
                                "vhost_name": request["vhost"]}), file=out)
     try:

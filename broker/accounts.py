@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # rabbitmqctl's exit codes for refusals: 65 data error, 67 no such user, 70 already exists.
-EX_DATAERR, EX_NOUSER, EX_SOFTWARE = 65, 67, 70
+EX_DATAERR, EX_NOUSER, EX_UNAVAILABLE, EX_SOFTWARE = 65, 67, 69, 70
 DEFAULT_VHOST_DESCRIPTION = "Default virtual host"
 
 
@@ -165,6 +165,15 @@ class Accounts:
             raise AccountError(f"Validation failed\n{exc}") from None
         self._put_user(user)
 
+    def clear_user_limits(self, name: str, limit: str) -> None:
+        """rabbitmqctl clear_user_limits USER LIMIT|all."""
+        user = self.user(name)
+        if limit == "all":
+            user.limits = {}
+        else:
+            user.limits = {k: v for k, v in user.limits.items() if k != limit}
+        self._put_user(user)
+
     def _put_user(self, user: User) -> None:
         self.broker.log.put_definition(AccessDef("user", (user.name,), user.record()))
 
@@ -209,6 +218,14 @@ class Accounts:
             vhost.limits = limits_.validate(limits, limits_.VHOST_LIMITS)
         except ValueError as exc:
             raise AccountError(f"Validation failed\n{exc}") from None
+        self._put_vhost(vhost)
+
+    def clear_vhost_limits(self, name: str) -> None:
+        """rabbitmqctl clear_vhost_limits: with none set, "Parameter does not exist" (69)."""
+        vhost = self.vhost(name)
+        if not vhost.limits:
+            raise AccountError("Parameter does not exist", EX_UNAVAILABLE)
+        vhost.limits = {}
         self._put_vhost(vhost)
 
     def _put_vhost(self, vhost: VirtualHost) -> None:

@@ -86,6 +86,8 @@ def commands(accounts: Accounts) -> dict[str, Command]:
         "list_user_topic_permissions": list_user_topic_permissions,
         "set_vhost_limits": lambda r: a.set_vhost_limits(vh(r), r["definition"]),
         "set_user_limits": lambda r: a.set_user_limits(r["user"], r["definition"]),
+        "clear_vhost_limits": lambda r: a.clear_vhost_limits(vh(r)),
+        "clear_user_limits": lambda r: a.clear_user_limits(r["user"], r["limit"]),
         "list_vhost_limits": lambda r: [{"vhost": vh(r), "limits": a.vhost(vh(r)).limits}],
         "list_user_limits": lambda r: [{"user": r["user"], "limits": a.user(r["user"]).limits}],
         "hash_password": lambda r: hash_password(r["password"]),

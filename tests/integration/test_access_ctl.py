@@ -72,6 +72,18 @@ def test_ctl_commands_output_and_restart(make_broker: Any, tmp_path: Path) -> No
             ch.queue_declare("bob-q")
         assert info.value.reply_code == 403
 
+    # Clearing limits, with rabbitmqctl's banners and its 69 when there is nothing to clear.
+    cleared = ctl(d, "clear_user_limits", "alice", "max-connections")
+    assert cleared.returncode == 0
+    assert cleared.stdout.startswith('Clearing "max-connections" limit for user "alice" ...')
+    assert ctl(d, "list_user_limits", "alice").stdout.endswith("{}\n")
+    assert ctl(d, "clear_user_limits", "alice", "all").stdout.startswith(
+        'Clearing all limits for user "alice" ...')
+    assert ctl(d, "clear_vhost_limits", "-p", "prod").stdout.startswith(
+        'Clearing vhost "prod" limits ...')
+    again = ctl(d, "clear_vhost_limits", "-p", "prod")
+    assert again.returncode == 69 and "Parameter does not exist" in again.stderr
+
     assert ctl(d, "change_password", "alice", "new").returncode == 0
     assert ctl(d, "clear_permissions", "-p", "prod", "alice").returncode == 0
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
