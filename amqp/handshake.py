@@ -79,6 +79,7 @@ def send_start(conn: Connection) -> None:
         version_major=0, version_minor=9, server_properties=props,
         mechanisms=" ".join(auth.mechanisms(conn.peer_cert_user)), locales="en_US")))
 
+
 def connection_method(conn: Connection, method: Any, index: int) -> None:
     state = conn.state
     if index == _CONNECTION_CLOSE:
@@ -101,6 +102,7 @@ def connection_method(conn: Connection, method: Any, index: int) -> None:
     if conn.state == state:  # a handler that closed the connection has moved it already
         conn.state = next_state
 
+
 def start_ok(conn: Connection, method: commands.Connection.StartOk) -> None:
     conn.client_properties = dict(method.client_properties or {})
     accounts = conn.broker.accounts
@@ -122,6 +124,7 @@ def start_ok(conn: Connection, method: commands.Connection.StartOk) -> None:
         channel_max=conn.config.channel_max, frame_max=conn.config.frame_max,
         heartbeat=conn.config.heartbeat)))
 
+
 def open_vhost(conn: Connection, method: commands.Connection.Open) -> None:
     vhost = conn.broker.vhosts.get(method.virtual_host)
     if vhost is None:
@@ -141,8 +144,10 @@ def open_vhost(conn: Connection, method: commands.Connection.Open) -> None:
     conn.write(encode_method(0, commands.Connection.OpenOk()))
     log.info("connection %s opened (user %r, vhost %r)", conn.name, conn.user, vhost.name)
 
+
 def update_secret(conn: Connection, method: commands.Connection.UpdateSecret) -> None:
     conn.write(encode_method(0, commands.Connection.UpdateSecretOk()))
+
 
 def tune_ok(conn: Connection, m: commands.Connection.TuneOk) -> None:
     # As rabbit_reader's validate_negotiated_integer_value: 0 means "no limit",
