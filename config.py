@@ -129,9 +129,16 @@ class Config:
     tls_fail_if_no_peer_cert: bool = False  # with "peer": refuse clients without one
     # Where EXTERNAL takes the user name from (RabbitMQ's ssl_cert_login_from).
     tls_cert_login_from: str = "distinguished_name"
+    # Not a setting: the names a file, the environment or a flag set (``load_config``).
+    # A listener on a *default* HTTP port that is taken is skipped with a warning, so a
+    # Leveret beside a RabbitMQ (which holds 15672/15692) still serves AMQP; one the
+    # operator asked for is a startup error, like the AMQP port.
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
+            if f.name == "explicit":
+                continue
             problem = _FIELDS[f.name].check(getattr(self, f.name))
             if problem is not None:
                 raise ConfigError(f"invalid {f.name} in Config(): {problem}")
@@ -318,7 +325,7 @@ _FIELDS: dict[str, _Field] = {
     "tls_fail_if_no_peer_cert": _Field("bool"),
     "tls_cert_login_from": _Field("str", _choice("distinguished_name", "common_name")),
 }
-assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)}
+assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}
 
 
 def _normalise(name: str, value: Any) -> Any:
@@ -400,7 +407,7 @@ def load_config(
             f"{n} from {sources.get(n, 'default')}" for n in ("port", "management_port")
         )
         raise ConfigError(f"invalid ports: {problem} ({where})")
-    return Config(**values)
+    return Config(**values, explicit=frozenset(sources))
 
 
 def _config_path(env: Mapping[str, str], config_file: Path | None) -> tuple[Path | None, str]:

@@ -100,10 +100,11 @@ class ManagementService:
             log.info("loaded definitions from %s (%d operation(s))", config.load_definitions,
                      count)
         hosts: list[str | None] = list(config.management_host) or [None]
-        for app, port, what, protocol in (
-            (api.build_app(state), config.management_port, "HTTP management API", "http"),
+        for app, port, what, protocol, setting in (
+            (api.build_app(state), config.management_port, "HTTP management API", "http",
+             "management_port"),
             (prometheus.build_app(state), config.prometheus_port, "Prometheus metrics",
-             "http/prometheus"),
+             "http/prometheus", "prometheus_port"),
         ):
             runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                    shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
@@ -114,8 +115,14 @@ class ManagementService:
                 try:
                     await site.start()
                 except OSError as exc:
-                    await self.stop()
                     where = f"{host or '*'}:{port}"
+                    if exc.errno == errno.EADDRINUSE and setting not in config.explicit:
+                        # A default port someone else holds (often a RabbitMQ): AMQP still
+                        # runs; the operator picks a port to get this listener.
+                        log.warning("not serving %s: port %d is already in use (choose one "
+                                    "with --%s)", what, port, setting.replace("_", "-"))
+                        break
+                    await self.stop()
                     if exc.errno == errno.EADDRINUSE:
                         raise StartupError(f"cannot listen for {what} on {where}: port {port} "
                                            "is already in use") from exc
