@@ -32,7 +32,7 @@ from collections import deque
 from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues import dead_letter, limits, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail
+from leveret.queues.ready import Owner, Tail, purge_ready
 
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
 _ACCEPTED = PublishResult.ACCEPTED
@@ -182,18 +182,7 @@ class FeaturedStore:
 
     def purge(self) -> int:
         count = len(self)
-        owner = self._owner
-        log = owner.log
-        if log is not None:
-            for entries in (self.fresh, self.returned):
-                for entry in entries:
-                    if entry.stored:
-                        log.remove(owner.qid, entry.seq, entry.message)
-            if self.tail.count:
-                log.purge(owner.qid, self.tail.first)
-                self.tail.count = 0
-        self.fresh.clear()
-        self.returned.clear()
+        purge_ready(self._owner, self.fresh, self.returned, self.tail)
         self.bytes = 0
         self._expiry.cancel()
         return count

@@ -27,7 +27,7 @@ from collections import deque
 
 from leveret.model.message import Message
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail
+from leveret.queues.ready import Owner, Tail, purge_ready
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,
 # and how many it reads back at once when its in-memory head runs dry.
@@ -130,18 +130,7 @@ class PlainStore:
 
     def purge(self) -> int:
         count = len(self)
-        owner = self._owner
-        log = owner.log
-        if log is not None:
-            for entries in (self.fresh, self.returned):
-                for entry in entries:
-                    if entry.stored:
-                        log.remove(owner.qid, entry.seq, entry.message)
-            if self.tail.count:
-                log.purge(owner.qid, self.tail.first)
-                self.tail.count = 0
-        self.fresh.clear()
-        self.returned.clear()
+        purge_ready(self._owner, self.fresh, self.returned, self.tail)
         return count
 
     def recover(self, count: int, first_seq: int) -> None:

@@ -29,6 +29,7 @@ read that comes up short waits for the next commit and then wakes the queue.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.queues.host import QueueLog
@@ -146,3 +147,18 @@ class Tail:
         self.count -= lost
         return lost
 
+
+def purge_ready(owner: Owner, fresh: deque[QueueEntry], returned: list[QueueEntry],
+                tail: Tail) -> None:
+    """Forget every ready entry, in memory and in the store (both ready stores' ``purge``)."""
+    log = owner.log
+    if log is not None:
+        for entries in (fresh, returned):
+            for entry in entries:
+                if entry.stored:
+                    log.remove(owner.qid, entry.seq, entry.message)
+        if tail.count:
+            log.purge(owner.qid, tail.first)
+            tail.count = 0
+    fresh.clear()
+    returned.clear()
