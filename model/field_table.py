@@ -170,25 +170,26 @@ def type_name(value: object) -> str:
     return type(value).__name__
 
 
-def same_typed(a: object, b: object) -> bool:
-    """Equal value *and* wire type (RabbitMQ compares typed values, e.g. in headers matching)."""
-    return a == b and type_name(a) == type_name(b)
-
-
 # -- decoding ---------------------------------------------------------------------
+
+
+def _container(data: bytes | memoryview, depth: int, what: str) -> tuple[memoryview, int]:
+    """A table's or array's bytes and where it ends: its length must fit, its depth too."""
+    if depth >= MAX_DEPTH:  # the outermost table is level 1
+        raise ValueError(f"{what} nested deeper than {MAX_DEPTH} levels")
+    view = memoryview(data)
+    if len(view) < 4:
+        raise ValueError(f"{what} length is truncated")
+    (length,) = _U32.unpack_from(view, 0)
+    end: int = 4 + length
+    if end > len(view):
+        raise ValueError(f"{what} length exceeds available data")
+    return view, end
 
 
 def decode_table(data: bytes | memoryview, depth: int = 0) -> tuple[int, dict[str, Any]]:
     """``(bytes consumed, table)`` from a 4-byte length and the table's entries."""
-    if depth >= MAX_DEPTH:  # the outermost table is level 1
-        raise ValueError(f"field table nested deeper than {MAX_DEPTH} levels")
-    view = memoryview(data)
-    if len(view) < 4:
-        raise ValueError("field table length is truncated")
-    (length,) = _U32.unpack_from(view, 0)
-    end = 4 + length
-    if end > len(view):
-        raise ValueError("field table length exceeds available data")
+    view, end = _container(data, depth, "field table")
     table: dict[str, Any] = {}
     pos = 4
     while pos < end:
@@ -206,15 +207,7 @@ def decode_table(data: bytes | memoryview, depth: int = 0) -> tuple[int, dict[st
 
 
 def decode_array(data: bytes | memoryview, depth: int = 0) -> tuple[int, list[Any]]:
-    if depth >= MAX_DEPTH:
-        raise ValueError(f"field array nested deeper than {MAX_DEPTH} levels")
-    view = memoryview(data)
-    if len(view) < 4:
-        raise ValueError("field array length is truncated")
-    (length,) = _U32.unpack_from(view, 0)
-    end = 4 + length
-    if end > len(view):
-        raise ValueError("field array length exceeds available data")
+    view, end = _container(data, depth, "field array")
     items: list[Any] = []
     pos = 4
     while pos < end:
