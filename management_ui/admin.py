@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.broker import definitions
 from leveret.broker.accounts import AccountError
 from leveret.management_ui import views
 from leveret.management_ui.listing import respond_list
@@ -54,10 +55,7 @@ async def vhost(req: Request) -> web.Response:
     return json_response(vhost_json(vhost_of(req, req.params["name"]), req.state))
 
 
-def policy_json(policy: Any) -> dict[str, Any]:
-    return {"vhost": policy.vhost, "name": policy.name, "pattern": policy.pattern,
-            "apply-to": policy.apply_to, "definition": policy.definition,
-            "priority": policy.priority}
+policy_json = definitions.policy_record
 
 
 async def policies(req: Request) -> web.Response:
@@ -96,25 +94,16 @@ async def user(req: Request) -> web.Response:
     return json_response(user_json(_user(req)))
 
 
-def permission_json(p: Any) -> dict[str, Any]:
-    return {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write,
-            "read": p.read}
-
-
-def topic_permission_json(t: Any) -> dict[str, Any]:
-    return {"user": t.user, "vhost": t.vhost, "exchange": t.exchange, "write": t.write,
-            "read": t.read}
+permission_json = definitions.permission_record
+topic_permission_json = definitions.topic_permission_record
 
 
 def all_permissions(state: Any) -> list[dict[str, Any]]:
-    control = state.broker.accounts.control
-    return sorted((permission_json(p) for u in sorted(state.broker.accounts.users)
-                   for p in control.of_user(u)), key=lambda p: (p["vhost"], p["user"]))
+    return definitions.all_permissions(state.broker)
 
 
 def all_topic_permissions(state: Any) -> list[dict[str, Any]]:
-    return sorted((topic_permission_json(t) for t in state.broker.accounts.control.topics_of()),
-                  key=lambda t: (t["vhost"], t["user"], t["exchange"]))
+    return definitions.all_topic_permissions(state.broker)
 
 
 async def permissions(req: Request) -> web.Response:

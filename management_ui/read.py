@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.broker import inventory
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import views
@@ -182,20 +183,15 @@ async def auth_info(req: Request) -> web.Response:
 # -- connections, channels, consumers --------------------------------------------------------
 
 def _connections(req: Request) -> list[Any]:
-    conns = [c for c in req.state.broker.connections if c.vhost is not None]
-    if "vhost" in req.params:
-        vhost = vhost_of(req)
-        conns = [c for c in conns if c.vhost is vhost]
-    conns.sort(key=views.connection_name)
-    return conns
+    vhost = vhost_of(req) if "vhost" in req.params else None
+    return inventory.open_connections(req.state.broker, vhost)
 
 
 def find_connection(req: Request) -> Any:
-    name = req.params["name"]
-    for conn in req.state.broker.connections:
-        if views.connection_name(conn) == name:
-            return conn
-    raise not_found()
+    conn = inventory.find_connection(req.state.broker, req.params["name"])
+    if conn is None:
+        raise not_found()
+    return conn
 
 
 async def connections(req: Request) -> web.Response:
@@ -236,10 +232,7 @@ async def channel(req: Request) -> web.Response:
 
 
 async def consumers(req: Request) -> web.Response:
-    found = []
-    for vhost in vhosts_in_scope(req):
-        for queue in vhost.queues.values():
-            found.extend(queue.all_consumers())
+    found = list(inventory.vhost_consumers(vhosts_in_scope(req)))
     return json_response(respond_list(req.query, found,
                                       lambda c: views.consumer_json(c, req.state)))
 

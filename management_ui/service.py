@@ -22,16 +22,15 @@ from aiohttp import web
 
 from leveret import __version__
 from leveret.amqp.server import StartupError
-from leveret.management_ui import api, definitions, prometheus, sampler, views
+from leveret.broker import definitions
+from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
+from leveret.management_ui import api, prometheus, sampler, views
 
 log = logging.getLogger(__name__)
 
 # How long stopping waits for HTTP requests in flight (aiohttp's default is 60 s); the AMQP
 # side gives its clients SHUTDOWN_GRACE_SECONDS (3 s) in the same spirit.
 HTTP_SHUTDOWN_SECONDS = 2.0
-# RabbitMQ's version is reported where clients (rabbitmqadmin, the UI, dashboards) parse it.
-RABBITMQ_VERSION = "3.10.8"
-PRODUCT_NAME = "Leveret"
 
 
 class State:
