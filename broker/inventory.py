@@ -17,10 +17,15 @@ import datetime
 import decimal
 import hashlib
 import json
+import os
+import resource
+import shutil
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
+from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.model.errors import CONNECTION_FORCED
 from leveret.queues import queue_types
 from leveret.queues.policy import select
@@ -243,4 +248,32 @@ def channel_record(channel: Any) -> dict[str, Any]:
         "acks_uncommitted": 0, "pending_raft_commands": 0,
         "state": "running" if channel.active else "flow",
         "user_who_performed_action": conn.user,
+    }
+
+
+# -- the node ---------------------------------------------------------------------------------
+
+def node_record(broker: Any) -> dict[str, Any]:
+    """The process's resources, as /api/nodes and ``rabbitmqctl status`` report them."""
+    config = broker.config
+    try:
+        disk_free = shutil.disk_usage(config.data_dir).free
+    except OSError:
+        disk_free = 0
+    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    try:
+        fd_used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        fd_used = 0
+    return {
+        "name": broker.cluster_name, "type": "disc", "running": True,
+        "os_pid": str(os.getpid()), "mem_used": resident_memory(),
+        "mem_limit": int(total_memory() * config.memory_high_watermark),
+        "mem_alarm": MEMORY in broker.alarms, "mem_calculation_strategy": "rss",
+        "disk_free": disk_free, "disk_free_limit": config.disk_free_limit,
+        "disk_free_alarm": DISK in broker.alarms,
+        "fd_used": fd_used, "fd_total": fd_total,
+        "sockets_used": len(broker.protocols), "sockets_total": fd_total,
+        "uptime": int((time.time() - broker.started_at) * 1000),
+        "processors": os.cpu_count() or 1, "db_dir": str(config.data_dir),
     }
