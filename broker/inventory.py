@@ -77,6 +77,7 @@ def queue_record(queue: Any, stats: bool = True) -> dict[str, Any]:
     policy = (select(vhost.policies, "queues", queue.name, out["type"])
               if vhost.policies else None)
     consumers = queue.all_consumers()
+    paged_out = queue.paged_out
     out.update({
         "consumers": len(consumers),
         "consumer_capacity": 1.0 if consumers else 0.0,
@@ -91,9 +92,9 @@ def queue_record(queue: Any, stats: bool = True) -> dict[str, Any]:
         "effective_policy_definition": dict(policy.definition) if policy else {},
         "head_message_timestamp": None,
         "memory": 0,
-        "messages_ram": ready + unacked, "messages_ready_ram": ready,
+        "messages_ram": ready + unacked - paged_out, "messages_ready_ram": ready - paged_out,
         "messages_unacknowledged_ram": unacked, "messages_persistent": 0,
-        "messages_paged_out": 0,
+        "messages_paged_out": paged_out,
     })
     return out
 

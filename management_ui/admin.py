@@ -18,6 +18,8 @@ from leveret.management_ui import views
 from leveret.management_ui.listing import respond_list
 from leveret.management_ui.read import BY_NAME, vhost_of, vhosts_in_scope
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
+from leveret.management_ui.sampler import VHOST_RATE_FIELDS, vhost_key
+from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 # -- vhosts, policies --------------------------------------------------------------------------
 
@@ -31,18 +33,22 @@ def vhost_json(vhost: Any, state: Any) -> dict[str, Any]:
             recv += conn.recv_oct
             send += conn.send_oct
     description, tags = vhost.description, list(vhost.tags)
-    return {
+    names = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
+    rates = state.sampler.object_rates(vhost_key(vhost.name), len(names))
+    out: dict[str, Any] = {
         "name": vhost.name, "description": description, "tags": tags,
         "default_queue_type": vhost.default_queue_type or "undefined",
         "metadata": {"description": description, "tags": tags}, "tracing": False,
         "cluster_state": {state.node: "running"},
-        "messages": ready + unacked, "messages_details": {"rate": 0.0},
-        "messages_ready": ready, "messages_ready_details": {"rate": 0.0},
-        "messages_unacknowledged": unacked, "messages_unacknowledged_details": {"rate": 0.0},
-        "recv_oct": recv, "recv_oct_details": {"rate": 0.0},
-        "send_oct": send, "send_oct_details": {"rate": 0.0},
-        "message_stats": views.with_rates(broker.message_stats(vhost.name).as_dict()),
+        **views.with_rates({"messages": ready + unacked, "messages_ready": ready,
+                            "messages_unacknowledged": unacked, "recv_oct": recv,
+                            "send_oct": send}, rates[:len(VHOST_RATE_FIELDS)],
+                           VHOST_RATE_FIELDS),
     }
+    out["message_stats"] = views.with_rates(broker.message_stats(vhost.name).as_dict(),
+                                            rates[len(VHOST_RATE_FIELDS):],
+                                            MESSAGE_STATS_FIELDS)
+    return out
 
 
 async def vhosts(req: Request) -> web.Response:

@@ -30,7 +30,8 @@ from leveret.amqp import tls
 from leveret.amqp.server import StartupError
 from leveret.broker import definitions
 from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
-from leveret.management_ui import api, prometheus, sampler, views
+from leveret.management_ui import api, metrics_app, sampler, views
+from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +66,27 @@ class State:
         for name, value in broker.churn_totals().as_dict().items():
             s.record(f"churn_rates.{name}", value, now)
         ready = unacked = consumers = 0
+        octets: dict[str, list[int]] = {}
+        for conn in list(broker.connections):
+            if conn.vhost is not None:
+                pair = octets.setdefault(conn.vhost.name, [0, 0])
+                pair[0] += conn.recv_oct
+                pair[1] += conn.send_oct
         for vhost in broker.vhosts.values():
+            vh_ready = vh_unacked = 0
             for queue in vhost.queues.values():
                 r, u = queue.message_count, queue.unacked
-                ready += r
-                unacked += u
+                vh_ready += r
+                vh_unacked += u
                 consumers += queue.consumer_count
                 s.record_object(("q", vhost.name, queue.name), (r + u, r, u), now)
+            ready += vh_ready
+            unacked += vh_unacked
+            recv, send = octets.get(vhost.name, (0, 0))
+            stats = broker.message_stats(vhost.name).as_dict()
+            s.record_object(sampler.vhost_key(vhost.name),
+                            (vh_ready + vh_unacked, vh_ready, vh_unacked, recv, send,
+                             *(stats[f] for f in MESSAGE_STATS_FIELDS)), now)
         self.queue_totals = (ready, unacked, consumers)
         s.record("queue_totals.messages", ready + unacked, now)
         s.record("queue_totals.messages_ready", ready, now)
@@ -116,7 +131,7 @@ class ManagementService:
                 raise StartupError(str(exc)) from exc
             listeners.append((management, config.management_tls_port, "HTTPS management API",
                               "https", "management_tls_port", https))
-        listeners.append((prometheus.build_app(state), config.prometheus_port,
+        listeners.append((metrics_app.build_app(state), config.prometheus_port,
                           "Prometheus metrics", "http/prometheus", "prometheus_port", None))
         runners: dict[web.Application, web.AppRunner] = {}
         for app, port, what, protocol, setting, context in listeners:
