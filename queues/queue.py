@@ -149,6 +149,11 @@ class Queue(Dispatcher):
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
         return len(self._store)
 
+    @property
+    def paged_out(self) -> int:
+        """Ready messages only the disk store holds (the paged-out tail), not in memory."""
+        return self._store.tail.count
+
     unacked = _counter("_unacked", "Delivered (to a consumer or basic.get), not yet settled.")
     published = _counter("_published", "Messages accepted (refused ones are not counted).")
     delivered = _counter("_delivered", "Deliveries, to consumers and basic.get, redeliveries too.")

@@ -70,6 +70,7 @@ class Owner(Protocol):
 class ReadyStore(Protocol):
     # Entries may expire (TTL): publish and settings changes call ``after_change``.
     expires: bool
+    tail: Tail  # the paged-out part (empty for transient queues)
 
     def __len__(self) -> int:
         """Ready entries, paged-out ones included (queue.declare-ok's message_count)."""
