@@ -122,7 +122,10 @@ class Channel(Publisher):
             content.start((exchange, routing_key, mandatory))
             return
         if index == _ACK:
-            tag, multiple = self._decode(fastpath.decode_ack, payload, index)
+            try:
+                tag, multiple = fastpath.decode_ack(payload)
+            except ValueError as exc:
+                raise ConnectionError_(SYNTAX_ERROR, str(exc), (60, 80)) from exc
             self.ack(tag, multiple)
             return
         if index == _NACK:

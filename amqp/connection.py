@@ -27,6 +27,8 @@ import logging
 import struct
 import time
 from collections.abc import Callable
+from inspect import GEN_SUSPENDED, getgeneratorstate
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -89,6 +91,8 @@ _CHANNEL_FLOW = commands.Channel.Flow.index
 _CHANNEL_FLOW_OK = commands.Channel.FlowOk.index
 _CONNECTION_CLOSE = commands.Connection.Close.index
 _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
+# Method indexes of classes above channel (20): basic, queue, exchange, tx, confirm...
+_CHANNEL_HANDLES = 21 << 16
 
 
 # Frames handled per ``receive_data`` call. A client that sends a burst (thousands of acks,
@@ -260,21 +264,17 @@ class Connection(Closing):
                 self._header = bytearray()
                 handshake.send_start(self)
             self.input_pending = False
-            budget = FRAMES_PER_TURN
             frames = self._frames
-            for ftype, channel, payload in (frames.feed(data) if self.state != CLOSING
-                                            else frames.feed_closing(data)):
-                if self.state == CLOSED:
-                    self.input_pending = False
-                    return
-                budget -= 1
-                if not budget:
-                    self.input_pending = True  # after this frame: the rest next turn
+            feed = frames.feed(data) if self.state != CLOSING else frames.feed_closing(data)
+            # At most FRAMES_PER_TURN frames; islice keeps the count out of the loop below.
+            for ftype, channel, payload in islice(feed, FRAMES_PER_TURN):
                 # Per frame, so the frames after an error in the same chunk still reach
                 # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
                 try:
                     if ftype == FRAME_METHOD:
                         self._on_method(channel, payload)
+                        if self.state == CLOSED:  # only a method closes: read no further
+                            return
                     elif ftype == FRAME_HEARTBEAT:
                         if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
                             raise ConnectionError_(
@@ -283,8 +283,10 @@ class Connection(Closing):
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
                     self._fail(exc)
-                if not budget:
-                    break
+                    if self.state == CLOSED:
+                        return
+            # Stopped by the budget, not by the end of the data: the rest next turn.
+            self.input_pending = getgeneratorstate(feed) == GEN_SUSPENDED
         except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             self._fail(exc)
             self._stop_reading()
@@ -307,12 +309,13 @@ class Connection(Closing):
         self.want_close = True
 
     def _on_content(self, ftype: int, number: int, payload: bytes) -> None:
-        if self.state == CLOSING or number in self._closing_channels:
-            return
-        if self.state != RUNNING:
-            raise ConnectionError_(UNEXPECTED_FRAME, "content frame before the connection is open")
-        channel = self.channels.get(number)
+        channel = self.channels.get(number)  # only while RUNNING, as in _on_method
         if channel is None:
+            if self.state == CLOSING or number in self._closing_channels:
+                return
+            if self.state != RUNNING:
+                raise ConnectionError_(UNEXPECTED_FRAME,
+                                       "content frame before the connection is open")
             raise ConnectionError_(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}")
         try:
             if ftype == FRAME_HEADER:
@@ -324,6 +327,15 @@ class Connection(Closing):
 
     def _on_method(self, number: int, payload: bytes) -> None:
         index = method_index(payload)
+        channel = self.channels.get(number)
+        if channel is not None and index >= _CHANNEL_HANDLES:
+            # The hot path. Channels exist only while RUNNING (every way out of it empties
+            # ``channels``), and a closing channel's number is no longer in it.
+            try:
+                channel.handle_method(payload, index)
+            except ChannelError as exc:
+                self._close_channel(channel, exc)
+            return
         state = self.state
         if state == CLOSING:
             if number == 0 and index in (_CONNECTION_CLOSE_OK, _CONNECTION_CLOSE):
@@ -347,7 +359,6 @@ class Connection(Closing):
             elif index == _CHANNEL_CLOSE:
                 self.write(encode_method(number, commands.Channel.CloseOk()))
             return
-        channel = self.channels.get(number)
         if index == _CHANNEL_OPEN:
             if channel is not None:
                 raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
@@ -364,7 +375,7 @@ class Connection(Closing):
         if channel is None:
             raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'",
                                    class_and_method(index))
-        class_id = index >> 16  # inline: every publish passes here
+        class_id = index >> 16
         if class_id == 20:
             self._channel_method(channel, decode_method(payload, index), index)
             return

@@ -33,7 +33,14 @@ from leveret.model.errors import (
     ChannelError,
     ConnectionError_,
 )
-from leveret.model.message import Message, parse_expiration
+from leveret.model.message import (
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    Message,
+    parse_expiration,
+)
 from leveret.model.stats import MessageStats
 from leveret.queues.entry import PublishResult
 
@@ -43,6 +50,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ACCEPTED = PublishResult.ACCEPTED
+# Property flags that make _complete work: user-id, expiration, and headers (CC/BCC) or
+# reply-to (direct reply-to), as the high and low byte of the first flag word.
+_CHECKED_HIGH = (FLAG_EXPIRATION | FLAG_HEADERS | FLAG_REPLY_TO) >> 8
+_CHECKED_LOW = FLAG_USER_ID
 _HELD = PublishResult.HELD
 
 
@@ -72,19 +83,27 @@ class Publisher(HeldOutput):
         # Set only at a message boundary: an alarm may stop reading here, never mid-message.
         self.connection.has_published = True
         message = Message(exchange, routing_key, props, body)
-        if message.has_user_id:
-            self._check_user_id(message)
-        if message.has_expiration:
-            self._check_expiration(message)
         extra: tuple[str, ...] = ()
-        if publish_props.needs_work(message.raw_properties):  # CC/BCC, direct reply-to
-            message, extra = publish_props.prepare(
-                message, lambda: self.vhost.reply_to.reply_name(cast("Channel", self)))
+        # One test of the flag words (at least two bytes: fastpath.decode_content_header) for each property
+        # that asks for work here; a message without them pays nothing more.
+        if props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW:
+            message, extra = self._check_properties(message)
         if self.tx is not None:
             self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
             self.tx.append((self.publish, (message, mandatory, extra)))
         else:
             self.publish(message, mandatory, extra)
+
+    def _check_properties(self, message: Message) -> tuple[Message, tuple[str, ...]]:
+        """user-id and expiration checks, then CC/BCC and direct reply-to."""
+        if message.has_user_id:
+            self._check_user_id(message)
+        if message.has_expiration:
+            self._check_expiration(message)
+        if publish_props.needs_work(message.raw_properties):
+            return publish_props.prepare(
+                message, lambda: self.vhost.reply_to.reply_name(cast("Channel", self)))
+        return message, ()
 
     def _check_publish(self, access: Access, exchange: str) -> None:
         try:
@@ -138,8 +157,13 @@ class Publisher(HeldOutput):
     def publish(self, message: Message, mandatory: bool,
                 extra_routing_keys: tuple[str, ...] = ()) -> None:
         """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
+        vhost = self.vhost
+        # The default exchange to an existing queue, the commonest publish, without a call;
+        # everything else (and every error) is VirtualHost.route's.
+        queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
+            message.routing_key)
         try:
-            queues = self.vhost.route(message, extra_routing_keys)
+            queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
         except ValueError as exc:  # properties are decoded lazily, here
             raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
                                    (60, 40)) from exc
