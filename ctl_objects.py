@@ -2,7 +2,8 @@
 export/import_definitions, printed as rabbitmqctl 3.10 prints them.
 
     leveret ctl ... list_queues | list_exchanges | list_bindings | list_consumers
-                    [-p VHOST] [COLUMN ...] [--json] [--no-table-headers] [-q]
+                    [-p VHOST] [COLUMN ...] [--json] [--no-table-headers] [-q] [-s] [-t N]
+                    (list_queues also takes --online, --local, --offline)
     leveret ctl ... list_connections | list_channels [COLUMN ...] [--json] ...
     leveret ctl ... status [--json]
     leveret ctl ... purge_queue [-p VHOST] QUEUE
@@ -54,6 +55,10 @@ def add_parsers(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> 
         p.add_argument("columns", nargs="*", metavar="COLUMN", help="rabbitmqctl info keys")
         _output_flags(p)
         p.add_argument("--no-table-headers", action="store_true")
+        if name == "list_queues":  # one node: every queue is online and local
+            p.add_argument("--online", action="store_true")
+            p.add_argument("--local", action="store_true")
+            p.add_argument("--offline", action="store_true", help="(lists nothing)")
     p = sub.add_parser("status", help="the node's status")
     common(p)
     _output_flags(p)
@@ -92,13 +97,15 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--formatter", choices=("table", "json"), default="table")
     p.add_argument("-q", "--quiet", action="store_true", help="no banner line")
+    p.add_argument("-s", "--silent", action="store_true", help="no banner, no table header")
+    p.add_argument("-t", "--timeout", type=float, default=60.0, metavar="SECONDS")
 
 
 def run(args: argparse.Namespace, data_dir: Path, out: TextIO, err: TextIO,
         stdin: TextIO | None = None) -> int:
     command = args.ctl_command
     as_json = args.json or args.formatter == "json"
-    quiet = as_json or args.quiet
+    quiet = as_json or args.quiet or args.silent
     vhost = args.vhost
     request: dict[str, Any] = {"command": command, "vhost": vhost}
     banner = ""
@@ -147,7 +154,7 @@ def run(args: argparse.Namespace, data_dir: Path, out: TextIO, err: TextIO,
     if banner and not quiet:
         print(banner, file=out)
     try:
-        result = control.request(data_dir, request, timeout=60.0)
+        result = control.request(data_dir, request, timeout=args.timeout)
     except control.BrokerUnreachable as exc:
         print(f"Error:\n{exc}", file=err)
         return EXIT_UNREACHABLE
@@ -160,10 +167,13 @@ def run(args: argparse.Namespace, data_dir: Path, out: TextIO, err: TextIO,
 def _print_result(args: argparse.Namespace, command: str, result: Any, as_json: bool,
                   out: TextIO) -> int:
     if command in LIST_BANNERS:
+        if getattr(args, "offline", False):
+            result = []  # one node, always up: no queue is on an offline node
         if as_json:
             print(json.dumps(result, separators=(",", ":")), file=out)
         else:
-            print(format_rows(result, headers=not args.no_table_headers), file=out, end="")
+            headers = not (args.no_table_headers or args.silent)
+            print(format_rows(result, headers=headers), file=out, end="")
     elif command == "status":
         print(json.dumps(result, separators=(",", ":")) if as_json else format_status(result),
               file=out)

@@ -33,7 +33,10 @@ async def export(req: Request) -> web.Response:
 async def import_(req: Request) -> web.Response:
     only = read.vhost_of(req).name if "vhost" in req.params else None
     if req.http.content_type.startswith("multipart/"):
-        form = await req.http.post()  # the UI's upload: a "file" field
+        try:
+            form = await req.http.post()  # the UI's upload: a "file" field
+        except ValueError:  # no boundary, a broken part
+            raise bad_request("not_json") from None
         upload: Any = form.get("file")
         raw = upload.file.read() if hasattr(upload, "file") else str(upload or "").encode()
         try:

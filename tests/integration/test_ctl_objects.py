@@ -112,6 +112,9 @@ def test_lists_print_rabbitmqctl_tables_with_the_api_facts(broker, api, vhost):
     # rabbitmqctl lists nothing for a vhost that does not exist, and exits 0.
     none = ctl(broker, "list_queues", "-p", "no-such-vhost")
     assert (none.returncode, none.stdout) == (0, "Listing queues for vhost no-such-vhost ...\n")
+    # rabbitmqctl's other flags: -s drops banner and header; one node is all online/local.
+    assert ctl(broker, "list_queues", "-p", vhost, "-s", "--online", "--local").stdout == "q\t3\n"
+    assert ctl(broker, "list_queues", "-p", vhost, "-s", "--offline").stdout == ""
 
 
 def test_purge_delete_and_close(broker, api, vhost):
