@@ -385,6 +385,7 @@ class Channel:
         stats.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
+        entry.delivered_at = conn.clock()  # shown by the console's unacked peek
         consumer.unacked += 1
         self._global_unacked += 1
         self._unacked.add(tag, (entry, consumer.queue, consumer))
@@ -420,7 +421,14 @@ class Channel:
             return
         if entry.stored:
             queue.note_delivered(entry)
+        entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
+
+    def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
+        """This channel's unacked deliveries from ``queue``, oldest first, with the consumer
+        tag ("" for basic.get): the console's unacked peek (changes nothing)."""
+        return [(entry, consumer.tag if consumer is not None else "")
+                for entry, q, consumer in self._unacked.values() if q is queue]
 
     # -- acknowledgements --------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management_ui import admin, definitions, health, read, write
+from leveret.management_ui import admin, definitions, health, messages, read, write
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
 from leveret.management_ui.router import Router, error_response, json_response, make_handler
 
@@ -53,6 +53,11 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "queues/{vhost}/{name}/bindings", read.queue_bindings, M),
     ("DELETE", "queues/{vhost}/{name}/contents", write.purge_queue, M),
     ("POST", "queues/{vhost}/{name}/get", write.get, M),
+    ("POST", "queues/{vhost}/{name}/peek", messages.peek, M),
+    ("POST", "queues/{vhost}/{name}/search", messages.search, M),
+    ("POST", "queues/{vhost}/{name}/redrive", messages.redrive, M),
+    ("POST", "queues/{vhost}/{name}/move", messages.move, M),
+    ("DELETE", "queues/{vhost}/{name}/messages", messages.delete_messages, M),
     ("GET", "bindings", read.bindings, M),
     ("GET", "bindings/{vhost}", read.bindings, M),
     ("GET", B, read.bindings_list_between, M),

@@ -170,6 +170,11 @@ class Queue:
     # -- counters (read-only) ----------------------------------------------------------
 
     @property
+    def ready(self) -> ReadyStore:
+        """The ready store, for browsing and for the management operations (``browse.py``)."""
+        return self._store
+
+    @property
     def message_count(self) -> int:
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
         return len(self._store)
