@@ -282,6 +282,10 @@ class Channel:
             exc.method = (60, 40)
             raise
         name = message.exchange
+        tracer = self.vhost.tracer
+        if tracer is not None:  # tracing off: this test is all it costs
+            tracer.published(message, [q.name for q in queues], self.connection.user or "",
+                             self.number, mandatory)
         stats = self.stats
         stats.publish += 1
         confirms = self.confirms
@@ -375,6 +379,8 @@ class Channel:
         else:
             self._held.append(frame)
         stats = self.stats
+        if self.vhost.tracer is not None:
+            self._trace_delivery(consumer.queue, entry, consumer.tag, consumer.no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         entry.delivery_count += 1
@@ -409,6 +415,8 @@ class Channel:
         self._writelines(fastpath.encode_content(self.number, message.raw_properties,
                                                  message.body, conn.frame_max))
         stats = self.stats
+        if self.vhost.tracer is not None:
+            self._trace_delivery(queue, entry, "", no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         if no_ack:
@@ -423,6 +431,24 @@ class Channel:
             queue.note_delivered(entry)
         entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
+
+    def _trace_delivery(self, queue: Queue, entry: QueueEntry, consumer_tag: str,
+                        no_ack: bool) -> None:
+        tracer = self.vhost.tracer
+        assert tracer is not None
+        tracer.queue_event("deliver", queue.name, entry.message, consumer_tag=consumer_tag,
+                           redelivered=entry.delivery_count > 0, channel=self.number,
+                           user=self.connection.user or "", ack_required=not no_ack)
+        if no_ack:
+            tracer.queue_event("ack", queue.name, entry.message, channel=self.number, auto=True)
+
+    def _trace_settled(self, event: str, taken: list[Delivery], **details: Any) -> None:
+        tracer = self.vhost.tracer
+        assert tracer is not None
+        for entry, queue, consumer in taken:
+            tracer.queue_event(event, queue.name, entry.message, channel=self.number,
+                               consumer_tag=consumer.tag if consumer is not None else "",
+                               **details)
 
     def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
         """This channel's unacked deliveries from ``queue``, oldest first, with the consumer
@@ -454,6 +480,8 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple, _ACK)
         self.stats.ack += len(taken)
+        if self.vhost.tracer is not None:
+            self._trace_settled("ack", taken)
         # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in taken:
             if consumer is not None:
@@ -472,7 +500,10 @@ class Channel:
 
     def reject_now(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         touched = set()
-        for entry, queue, consumer in self._take(tag, multiple, index):
+        taken = self._take(tag, multiple, index)
+        if self.vhost.tracer is not None:
+            self._trace_settled("nack" if index == _NACK else "reject", taken, requeue=requeue)
+        for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
