@@ -12,7 +12,16 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management_ui import admin, definitions, health, openapi_schemas, read, write
+from leveret.management_ui import (
+    admin,
+    definitions,
+    health,
+    messages,
+    openapi_schemas,
+    read,
+    traces,
+    write,
+)
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
 from leveret.management_ui.router import Router, error_response, json_response, make_handler
 
@@ -53,6 +62,15 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "queues/{vhost}/{name}/bindings", read.queue_bindings, M),
     ("DELETE", "queues/{vhost}/{name}/contents", write.purge_queue, M),
     ("POST", "queues/{vhost}/{name}/get", write.get, M),
+    ("POST", "queues/{vhost}/{name}/peek", messages.peek, M),
+    ("POST", "queues/{vhost}/{name}/search", messages.search, M),
+    ("POST", "queues/{vhost}/{name}/redrive", messages.redrive, M),
+    ("POST", "queues/{vhost}/{name}/move", messages.move, M),
+    ("DELETE", "queues/{vhost}/{name}/messages", messages.delete_messages, M),
+    ("PUT", "traces/{vhost}", traces.put_trace, MON),
+    ("DELETE", "traces/{vhost}", traces.delete_trace, MON),
+    ("GET", "traces/{vhost}", traces.get_trace, MON),
+    ("GET", "traces/{vhost}/stream", traces.stream_trace, MON),
     ("GET", "bindings", read.bindings, M),
     ("GET", "bindings/{vhost}", read.bindings, M),
     ("GET", B, read.bindings_list_between, M),

@@ -297,12 +297,12 @@ def _message_json(message: Message, redelivered: bool, remaining: int, encoding:
     return {
         "payload_bytes": payload_bytes, "redelivered": redelivered,
         "exchange": message.exchange, "routing_key": message.routing_key,
-        "message_count": remaining, "properties": _properties_json(message),
+        "message_count": remaining, "properties": properties_json(message),
         "payload": payload, "payload_encoding": payload_encoding,
     }
 
 
-def _properties_json(message: Message) -> dict[str, Any]:
+def properties_json(message: Message) -> dict[str, Any]:
     try:
         props = message.properties
     except ValueError:
