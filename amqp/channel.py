@@ -201,6 +201,8 @@ class Channel(Publisher):
         else:
             self._held.append(frame)
         stats = self.stats
+        if self.vhost.tracer is not None:
+            self._trace_delivery(consumer.queue, entry, consumer.tag, consumer.no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         entry.delivery_count += 1
@@ -211,6 +213,7 @@ class Channel(Publisher):
         stats.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
+        entry.delivered_at = conn.clock()  # shown by the console's unacked peek
         consumer.unacked += 1
         self._global_unacked += 1
         self._unacked.add(tag, (entry, consumer.queue, consumer))
@@ -234,6 +237,8 @@ class Channel(Publisher):
         self._writelines(fastpath.encode_content(self.number, message.raw_properties,
                                                  message.body, conn.frame_max))
         stats = self.stats
+        if self.vhost.tracer is not None:
+            self._trace_delivery(queue, entry, "", no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         if no_ack:
@@ -246,7 +251,32 @@ class Channel(Publisher):
             return
         if entry.stored:
             queue.note_delivered(entry)
+        entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
+
+    def _trace_delivery(self, queue: Queue, entry: QueueEntry, consumer_tag: str,
+                        no_ack: bool) -> None:
+        tracer = self.vhost.tracer
+        assert tracer is not None
+        tracer.queue_event("deliver", queue.name, entry.message, consumer_tag=consumer_tag,
+                           redelivered=entry.delivery_count > 0, channel=self.number,
+                           user=self.connection.user or "", ack_required=not no_ack)
+        if no_ack:
+            tracer.queue_event("ack", queue.name, entry.message, channel=self.number, auto=True)
+
+    def _trace_settled(self, event: str, taken: list[Delivery], **details: Any) -> None:
+        tracer = self.vhost.tracer
+        assert tracer is not None
+        for entry, queue, consumer in taken:
+            tracer.queue_event(event, queue.name, entry.message, channel=self.number,
+                               consumer_tag=consumer.tag if consumer is not None else "",
+                               **details)
+
+    def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
+        """This channel's unacked deliveries from ``queue``, oldest first, with the consumer
+        tag ("" for basic.get): the console's unacked peek (changes nothing)."""
+        return [(entry, consumer.tag if consumer is not None else "")
+                for entry, q, consumer in self._unacked.values() if q is queue]
 
     # -- acknowledgements --------------------------------------------------------
 
@@ -272,6 +302,8 @@ class Channel(Publisher):
     def ack_now(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple, _ACK)
         self.stats.ack += len(taken)
+        if self.vhost.tracer is not None:
+            self._trace_settled("ack", taken)
         # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in taken:
             if consumer is not None:
@@ -290,7 +322,10 @@ class Channel(Publisher):
 
     def reject_now(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         touched = set()
-        for entry, queue, consumer in self._take(tag, multiple, index):
+        taken = self._take(tag, multiple, index)
+        if self.vhost.tracer is not None:
+            self._trace_settled("nack" if index == _NACK else "reject", taken, requeue=requeue)
+        for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1

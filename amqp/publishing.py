@@ -195,6 +195,10 @@ class Publisher(HeldOutput):
             exc.method = (60, 40)
             raise
         name = message.exchange
+        tracer = vhost.tracer
+        if tracer is not None:  # tracing off: this test is all it costs
+            tracer.published(message, [q.name for q in queues], self.connection.user or "",
+                             self.number, mandatory)
         stats = self.stats
         stats.publish += 1
         confirms = self.confirms

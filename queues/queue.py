@@ -38,7 +38,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.model.message import FLAG_EXPIRATION, Message
-from leveret.queues import dead_letter, limits, ttl
+from leveret.queues import dead_letter, limits, tracing, ttl
 from leveret.queues.dispatch import Dispatcher
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
@@ -145,9 +145,19 @@ class Queue(Dispatcher):
     # -- counters (read-only) ----------------------------------------------------------
 
     @property
+    def ready(self) -> ReadyStore:
+        """The ready store, for browsing and for the management operations (``browse.py``)."""
+        return self._store
+
+    @property
     def message_count(self) -> int:
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
         return len(self._store)
+
+    @property
+    def paged_out(self) -> int:
+        """Ready messages only the disk store holds (the paged-out tail), not in memory."""
+        return self._store.tail.count
 
     unacked = _counter("_unacked", "Delivered (to a consumer or basic.get), not yet settled.")
     published = _counter("_published", "Messages accepted (refused ones are not counted).")
@@ -286,6 +296,10 @@ class Queue(Dispatcher):
         turn: the group commit puts both in one store transaction.
         """
         self._dropped += 1
+        vhost = self.vhost
+        if vhost is not None and vhost.tracer is not None:
+            tracing.dropped(vhost.tracer, self.name, entry.message, reason,
+                            self.settings.dead_letter_exchange)
         if self.settings.dead_letter_exchange is not None:
             dead_letter.dead_letter(self, entry.message, reason)
         if entry.stored and self.log is not None:
@@ -293,7 +307,12 @@ class Queue(Dispatcher):
 
     def refuse(self, message: Message) -> None:
         self._dropped += 1
-        if self.settings.overflow == REJECT_PUBLISH_DLX:
+        dlx = self.settings.overflow == REJECT_PUBLISH_DLX
+        vhost = self.vhost
+        if vhost is not None and vhost.tracer is not None:
+            tracing.dropped(vhost.tracer, self.name, message, dead_letter.MAXLEN,
+                            self.settings.dead_letter_exchange if dlx else None)
+        if dlx:
             dead_letter.dead_letter(self, message, dead_letter.MAXLEN)
 
     # -- failed store writes ------------------------------------------------------------
