@@ -75,7 +75,7 @@ class ReadyStore(Protocol):
     # The containers, in delivery order (``browse.py`` walks them without changing them).
     returned: list[QueueEntry]  # requeued entries: a heap
     fresh: deque[QueueEntry]
-    tail: Tail
+    tail: Tail  # the paged-out part (empty for transient queues)
 
     def __len__(self) -> int:
         """Ready entries, paged-out ones included (queue.declare-ok's message_count)."""
