@@ -101,7 +101,7 @@ def test_no_acks_and_consumer_utilisation(api, broker, qname):
     while len(held) < 2 and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)
     assert _alerts(api, qname) == ["low_consumer_utilisation"]  # 3 ready, prefetch full
-    status, _, item = api.get(Q + qname)
+    item = api.ok(Q + qname)
     assert item["consumer_utilisation"] == 0.0 and item["alerts"][0]["reason"].startswith(
         "3 ready")
     time.sleep(1.2)
