@@ -183,7 +183,7 @@ REQUEST_BODIES: dict[tuple[str, str], Any] = {
         "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
     ("POST", "queues/{vhost}/{name}/search"): {"type": "object", "properties": {
         "message_id": STR, "correlation_id": STR, "header": OBJ, "body_contains": STR,
-        "limit": INT, "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
+        "limit": INT, "offset": INT, "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
     ("POST", "queues/{vhost}/{name}/redrive"): {"type": "object", "properties": SELECTION},
     ("POST", "queues/{vhost}/{name}/move"): {"type": "object", "properties": {
         "destination": STR, **SELECTION}},

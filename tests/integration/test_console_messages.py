@@ -146,6 +146,11 @@ def test_search_matches_only(api, broker, qname):
                                                     "body_contains": "6"})
     assert [m["payload"] for m in both] == ["m6"]
     assert _ok(api, "POST", Q + qname + "/search", {"message_id": "nope"}) == []
+    _, headers, page = api.post(Q + qname + "/search", {"correlation_id": "c-2", "limit": 1})
+    assert [m["payload"] for m in page] == ["m2"] and headers["X-Scanned-Until"] == "3"
+    _, headers, page = api.post(Q + qname + "/search", {"correlation_id": "c-2", "offset": 3})
+    assert [m["payload"] for m in page] == ["m5"] and headers["X-Scanned-Until"] == "7"
+    assert headers["X-Queue-Length"] == "7"
     got = _consume_all(conn, ch, qname, 7)
     assert got == [(f"m{i}".encode(), False) for i in range(7)]
     conn.close()
