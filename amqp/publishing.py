@@ -196,7 +196,7 @@ class Publisher(HeldOutput):
             raise
         name = message.exchange
         tracer = vhost.tracer
-        if tracer is not None:  # tracing off: this test is all it costs
+        if tracer is not None:  # tracing off: this test is all it costs (queues/tracing.py)
             tracer.published(message, [q.name for q in queues], self.connection.user or "",
                              self.number, mandatory)
         stats = self.stats
