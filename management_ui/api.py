@@ -14,6 +14,7 @@ from aiohttp import web
 
 from leveret.management_ui import admin, definitions, health, read, write
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
+from leveret.management_ui.console import Console
 from leveret.management_ui.router import Router, error_response, json_response, make_handler
 
 __all__ = ["ROUTES", "build_app", "openapi_document"]
@@ -159,9 +160,14 @@ def build_app(state: Any) -> web.Application:
     app = web.Application(client_max_size=32 * 1024 * 1024)
     app.router.add_route("*", "/api/{tail:.*}", make_handler(Router(ROUTES), state))
 
+    console = Console()
+
     async def root(request: web.Request) -> web.StreamResponse:
-        if request.path == "/":
-            return web.Response(text="Leveret management API: see /api/overview\n")
+        """The web console's page and assets (console.py); anything else is 404."""
+        if request.method in ("GET", "HEAD"):
+            found = console.serve(request)
+            if found is not None:
+                return found
         return error_response(404, "Object Not Found", "Not Found")
 
     app.router.add_route("*", "/{tail:.*}", root)
