@@ -45,7 +45,7 @@ _SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port",
                  "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
-                 "tls_cafile", "tls_verify")
+                 "tls_cafile", "tls_verify", "management_tls_port")
 
 log = logging.getLogger("leveret.cli")
 
@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-keyfile", metavar="F", help="its private key (PEM)")
     serve.add_argument("--tls-cafile", metavar="F", help="CA certificates for client certificates")
     serve.add_argument("--tls-verify", metavar="none|peer", help="verify client certificates")
+    serve.add_argument("--management-tls-port", metavar="N",
+                       help="HTTPS management API port when a certificate is set "
+                            "(default 15671; 0 = any free)")
     ctl.add_parser(commands)
     lab_command.add_parser(commands)
     return parser

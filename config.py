@@ -129,6 +129,9 @@ class Config:
     tls_fail_if_no_peer_cert: bool = False  # with "peer": refuse clients without one
     # Where EXTERNAL takes the user name from (RabbitMQ's ssl_cert_login_from).
     tls_cert_login_from: str = "distinguished_name"
+    # HTTPS for the management API (RabbitMQ's management.ssl.port) with the same
+    # certificate settings, when tls_certfile is set (0 = any free port).
+    management_tls_port: int = 15671
     # Not a setting: the names a file, the environment or a flag set (``load_config``).
     # A listener on a *default* HTTP port that is taken is skipped with a warning, so a
     # Leveret beside a RabbitMQ (which holds 15672/15692) still serves AMQP; one the
@@ -324,6 +327,7 @@ _FIELDS: dict[str, _Field] = {
     "tls_verify": _Field("str", _choice("none", "peer")),
     "tls_fail_if_no_peer_cert": _Field("bool"),
     "tls_cert_login_from": _Field("str", _choice("distinguished_name", "common_name")),
+    "management_tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}
 

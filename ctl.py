@@ -16,6 +16,14 @@
     leveret ctl ... set_vhost_limits [-p VHOST] JSON | set_user_limits USER JSON
                     | clear_vhost_limits [-p VHOST] | clear_user_limits USER LIMIT|all
 
+    leveret ctl ... list_queues | list_exchanges | list_bindings | list_connections
+                    | list_channels | list_consumers [-p VHOST] [COLUMN...]
+                    | status | purge_queue QUEUE | delete_queue QUEUE [--if-empty] [--if-unused]
+                    | close_connection NAME EXPLANATION
+                    | close_all_connections [-p VHOST | --global] [--limit N] EXPLANATION
+                    | export_definitions FILE|- | import_definitions [FILE|-]
+                    (ctl_objects.py: rabbitmqctl's columns and output)
+
 List commands take ``--json`` (rabbitmqctl's ``--formatter json``) for scripts.
     leveret ctl ... compact
 
@@ -41,6 +49,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from leveret import ctl_objects
 from leveret.broker import control
 from leveret.config import ConfigError, load_config
 
@@ -149,6 +158,7 @@ def add_parser(commands: Any) -> None:
                            help="PASSWORD is a RabbitMQ password hash (base64)")
     p = sub.add_parser("compact", help="shrink the message store file to its live data")
     vhost_arg(p)
+    ctl_objects.add_parsers(sub, vhost_arg)
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
@@ -160,6 +170,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: Text
     command = args.ctl_command
     if command in ACCESS:
         return run_access(args, config, out, err)
+    if command in ctl_objects.COMMANDS:
+        return ctl_objects.run(args, Path(config.data_dir), out, err)
     request: dict[str, Any] = {"command": command, "vhost": args.vhost}
     if command == "set_policy":
         print(f'Setting policy "{args.name}" for pattern "{args.pattern}" to '

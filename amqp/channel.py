@@ -1,5 +1,4 @@
-"""One AMQP channel: content assembly, the publish → route → enqueue path,
-deliveries and their acknowledgements.
+"""One AMQP channel: frames in, deliveries out, and their acknowledgements.
 
 Theory of operation
 -------------------
@@ -9,14 +8,12 @@ reject) are decoded by ``fastpath``; everything else by pamqp through
 ``codec`` and a per-class handler table (``handlers/``). ``basic.publish``
 makes the channel expect a content header, then body frames until the
 announced size is reached; any other frame in between is 505
-UNEXPECTED_FRAME, as in RabbitMQ's command assembler.
+UNEXPECTED_FRAME, as in RabbitMQ's command assembler. The complete message
+goes down the publish path (``publishing.py``, a base of ``Channel``).
 
-Replies that promise durability (a durable definition's "-ok", ``tx.commit-ok``)
-are sent only after the group commit that records the change (``send_durable``).
-While one waits, everything the channel would send after it (later replies,
-returns, confirms, a close) queues behind it in ``_held``, so the wire order
-is the order in which methods were handled; deliveries to the channel's
-consumers wait too (``has_room`` is false) instead of piling up.
+Replies that promise durability wait for their commit, and the channel's
+later output waits behind them (``held_output.py``, the base of
+``Publisher``); deliveries wait too (``has_room`` is false).
 
 Deliveries get per-channel tags from 1. Unacked deliveries are kept in a
 ``UnackedMap`` (``unacked.py``), O(1) per delivery settled, single or
@@ -26,47 +23,40 @@ When the channel closes, everything unacked goes back to its queue.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
 from leveret.amqp import fastpath
-from leveret.amqp.assembler import ContentAssembler, Publish
+from leveret.amqp.assembler import ContentAssembler
 from leveret.amqp.codec import (
-    Method,
     class_and_method,
     class_of,
     decode_method,
     encode_method,
 )
 from leveret.amqp.handlers import HANDLERS
+from leveret.amqp.held_output import HeldReply
+from leveret.amqp.publishing import Publisher
 from leveret.amqp.unacked import UnackedMap, UnknownTag
-from leveret.broker import publish_props
-from leveret.broker.permissions import WRITE, Access
+from leveret.broker.permissions import Access
 from leveret.confirms.tracker import ConfirmTracker
 from leveret.model.errors import (
     CHANNEL_ERROR,
-    FRAME_ERROR,
-    INTERNAL_ERROR,
-    NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     SYNTAX_ERROR,
     ChannelError,
     ConnectionError_,
 )
-from leveret.model.message import Message, parse_expiration
+from leveret.model.message import Message
 from leveret.model.stats import MessageStats
-from leveret.queues.entry import PublishResult
 
 if TYPE_CHECKING:
     from leveret.amqp.connection import Connection
     from leveret.broker.vhost import VirtualHost
     from leveret.queues.consumer import Consumer
     from leveret.queues.queue import Queue, QueueEntry
-
-log = logging.getLogger(__name__)
 
 _PUBLISH = fastpath.BASIC_PUBLISH
 # Deliveries one connection encodes per loop turn before the rest wait for the next turn
@@ -75,33 +65,14 @@ DELIVERY_BATCH_BYTES = 1 << 20
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK
 _REJECT = fastpath.BASIC_REJECT
-_ACCEPTED = PublishResult.ACCEPTED
-_HELD = PublishResult.HELD
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
 
 
-class _HeldReply:
-    """A reply waiting for its commit, in the channel's output queue."""
+class Channel(Publisher):
+    """One open channel: frames in, deliveries out, their acknowledgements."""
 
-    __slots__ = ("failure", "frame", "ready")
-
-    def __init__(self, frame: bytes, failure: ChannelError) -> None:
-        self.frame = frame
-        self.ready = False
-        self.failure = failure  # how the channel closes if the commit fails
-
-
-def decoded_properties(message: Message) -> Any:
-    """The message's properties, decoded on first use: malformed ones are 501 FRAME_ERROR."""
-    try:
-        return message.properties
-    except ValueError as exc:
-        raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}", (60, 40)) from exc
-
-
-class Channel:
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
@@ -129,7 +100,7 @@ class Channel:
         self.tx_durable: bool | None = None  # during tx.commit: did it write to the store?
         self.last_queue_name: str | None = None
         # Output queued behind replies that wait for a commit (None: nothing waits).
-        self._held: list[bytes | _HeldReply] | None = None
+        self._held: list[bytes | HeldReply] | None = None
 
     def __repr__(self) -> str:
         return f"<Channel {self.number} of {self.connection}>"
@@ -151,7 +122,10 @@ class Channel:
             content.start((exchange, routing_key, mandatory))
             return
         if index == _ACK:
-            tag, multiple = self._decode(fastpath.decode_ack, payload, index)
+            try:
+                tag, multiple = fastpath.decode_ack(payload)
+            except ValueError as exc:
+                raise ConnectionError_(SYNTAX_ERROR, str(exc), (60, 80)) from exc
             self.ack(tag, multiple)
             return
         if index == _NACK:
@@ -195,155 +169,6 @@ class Channel:
         if done is not None:
             self._complete(*done)
 
-    def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
-        exchange, routing_key, mandatory = publish
-        access = self.access
-        if exchange not in access.writable:  # one set lookup once allowed (permissions.py)
-            self._check_publish(access, exchange)
-        if access.topics is not None:
-            self._check_topic(access, exchange, routing_key)
-        # Set only at a message boundary: an alarm may stop reading here, never mid-message.
-        self.connection.has_published = True
-        message = Message(exchange, routing_key, props, body)
-        if message.has_user_id:
-            self._check_user_id(message)
-        if message.has_expiration:
-            self._check_expiration(message)
-        extra: tuple[str, ...] = ()
-        if publish_props.needs_work(message.raw_properties):  # CC/BCC, direct reply-to
-            message, extra = publish_props.prepare(
-                message, lambda: self.vhost.reply_to.reply_name(self))
-        if self.tx is not None:
-            self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
-            self.tx.append((self.publish, (message, mandatory, extra)))
-        else:
-            self.publish(message, mandatory, extra)
-
-    def _check_publish(self, access: Access, exchange: str) -> None:
-        try:
-            access.check_publish(exchange)
-        except ChannelError as exc:
-            exc.method = (60, 40)
-            raise
-
-    def _check_topic(self, access: Access, exchange: str, routing_key: str) -> None:
-        ex = self.vhost.exchanges.get(exchange)
-        if ex is not None and ex.type == "topic":
-            try:
-                access.check_topic(WRITE, exchange, routing_key)
-            except ChannelError as exc:
-                exc.method = (60, 40)
-                raise
-
-    def _check_expiration(self, message: Message) -> None:
-        """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
-        expiration = decoded_properties(message).expiration
-        error = parse_expiration(expiration or "")
-        if isinstance(error, str):
-            raise ChannelError(PRECONDITION_FAILED,
-                               f"invalid expiration '{expiration}': {error}", (60, 40))
-
-    def _check_user_id(self, message: Message) -> None:
-        """Validated user-id: a set ``user_id`` must name the authenticated user.
-
-        As RabbitMQ (rabbit_channel ``check_user_id_header``), users tagged
-        ``impersonator`` are exempt.
-        """
-        user_id = decoded_properties(message).user_id
-        user = self.connection.user
-        if user_id is not None and user_id != user:
-            record = self.connection.broker.users.get(user or "")
-            if record is not None and "impersonator" in record.tags:
-                return
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"user_id property set to '{user_id}' but authenticated user was '{user}'",
-                (60, 40),
-            )
-
-    # -- publish --------------------------------------------------------------
-
-    def vhost_exchange(self, name: str) -> Any:
-        exchange = self.vhost.exchanges.get(name)
-        if exchange is None:
-            raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.vhost.name}'",
-                               (60, 40))
-        return exchange
-
-    def publish(self, message: Message, mandatory: bool,
-                extra_routing_keys: tuple[str, ...] = ()) -> None:
-        """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
-        try:
-            queues = self.vhost.route(message, extra_routing_keys)
-        except ValueError as exc:  # properties are decoded lazily, here
-            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
-                                   (60, 40)) from exc
-        except ChannelError as exc:
-            exc.method = (60, 40)
-            raise
-        name = message.exchange
-        stats = self.stats
-        stats.publish += 1
-        confirms = self.confirms
-        if not queues:
-            if mandatory:
-                stats.return_unroutable += 1
-                self._write(
-                    fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
-                )
-                self._writelines(
-                    fastpath.encode_content(self.number, message.raw_properties, message.body,
-                                            self.connection.frame_max)
-                )
-            else:
-                stats.drop_unroutable += 1
-            if confirms is not None:
-                confirms.publish()
-                self.connection.want_flush(self)
-            return
-        held = refused = False
-        for queue in queues:
-            result = queue.publish(message)
-            if result is not _ACCEPTED:
-                if result is _HELD:
-                    held = True
-                else:  # reject-publish overflow (queues/limits.py)
-                    refused = True
-            if queue.behind():
-                self.connection.flow_wait(queue)
-        if self.tx_durable is not None and held:
-            self.tx_durable = True
-        if confirms is not None:
-            # A persistent message in a durable queue is confirmed after its commit.
-            log = self.vhost.log
-            if refused:  # one refusing queue is enough for a nack, as in RabbitMQ
-                confirms.settle(confirms.publish(hold=True), False)
-                self.connection.want_flush(self)
-            elif held and log.deferred:
-                log.hold(self, confirms.publish(hold=True))
-            else:
-                confirms.publish()
-                self.connection.want_flush(self)
-
-    def confirm_settled(self, seq: int, ok: bool) -> None:
-        """The store committed (or failed to commit) held message ``seq``."""
-        if self.confirms is not None and not self.closing:
-            self.confirms.settle(seq, ok)
-            self.connection.want_flush(self)
-
-    def flush_confirms(self) -> None:
-        confirms = self.confirms
-        if confirms is None or self.closing or self._held is not None:
-            return  # behind a held reply: flushed when it goes out
-        write = self.connection.write
-        confirmed = confirms.confirmed
-        for tag, multiple, ok in confirms.drain():
-            if ok:
-                write(fastpath.encode_ack(self.number, tag, multiple))
-            else:
-                write(fastpath.encode_nack(self.number, tag, multiple, False))
-        self.stats.confirm += confirms.confirmed - confirmed
-
     # -- deliveries -------------------------------------------------------------
 
     def has_room(self) -> bool:
@@ -375,6 +200,8 @@ class Channel:
         else:
             self._held.append(frame)
         stats = self.stats
+        if self.vhost.tracer is not None:
+            self._trace_delivery(consumer.queue, entry, consumer.tag, consumer.no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         entry.delivery_count += 1
@@ -385,6 +212,7 @@ class Channel:
         stats.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
+        entry.delivered_at = conn.clock()  # shown by the console's unacked peek
         consumer.unacked += 1
         self._global_unacked += 1
         self._unacked.add(tag, (entry, consumer.queue, consumer))
@@ -408,6 +236,8 @@ class Channel:
         self._writelines(fastpath.encode_content(self.number, message.raw_properties,
                                                  message.body, conn.frame_max))
         stats = self.stats
+        if self.vhost.tracer is not None:
+            self._trace_delivery(queue, entry, "", no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         if no_ack:
@@ -420,7 +250,32 @@ class Channel:
             return
         if entry.stored:
             queue.note_delivered(entry)
+        entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
+
+    def _trace_delivery(self, queue: Queue, entry: QueueEntry, consumer_tag: str,
+                        no_ack: bool) -> None:
+        tracer = self.vhost.tracer
+        assert tracer is not None
+        tracer.queue_event("deliver", queue.name, entry.message, consumer_tag=consumer_tag,
+                           redelivered=entry.delivery_count > 0, channel=self.number,
+                           user=self.connection.user or "", ack_required=not no_ack)
+        if no_ack:
+            tracer.queue_event("ack", queue.name, entry.message, channel=self.number, auto=True)
+
+    def _trace_settled(self, event: str, taken: list[Delivery], **details: Any) -> None:
+        tracer = self.vhost.tracer
+        assert tracer is not None
+        for entry, queue, consumer in taken:
+            tracer.queue_event(event, queue.name, entry.message, channel=self.number,
+                               consumer_tag=consumer.tag if consumer is not None else "",
+                               **details)
+
+    def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
+        """This channel's unacked deliveries from ``queue``, oldest first, with the consumer
+        tag ("" for basic.get): the console's unacked peek (changes nothing)."""
+        return [(entry, consumer.tag if consumer is not None else "")
+                for entry, q, consumer in self._unacked.values() if q is queue]
 
     # -- acknowledgements --------------------------------------------------------
 
@@ -446,6 +301,8 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple, _ACK)
         self.stats.ack += len(taken)
+        if self.vhost.tracer is not None:
+            self._trace_settled("ack", taken)
         # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in taken:
             if consumer is not None:
@@ -464,7 +321,10 @@ class Channel:
 
     def reject_now(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         touched = set()
-        for entry, queue, consumer in self._take(tag, multiple, index):
+        taken = self._take(tag, multiple, index)
+        if self.vhost.tracer is not None:
+            self._trace_settled("nack" if index == _NACK else "reject", taken, requeue=requeue)
+        for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
@@ -524,77 +384,6 @@ class Channel:
             self.vhost.delete_queue(queue)
 
     # -- lifecycle ----------------------------------------------------------------
-
-    def send_method(self, method: Method) -> None:
-        self._write(encode_method(self.number, method))
-
-    def _write(self, frame: bytes) -> None:
-        if self._held is None:
-            self.connection.write(frame)
-        else:
-            self._held.append(frame)
-
-    def _writelines(self, frames: list[bytes]) -> None:
-        if self._held is None:
-            self.connection.writelines(frames)
-        else:
-            self._held.extend(frames)
-
-    def send_durable(self, method: Method, durable: bool, request: tuple[int, int]) -> None:
-        """Send ``method`` (the reply to ``request``) once everything recorded so far is
-        committed, if it concerns a durable object and anything is still uncommitted.
-
-        If the commit fails the reply is not sent: the channel closes with 541
-        INTERNAL_ERROR, as for a failed ``tx.commit``.
-        """
-        log = self.vhost.log
-        if not (durable and log.deferred and log.busy):
-            self.send_method(method)
-            return
-        name = method.name.lower()
-        reply = _HeldReply(encode_method(self.number, method), ChannelError(
-            INTERNAL_ERROR, f"{name.removesuffix('ok').rstrip('-_')} failed: the message store "
-            "could not write", request))
-        if self._held is None:
-            self._held = []
-        self._held.append(reply)
-        log.after_commit(lambda ok: self._committed(reply, ok))
-
-    def _committed(self, reply: _HeldReply, ok: bool) -> None:
-        held = self._held
-        if held is None or self.connection.closing:  # nothing goes out any more
-            self._held = None
-            return
-        failure = None
-        if ok:
-            reply.ready = True
-        else:
-            del held[held.index(reply):]  # the reply and what followed it
-            failure = None if self.closing else reply.failure
-        out: list[bytes] = []
-        for item in held:
-            if isinstance(item, _HeldReply):
-                if not item.ready:
-                    break  # replies are committed in order: the rest waits for a later batch
-                out.append(item.frame)
-            else:
-                out.append(item)
-        del held[:len(out)]
-        if out:
-            self.connection.writelines(out)
-        if held:
-            return
-        self._held = None
-        if failure is not None:
-            self.connection.close_channel(self, failure)
-        elif not self.closing:
-            if self.confirms is not None:
-                self.connection.want_flush(self)
-            self._resume_consumers()
-
-    def drop_output(self) -> None:
-        """The connection is closing or gone: held replies will never be sent."""
-        self._held = None
 
     def release(self) -> None:
         """The channel is gone (closed or its connection dropped): requeue and cancel."""

@@ -27,12 +27,15 @@ import logging
 import struct
 import time
 from collections.abc import Callable
+from inspect import GEN_SUSPENDED, getgeneratorstate
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
 from leveret.amqp import handshake
 from leveret.amqp.channel import Channel
+from leveret.amqp.closing import Closing
 from leveret.amqp.codec import (
     class_and_method,
     class_of,
@@ -45,7 +48,6 @@ from leveret.amqp.frames import (
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
-    HEARTBEAT_FRAME,
     FrameBuffer,
     erlang_binary,
 )
@@ -53,24 +55,19 @@ from leveret.amqp.handshake import (
     CLOSED,
     CLOSING,
     HEADER,
-    OPEN,
     RUNNING,
-    START,
     STATE_NAMES,
-    TUNE,
 )
+from leveret.amqp.publishing import Publisher
 from leveret.model.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
-    CONNECTION_FORCED,
     INTERNAL_ERROR,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
-    AMQPError,
     ChannelError,
     ConnectionError_,
-    ReplyCode,
 )
 
 if TYPE_CHECKING:
@@ -83,18 +80,6 @@ log = logging.getLogger(__name__)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
-# Once we have sent connection.close, how long the peer has to answer close-ok before the
-# adapter drops the socket; meanwhile its stream is read only to find close-ok and the rest
-# is discarded unbuffered (FrameBuffer.feed_closing). As RabbitMQ's rabbit_reader: 30 s
-# (?CLOSING_TIMEOUT) or the heartbeat if shorter; measured on 3.10: 30.0 s with heartbeat
-# 0 and 60, with the client still sending (RabbitMQ read and discarded 10 MB meanwhile).
-CLOSING_TIMEOUT = 30.0
-# After a framing error (the stream cannot be parsed any more) or an error before the
-# connection is open, the socket is dropped after this instead; after a framing error it is
-# not read at all meanwhile. RabbitMQ's ?SILENT_CLOSE_DELAY: measured on 3.10, 3.0 s after a
-# bad frame end marker (heartbeat 0 or 60) and after a refused tune-ok.
-SILENT_CLOSE_DELAY = 3.0
-
 # channel.open-ok with an empty (deprecated) channel-id, byte for byte what RabbitMQ sends;
 # pamqp insists on "0" there, and aio-pika's robust channels behave differently with it.
 _CHANNEL_OPEN_OK = struct.Struct(">BHIHHIB")
@@ -106,6 +91,8 @@ _CHANNEL_FLOW = commands.Channel.Flow.index
 _CHANNEL_FLOW_OK = commands.Channel.FlowOk.index
 _CONNECTION_CLOSE = commands.Connection.Close.index
 _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
+# Method indexes of classes above channel (20): basic, queue, exchange, tx, confirm...
+_CHANNEL_HANDLES = 21 << 16
 
 
 # Frames handled per ``receive_data`` call. A client that sends a burst (thousands of acks,
@@ -114,7 +101,9 @@ _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
 FRAMES_PER_TURN = 1000
 
 
-class Connection:
+class Connection(Closing):
+    """One client connection: handshake, channels, output; how it ends is ``closing.py``."""
+
     def __init__(
         self,
         broker: Broker,
@@ -137,7 +126,7 @@ class Connection:
         self._header = bytearray()
         self.channels: dict[int, Channel] = {}
         self._closing_channels: set[int] = set()
-        self._flush_channels: set[Channel] = set()
+        self._flush_channels: set[Publisher] = set()
         self.exclusive_queues: list[Any] = []
         self.vhost: VirtualHost | None = None
         self.user: str | None = None
@@ -213,7 +202,7 @@ class Connection:
                     channel._resume_consumers()
         return out
 
-    def want_flush(self, channel: Channel) -> None:
+    def want_flush(self, channel: Publisher) -> None:
         """A channel has confirms to send at the end of this batch."""
         if not self._flush_channels and not self.out:
             self.on_output()
@@ -275,21 +264,17 @@ class Connection:
                 self._header = bytearray()
                 handshake.send_start(self)
             self.input_pending = False
-            budget = FRAMES_PER_TURN
             frames = self._frames
-            for ftype, channel, payload in (frames.feed(data) if self.state != CLOSING
-                                            else frames.feed_closing(data)):
-                if self.state == CLOSED:
-                    self.input_pending = False
-                    return
-                budget -= 1
-                if not budget:
-                    self.input_pending = True  # after this frame: the rest next turn
+            feed = frames.feed(data) if self.state != CLOSING else frames.feed_closing(data)
+            # At most FRAMES_PER_TURN frames; islice keeps the count out of the loop below.
+            for ftype, channel, payload in islice(feed, FRAMES_PER_TURN):
                 # Per frame, so the frames after an error in the same chunk still reach
                 # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
                 try:
                     if ftype == FRAME_METHOD:
                         self._on_method(channel, payload)
+                        if self.state == CLOSED:  # only a method closes: read no further
+                            return
                     elif ftype == FRAME_HEARTBEAT:
                         if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
                             raise ConnectionError_(
@@ -298,8 +283,10 @@ class Connection:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
                     self._fail(exc)
-                if not budget:
-                    break
+                    if self.state == CLOSED:
+                        return
+            # Stopped by the budget, not by the end of the data: the rest next turn.
+            self.input_pending = getgeneratorstate(feed) == GEN_SUSPENDED
         except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             self._fail(exc)
             self._stop_reading()
@@ -322,12 +309,13 @@ class Connection:
         self.want_close = True
 
     def _on_content(self, ftype: int, number: int, payload: bytes) -> None:
-        if self.state == CLOSING or number in self._closing_channels:
-            return
-        if self.state != RUNNING:
-            raise ConnectionError_(UNEXPECTED_FRAME, "content frame before the connection is open")
-        channel = self.channels.get(number)
+        channel = self.channels.get(number)  # only while RUNNING, as in _on_method
         if channel is None:
+            if self.state == CLOSING or number in self._closing_channels:
+                return
+            if self.state != RUNNING:
+                raise ConnectionError_(UNEXPECTED_FRAME,
+                                       "content frame before the connection is open")
             raise ConnectionError_(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}")
         try:
             if ftype == FRAME_HEADER:
@@ -339,6 +327,15 @@ class Connection:
 
     def _on_method(self, number: int, payload: bytes) -> None:
         index = method_index(payload)
+        channel = self.channels.get(number)
+        if channel is not None and index >= _CHANNEL_HANDLES:
+            # The hot path. Channels exist only while RUNNING (every way out of it empties
+            # ``channels``), and a closing channel's number is no longer in it.
+            try:
+                channel.handle_method(payload, index)
+            except ChannelError as exc:
+                self._close_channel(channel, exc)
+            return
         state = self.state
         if state == CLOSING:
             if number == 0 and index in (_CONNECTION_CLOSE_OK, _CONNECTION_CLOSE):
@@ -362,7 +359,6 @@ class Connection:
             elif index == _CHANNEL_CLOSE:
                 self.write(encode_method(number, commands.Channel.CloseOk()))
             return
-        channel = self.channels.get(number)
         if index == _CHANNEL_OPEN:
             if channel is not None:
                 raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
@@ -379,7 +375,7 @@ class Connection:
         if channel is None:
             raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'",
                                    class_and_method(index))
-        class_id = index >> 16  # inline: every publish passes here
+        class_id = index >> 16
         if class_id == 20:
             self._channel_method(channel, decode_method(payload, index), index)
             return
@@ -420,100 +416,3 @@ class Connection:
         channel.send_method(commands.Channel.Close(  # after any reply held for a commit
             reply_code=int(exc.code), reply_text=exc.reply_text[:255],
             class_id=class_id, method_id=method_id))
-
-    # -- connection class: amqp/handshake.py ------------------------------------
-
-    # -- errors and closing ------------------------------------------------------
-
-    def _fail(self, exc: AMQPError) -> None:
-        """Hard error: send connection.close and wait for close-ok."""
-        if self.state in (CLOSING, CLOSED):
-            return
-        text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
-        log.warning("connection %s: closing with %s", self.name, text)
-        class_id, method_id = exc.method
-        if self.state == HEADER:
-            self._closed()
-            return
-        self.write(encode_method(0, commands.Connection.Close(
-            reply_code=int(exc.code), reply_text=text,
-            class_id=class_id, method_id=method_id)))
-        self._release_all()
-        if self.state == RUNNING:
-            grace = min(self.heartbeat, CLOSING_TIMEOUT) if self.heartbeat else CLOSING_TIMEOUT
-        else:
-            grace = SILENT_CLOSE_DELAY
-        self.close_deadline = self.clock() + grace
-        self.state = CLOSING
-
-    def _stop_reading(self) -> None:
-        """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
-        if self.state == CLOSING:
-            self.reading = False
-            self.close_deadline = min(self.close_deadline, self.clock() + SILENT_CLOSE_DELAY)
-
-    def close(self, code: int = CONNECTION_FORCED,
-              text: str = "broker forced connection closure with reason 'shutdown'") -> None:
-        """Broker-initiated close (shutdown, management UI)."""
-        if self.state in (RUNNING, OPEN, TUNE, START):
-            self._fail(ConnectionError_(ReplyCode(code), text))
-        elif self.state != CLOSED:
-            self._closed()
-
-    def _closed(self) -> None:
-        self._release_all()
-        self.state = CLOSED
-        self.want_close = True
-
-    def _release_all(self) -> None:
-        if not self._released:
-            self._released = True
-            self.broker.churn.connection_closed += 1
-        for queue in self.flow_queues:
-            queue.flow_waiters.discard(self)
-        self.flow_queues.clear()
-        channels = list(self.channels.values())
-        self.channels.clear()
-        # Nothing more goes out: a channel's requeued messages must not be handed to a
-        # consumer on one of our channels not yet released (a deliver after close).
-        self.writable = False
-        for channel in channels:
-            channel.release()
-            channel.drop_output()
-        queues, self.exclusive_queues = self.exclusive_queues, []
-        for queue in queues:
-            if self.vhost is not None:
-                self.vhost.delete_queue(queue)
-        self.broker.connections.discard(self)
-
-    def connection_lost(self) -> None:
-        """The transport is gone: release everything (requeue unacked, drop exclusive queues)."""
-        if self.state != CLOSED:
-            log.info("connection %s lost", self.name)
-        self._release_all()
-        self.state = CLOSED
-
-    # -- heartbeats ---------------------------------------------------------------
-
-    def heartbeat_tick(self) -> bool:
-        """Called by the adapter every ``heartbeat / 2`` s; False once the peer is dead.
-
-        We send a heartbeat when we have been silent for an interval, and give
-        up on a peer silent for two intervals (RabbitMQ's rule).
-        """
-        if not self.heartbeat or self.state == CLOSED:
-            return True
-        if self.blocked or self.flow_queues:  # we are not reading the socket: silence is ours
-            self.last_received = self.clock()
-        now = self.clock()
-        if now - self.last_received > 2 * self.heartbeat:
-            log.warning("connection %s: missed heartbeats from client, timeout: %ds",
-                        self.name, self.heartbeat)
-            self._release_all()
-            self.state = CLOSED
-            self.want_close = True
-            return False
-        if now - self.last_sent >= self.heartbeat / 2 and not self.out:
-            self.write(HEARTBEAT_FRAME)
-        return True
-

@@ -11,7 +11,7 @@ sliced out of one ``bytearray`` and the consumed prefix is dropped once per
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from leveret.model.errors import FRAME_ERROR, ConnectionError_
 
@@ -60,7 +60,7 @@ class FrameBuffer:
         del self._buf[:n]
         return data
 
-    def feed(self, data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    def feed(self, data: bytes) -> Generator[tuple[int, int, bytes], None, None]:
         """Add ``data``; yield every frame now complete, in order.
 
         Lazy on purpose: the caller handles each frame before the next one is
@@ -111,7 +111,7 @@ class FrameBuffer:
             if pos:
                 del buf[:pos]
 
-    def feed_closing(self, data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    def feed_closing(self, data: bytes) -> Generator[tuple[int, int, bytes], None, None]:
         """After we sent connection.close: yield only channel-0 method frames (close, close-ok).
 
         Every other frame is skipped as its bytes arrive, without being kept, so a

@@ -125,7 +125,7 @@ class Accounts:
             raise AccountError(f'User "{name}" already exists', EX_SOFTWARE)
         if not name:
             raise AccountError("User name cannot be empty")
-        user = User(name, tags=parse_tags(tags))
+        user = User(name, tags=_tags(tags))
         if password_hash is not None:
             user = User.from_record({"name": name, "password_hash": password_hash,
                                      "hashing_algorithm": hashing_algorithm, "tags": user.tags})
@@ -154,7 +154,7 @@ class Accounts:
 
     def set_user_tags(self, name: str, tags: Any) -> None:
         user = self.user(name)
-        user.tags = parse_tags(tags)
+        user.tags = _tags(tags)
         self._put_user(user)
 
     def set_user_limits(self, name: str, limits: Any) -> None:
@@ -190,9 +190,12 @@ class Accounts:
         """Idempotent, as rabbitmqctl add_vhost (metadata of an existing vhost is updated)."""
         if not name:
             raise AccountError("Virtual host name cannot be empty")
+        parsed = _tags(tags)  # checked before anything changes
+        if default_queue_type is not None and not isinstance(default_queue_type, str):
+            raise AccountError(f"default_queue_type must be a string, not {default_queue_type!r}")
         vhost = self.broker.vhosts.get(name) or self.broker.new_vhost(name)
         vhost.description = description
-        vhost.tags = parse_tags(tags)
+        vhost.tags = parsed
         vhost.default_queue_type = default_queue_type
         self._put_vhost(vhost)
         log.info("added vhost %r", name)
@@ -301,6 +304,13 @@ class Accounts:
         if record is not None and "max-channels" in record.limits:
             count = sum(len(c.channels) for c in self.broker.connections if c.user == user)
             limits_.check_user_channels(record.limits, count, record.name)
+
+
+def _tags(tags: Any) -> tuple[str, ...]:
+    try:
+        return parse_tags(tags)
+    except ValueError as exc:
+        raise AccountError(str(exc)) from None
 
 
 def vhost_record(vhost: VirtualHost) -> dict[str, Any]:

@@ -18,12 +18,13 @@ is the thin asyncio adapter and ``request`` the blocking client the CLI uses.
 
 Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
 definition, priority, apply_to), ``clear_policy`` (vhost, name),
-``list_policies`` (vhost), and the users / vhosts / permissions / limits
-commands of ``control_access.py``. A refusal may carry rabbitmqctl's exit
-code: ``{"ok": false, "error": "...", "exit_code": 67}``.
-``list_policies`` (vhost); and ``compact``: rewrite the message store without
-its free pages while the broker runs (between two group-commit batches; the
-file shrinks to the live data).
+``list_policies`` (vhost); the users / vhosts / permissions / limits
+commands of ``control_access.py``; the list_* / status / purge / delete /
+close / definitions commands of ``control_inventory.py``; and ``compact``:
+rewrite the message store without its free pages while the broker runs
+(between two group-commit batches; the file shrinks to the live data). A
+refusal may carry rabbitmqctl's exit code:
+``{"ok": false, "error": "...", "exit_code": 67}``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.broker import control_access
+from leveret.broker import control_access, control_inventory, definitions
 from leveret.broker.accounts import AccountError
 from leveret.persistence.store import StoreError
 from leveret.queues.policy import PolicyError, validate
@@ -50,14 +51,16 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "ctl.sock"
 SOCKET_MODE = 0o600
-# Longest request line accepted: policies are small; this stops a runaway client.
-MAX_LINE = 1 << 20
+# Longest request line accepted: a definitions import carries a whole file (a RabbitMQ
+# export with thousands of queues is a few MB); this still stops a runaway client.
+MAX_LINE = 64 << 20
 # sun_path is 108 bytes on Linux; longer paths are reached through /proc/self/fd.
 _SUN_PATH_MAX = 100
 
 
 # Commands that change durable state: answered after the commit that records it.
-CHANGES = frozenset({"set_policy", "clear_policy"})
+CHANGES = frozenset({"set_policy", "clear_policy", "purge_queue", "delete_queue",
+                     "import_definitions"})
 
 
 class ControlError(Exception):
@@ -82,6 +85,7 @@ class ControlHandler:
             "clear_policy": self.clear_policy,
             "list_policies": self.list_policies,
             **control_access.commands(broker.accounts),
+            **control_inventory.commands(broker),
         }
         self.changed = False  # a command in CHANGES succeeded: its reply waits for the commit
 
@@ -175,8 +179,7 @@ class ControlHandler:
 
     def list_policies(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = self._vhost(request)
-        return [{"vhost": p.vhost, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
-                 "definition": p.definition, "priority": p.priority}
+        return [definitions.policy_record(p)
                 for p in sorted(vhost.policies, key=lambda p: p.name)]
 
 

@@ -52,9 +52,12 @@ def check_password(password: str, password_hash: str, algorithm: str = SHA256) -
 
 
 def parse_tags(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """Tags as rabbitmqctl and definitions give them: a list, or "a,b" / "a b"."""
+    """Tags as rabbitmqctl and definitions give them: a list, or "a,b" / "a b".
+    Anything else (a number, a list holding objects) is a ValueError."""
     if isinstance(text, str):
         text = text.replace(",", " ").split()
+    if not isinstance(text, (list, tuple)) or not all(isinstance(t, str) for t in text):
+        raise ValueError(f"tags must be a string or a list of strings, not {text!r}")
     return tuple(dict.fromkeys(t.strip() for t in text if t.strip()))
 
 

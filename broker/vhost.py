@@ -37,6 +37,7 @@ from leveret.queues import queue_types
 from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues.queue import Queue
+from leveret.queues.tracing import Tracer
 from leveret.queues.ttl import Timekeeping
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class VirtualHost:
         self.default_queue_type: str | None = None
         self.limits: dict[str, int] = {}  # max-connections, max-queues (broker/limits.py)
         self.reply_to = ReplyTo()  # direct reply-to consumers
+        self.tracer: Tracer | None = None  # set while traced (queues/tracing.py)
         # Counters: what closed channels left behind, and queue churn (model/stats.py).
         self.closed_channel_stats = MessageStats()
         self.churn = Churn()

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from leveret.labs import LABS, find
+from leveret.labs import LABS, brokers, find
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     # pika logs every dropped connection; in a lab that drops them on purpose it is noise.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix=f"leveret-lab-{lab.name}-") as tmp:
-        broker = (harness.RemoteBroker(args.url) if args.url
-                  else harness.OwnBroker(Path(tmp) / "data"))
+        broker = (brokers.RemoteBroker(args.url) if args.url
+                  else brokers.OwnBroker(Path(tmp) / "data"))
         out = harness.Run(lab.name, broker, args.fast, stdout)
         out.say(f"lab {lab.name}: {lab.summary}")
         out.say(f"lesson:  {HERE / lab.name / 'lesson.md'}")
@@ -73,12 +73,12 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         out.say(f"broker:  {broker.describe()}")
         out.say("\ntimeline")
         try:
-            if isinstance(broker, harness.OwnBroker):
+            if isinstance(broker, brokers.OwnBroker):
                 broker.start()
                 out.event("start", f"broker pid {broker.pid} listening on 127.0.0.1:"
                           f"{broker.port}")
             module.run(out)
-        except harness.LabFailed as exc:
+        except brokers.LabFailed as exc:
             out.check(False, f"the lab could not go on: {exc}")
         finally:
             broker.stop()

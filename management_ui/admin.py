@@ -12,11 +12,14 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.broker import definitions
 from leveret.broker.accounts import AccountError
 from leveret.management_ui import views
 from leveret.management_ui.listing import respond_list
 from leveret.management_ui.read import BY_NAME, vhost_of, vhosts_in_scope
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
+from leveret.management_ui.sampler import VHOST_RATE_FIELDS, vhost_key
+from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 # -- vhosts, policies --------------------------------------------------------------------------
 
@@ -30,18 +33,22 @@ def vhost_json(vhost: Any, state: Any) -> dict[str, Any]:
             recv += conn.recv_oct
             send += conn.send_oct
     description, tags = vhost.description, list(vhost.tags)
-    return {
+    names = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
+    rates = state.sampler.object_rates(vhost_key(vhost.name), len(names))
+    out: dict[str, Any] = {
         "name": vhost.name, "description": description, "tags": tags,
         "default_queue_type": vhost.default_queue_type or "undefined",
         "metadata": {"description": description, "tags": tags}, "tracing": False,
         "cluster_state": {state.node: "running"},
-        "messages": ready + unacked, "messages_details": {"rate": 0.0},
-        "messages_ready": ready, "messages_ready_details": {"rate": 0.0},
-        "messages_unacknowledged": unacked, "messages_unacknowledged_details": {"rate": 0.0},
-        "recv_oct": recv, "recv_oct_details": {"rate": 0.0},
-        "send_oct": send, "send_oct_details": {"rate": 0.0},
-        "message_stats": views.with_rates(broker.message_stats(vhost.name).as_dict()),
+        **views.with_rates({"messages": ready + unacked, "messages_ready": ready,
+                            "messages_unacknowledged": unacked, "recv_oct": recv,
+                            "send_oct": send}, rates[:len(VHOST_RATE_FIELDS)],
+                           VHOST_RATE_FIELDS),
     }
+    out["message_stats"] = views.with_rates(broker.message_stats(vhost.name).as_dict(),
+                                            rates[len(VHOST_RATE_FIELDS):],
+                                            MESSAGE_STATS_FIELDS)
+    return out
 
 
 async def vhosts(req: Request) -> web.Response:
@@ -54,10 +61,7 @@ async def vhost(req: Request) -> web.Response:
     return json_response(vhost_json(vhost_of(req, req.params["name"]), req.state))
 
 
-def policy_json(policy: Any) -> dict[str, Any]:
-    return {"vhost": policy.vhost, "name": policy.name, "pattern": policy.pattern,
-            "apply-to": policy.apply_to, "definition": policy.definition,
-            "priority": policy.priority}
+policy_json = definitions.policy_record
 
 
 async def policies(req: Request) -> web.Response:
@@ -96,25 +100,16 @@ async def user(req: Request) -> web.Response:
     return json_response(user_json(_user(req)))
 
 
-def permission_json(p: Any) -> dict[str, Any]:
-    return {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write,
-            "read": p.read}
-
-
-def topic_permission_json(t: Any) -> dict[str, Any]:
-    return {"user": t.user, "vhost": t.vhost, "exchange": t.exchange, "write": t.write,
-            "read": t.read}
+permission_json = definitions.permission_record
+topic_permission_json = definitions.topic_permission_record
 
 
 def all_permissions(state: Any) -> list[dict[str, Any]]:
-    control = state.broker.accounts.control
-    return sorted((permission_json(p) for u in sorted(state.broker.accounts.users)
-                   for p in control.of_user(u)), key=lambda p: (p["vhost"], p["user"]))
+    return definitions.all_permissions(state.broker)
 
 
 def all_topic_permissions(state: Any) -> list[dict[str, Any]]:
-    return sorted((topic_permission_json(t) for t in state.broker.accounts.control.topics_of()),
-                  key=lambda t: (t["vhost"], t["user"], t["exchange"]))
+    return definitions.all_topic_permissions(state.broker)
 
 
 async def permissions(req: Request) -> web.Response:

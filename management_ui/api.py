@@ -12,7 +12,16 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management_ui import admin, definitions, health, read, write
+from leveret.management_ui import (
+    admin,
+    definitions,
+    health,
+    messages,
+    openapi_schemas,
+    read,
+    traces,
+    write,
+)
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
 from leveret.management_ui.console import Console
 from leveret.management_ui.router import Router, error_response, json_response, make_handler
@@ -54,6 +63,15 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "queues/{vhost}/{name}/bindings", read.queue_bindings, M),
     ("DELETE", "queues/{vhost}/{name}/contents", write.purge_queue, M),
     ("POST", "queues/{vhost}/{name}/get", write.get, M),
+    ("POST", "queues/{vhost}/{name}/peek", messages.peek, M),
+    ("POST", "queues/{vhost}/{name}/search", messages.search, M),
+    ("POST", "queues/{vhost}/{name}/redrive", messages.redrive, M),
+    ("POST", "queues/{vhost}/{name}/move", messages.move, M),
+    ("DELETE", "queues/{vhost}/{name}/messages", messages.delete_messages, M),
+    ("PUT", "traces/{vhost}", traces.put_trace, MON),
+    ("DELETE", "traces/{vhost}", traces.delete_trace, MON),
+    ("GET", "traces/{vhost}", traces.get_trace, MON),
+    ("GET", "traces/{vhost}/stream", traces.stream_trace, MON),
     ("GET", "bindings", read.bindings, M),
     ("GET", "bindings/{vhost}", read.bindings, M),
     ("GET", B, read.bindings_list_between, M),
@@ -113,19 +131,9 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
 ]
 
 
-RESPONSES = {
-    "GET": {"200": {"description": "OK"}},
-    "PUT": {"201": {"description": "Created"}, "204": {"description": "Updated"}},
-    "POST": {"200": {"description": "OK"}, "201": {"description": "Created"},
-             "204": {"description": "Done"}},
-    "DELETE": {"204": {"description": "Deleted"}},
-}
-ERRORS = {"400": {"description": "bad_request"}, "401": {"description": "not_authorized"},
-          "404": {"description": "Object Not Found"}}
-
-
 def openapi_document() -> dict[str, Any]:
-    """An OpenAPI 3 description of ROUTES: paths, methods, parameters, tags needed."""
+    """An OpenAPI 3 description of ROUTES: paths, methods, parameters, tags needed, and
+    the request and response schemas of ``openapi_schemas.py``."""
     paths: dict[str, Any] = {}
     for method, pattern, handler, need in ROUTES:
         params = [seg[1:-1] for seg in pattern.split("/") if seg.startswith("{")]
@@ -134,8 +142,13 @@ def openapi_document() -> dict[str, Any]:
             "summary": doc, "operationId": f"{method.lower()}_{pattern}",
             "parameters": [{"name": p, "in": "path", "required": True,
                             "schema": {"type": "string"}} for p in params],
-            "responses": {**RESPONSES[method], **ERRORS},
+            "responses": {**openapi_schemas.success_responses(method, pattern),
+                          **openapi_schemas.error_responses()},
         }
+        body = openapi_schemas.REQUEST_BODIES.get((method, pattern))
+        if body is not None:
+            op["requestBody"] = {"required": False,
+                                 "content": openapi_schemas.json_content(body)}
         if need is not None:
             op["security"] = [{"basic": []}]
             op["x-rabbitmq-tag"] = need
@@ -143,7 +156,8 @@ def openapi_document() -> dict[str, Any]:
     return {"openapi": "3.0.3",
             "info": {"title": "Leveret management API (RabbitMQ 3.10 compatible)",
                      "version": "1"},
-            "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}},
+            "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+                           "schemas": openapi_schemas.SCHEMAS},
             "paths": paths}
 
 
@@ -158,7 +172,8 @@ ROUTES.append(("GET", "openapi.json", openapi, None))
 def build_app(state: Any) -> web.Application:
     # A definitions file can be large; RabbitMQ's default body limit is 20 MB.
     app = web.Application(client_max_size=32 * 1024 * 1024)
-    app.router.add_route("*", "/api/{tail:.*}", make_handler(Router(ROUTES), state))
+    # [\s\S]: a percent-encoded newline in a name must reach the router too (".*" stops).
+    app.router.add_route("*", "/api/{tail:[\\s\\S]*}", make_handler(Router(ROUTES), state))
 
     console = Console()
 
@@ -170,5 +185,5 @@ def build_app(state: Any) -> web.Application:
                 return found
         return error_response(404, "Object Not Found", "Not Found")
 
-    app.router.add_route("*", "/{tail:.*}", root)
+    app.router.add_route("*", "/{tail:[\\s\\S]*}", root)
     return app

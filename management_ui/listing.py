@@ -17,17 +17,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leveret.broker.inventory import truthy
 from leveret.management_ui.router import ApiError, bad_request
 
 MAX_PAGE_SIZE = 500  # RabbitMQ's limit
 DEFAULT_PAGE_SIZE = 100
-
-
-def truthy(value: Any) -> bool:
-    """Lenient booleans: rabbitmqadmin sends "true"/"false" strings."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return bool(value)
 
 
 def get_path(item: dict[str, Any], path: str) -> Any:

@@ -12,6 +12,12 @@ is the number of messages *confirmed* (Leveret does not count publishes per
 channel mode; the two differ only by messages in flight), and the message
 size histogram (``rabbitmq_message_size_bytes``, dashboard HEAD) is not
 served: it needs work per published message. Erlang VM families are skipped.
+
+Leveret-only series (``write_leveret``) keep the ``leveret_`` prefix: the
+group commit's batch sizes and write+fsync times as histograms (observed
+once per batch, ``persistence/commit_stats.py``), the store's file and free
+bytes, and ready messages paged out to the store. The detailed families are
+in ``prometheus_detailed.py``, the routes in ``metrics_app.py``.
 """
 
 from __future__ import annotations
@@ -23,10 +29,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from aiohttp import web
-
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.management_ui import views
+from leveret.persistence.commit_stats import Histogram
 
 LEVERET = "leveret_"  # Leveret-only series keep their own prefix
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -49,7 +54,7 @@ class Writer:
 
     def family(self, name: str, type_: str, help_: str,
                samples: Iterable[tuple[Labels, float]]) -> None:
-        full = name if name.startswith(LEVERET) else self.prefix + name
+        full = name if name.startswith((LEVERET, "rabbitmq_")) else self.prefix + name
         self.lines.append(f"# TYPE {full} {type_}\n# HELP {full} {help_}\n")
         for labels, value in samples:
             if labels:
@@ -60,6 +65,13 @@ class Writer:
 
     def one(self, name: str, type_: str, help_: str, value: float, labels: Labels = ()) -> None:
         self.family(name, type_, help_, [(labels, value)])
+
+    def histogram(self, name: str, help_: str, hist: Histogram) -> None:
+        """``name_bucket{le=...}``, ``name_sum``, ``name_count`` (``commit_stats.py``)."""
+        self.lines.append(f"# TYPE {name} histogram\n# HELP {name} {help_}\n")
+        for le, count in hist.cumulative():
+            self.lines.append(f'{name}_bucket{{le="{le}"}} {count}\n')
+        self.lines.append(f"{name}_sum {_number(hist.sum)}\n{name}_count {hist.count}\n")
 
     def text(self) -> str:
         return "".join(self.lines)
@@ -81,17 +93,23 @@ def _fds() -> tuple[int, int]:
     return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def write_node(w: Writer, state: Any) -> None:
-    """Build/identity info, object counts and churn, node resources, global counters."""
-    broker, config = state.broker, state.config
-    w.one("build_info", "untyped", "RabbitMQ & Erlang/OTP version info", 1, (
+def write_info(w: Writer, state: Any) -> None:
+    """``rabbitmq_build_info`` and ``rabbitmq_identity_info``, which dashboards join on."""
+    broker = state.broker
+    w.one("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info", 1, (
         ("rabbitmq_version", state.rabbitmq_version),
         ("prometheus_plugin_version", state.version),
         ("prometheus_client_version", state.version), ("erlang_version", "n/a"),
         ("product_name", state.product_name), ("product_version", state.version)))
-    w.one("identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
+    w.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
         ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster_name),
         ("rabbitmq_cluster_permanent_id", f"leveret-{broker.cluster_name}")))
+
+
+def write_node(w: Writer, state: Any) -> None:
+    """Build/identity info, object counts and churn, node resources, global counters."""
+    broker, config = state.broker, state.config
+    write_info(w, state)
     churn = broker.churn_totals()
     connections = list(broker.connections)
     channels = [ch for c in connections for ch in c.channels.values()]
@@ -190,9 +208,30 @@ def write_node(w: Writer, state: Any) -> None:
          CLASSIC),
     ):
         w.one(f"global_messages_{name}", "counter", help_, value, labels)
+    write_leveret(w, state, queues)
+
+
+def write_leveret(w: Writer, state: Any, queues: list[Any]) -> None:
+    """Leveret-only series: the group commit, the store, paging."""
+    log = state.broker.log
     w.one("leveret_store_backlogged", "gauge",
-          "1 while the store writer is behind and publishers are paused",
-          int(broker.log.backlogged))
+          "1 while the store writer is behind and publishers are paused", int(log.backlogged))
+    w.one("leveret_group_commits_total", "counter",
+          "Batches written and synced to the store", log.commits)
+    w.one("leveret_group_commit_failures_total", "counter",
+          "Batch writes that failed (their confirms became nacks)", log.failures)
+    w.histogram("leveret_group_commit_batch_operations",
+                "Store operations written by one group commit (one fsync)", log.batch_sizes)
+    w.histogram("leveret_group_commit_write_seconds",
+                "Time to write and fsync one group-commit batch", log.write_seconds)
+    space = state.broker.store.space()
+    w.one("leveret_store_file_bytes", "gauge", "Size of the message store's file(s)",
+          space.file_bytes)
+    w.one("leveret_store_free_bytes", "gauge",
+          "Free space inside the store's file(s), reused before it grows", space.free_bytes)
+    w.one("leveret_queue_messages_paged_out", "gauge",
+          "Ready messages held only in the store, not in memory (all queues)",
+          sum(q.paged_out for q in queues))
 
 
 QUEUE_FAMILIES = (
@@ -283,43 +322,3 @@ def write_connections_channels(w: Writer, state: Any) -> None:
          "message", lambda ch: ch.stats.get_empty, "counter"),
     ):
         w.family(name, type_, help_, [(labels, get(ch)) for labels, ch in ch_rows])
-
-
-def _text(w: Writer) -> web.Response:
-    return web.Response(body=w.text().encode(), headers={"Content-Type": CONTENT_TYPE})
-
-
-def build_app(state: Any) -> web.Application:
-    async def metrics(request: web.Request) -> web.Response:
-        w = Writer()
-        write_node(w, state)
-        write_queues_aggregated(w, state)
-        return _text(w)
-
-    async def per_object(request: web.Request) -> web.Response:
-        w = Writer()
-        write_node(w, state)
-        write_queues_per_object(w, state)
-        write_connections_channels(w, state)
-        return _text(w)
-
-    async def detailed(request: web.Request) -> web.Response:
-        families = set(request.query.getall("family", []))
-        vhosts = set(request.query.getall("vhost", [])) or None
-        w = Writer("rabbitmq_detailed_")
-        rows = [((("vhost", vh.name), ("queue", q.name)), _queue_values(q))
-                for vh in state.broker.vhosts.values()
-                if vhosts is None or vh.name in vhosts for q in vh.queues.values()]
-        if "queue_coarse_metrics" in families:
-            for i, (name, help_) in enumerate(QUEUE_FAMILIES[:3]):
-                w.family(name, "gauge", help_, [(labels, v[i]) for labels, v in rows])
-        if "queue_consumer_count" in families:
-            name, help_ = QUEUE_FAMILIES[3]
-            w.family(name, "gauge", help_, [(labels, v[3]) for labels, v in rows])
-        return _text(w)
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/metrics/per-object", per_object)
-    app.router.add_get("/metrics/detailed", detailed)
-    return app

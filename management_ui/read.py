@@ -3,15 +3,11 @@ bindings, vhosts, policies, whoami, extensions, auth (RabbitMQ's paths and field
 
 from __future__ import annotations
 
-import os
-import resource
-import shutil
-import time
 from typing import Any
 
 from aiohttp import web
 
-from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
+from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import views
 from leveret.management_ui.listing import respond_list, truthy
@@ -126,35 +122,18 @@ async def overview(req: Request) -> web.Response:
 
 
 def node_json(state: Any) -> dict[str, Any]:
-    broker, config = state.broker, state.config
-    try:
-        disk_free = shutil.disk_usage(config.data_dir).free
-    except OSError:
-        disk_free = 0
-    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    try:
-        fd_used = len(os.listdir("/proc/self/fd"))
-    except OSError:
-        fd_used = 0
-    return {
-        "name": state.node, "type": "disc", "running": True, "os_pid": str(os.getpid()),
-        "mem_used": resident_memory(), "mem_used_details": {"rate": 0.0},
-        "mem_limit": int(total_memory() * config.memory_high_watermark),
-        "mem_alarm": MEMORY in broker.alarms, "mem_calculation_strategy": "rss",
-        "disk_free": disk_free, "disk_free_details": {"rate": 0.0},
-        "disk_free_limit": config.disk_free_limit, "disk_free_alarm": DISK in broker.alarms,
-        "fd_used": fd_used, "fd_total": fd_total,
-        "sockets_used": len(broker.protocols), "sockets_total": fd_total,
-        "proc_used": 0, "proc_total": 0, "run_queue": 0,
-        "uptime": int((time.time() - broker.started_at) * 1000),
-        "processors": os.cpu_count() or 1, "rates_mode": "basic",
+    out = inventory.node_record(state.broker)
+    out["name"] = state.node
+    out.update({
+        "mem_used_details": {"rate": 0.0}, "disk_free_details": {"rate": 0.0},
+        "proc_used": 0, "proc_total": 0, "run_queue": 0, "rates_mode": "basic",
         "net_ticktime": 0, "exchange_types": exchange_types(),
         "auth_mechanisms": [{"name": m, "description": "", "enabled": True}
                             for m in ("PLAIN", "AMQPLAIN")],
         "partitions": [], "applications": [], "enabled_plugins": [], "cluster_links": [],
-        "db_dir": str(config.data_dir), "log_files": [], "config_files": [],
-        "contexts": [],
-    }
+        "log_files": [], "config_files": [], "contexts": [],
+    })
+    return out
 
 
 async def nodes(req: Request) -> web.Response:
@@ -182,20 +161,15 @@ async def auth_info(req: Request) -> web.Response:
 # -- connections, channels, consumers --------------------------------------------------------
 
 def _connections(req: Request) -> list[Any]:
-    conns = [c for c in req.state.broker.connections if c.vhost is not None]
-    if "vhost" in req.params:
-        vhost = vhost_of(req)
-        conns = [c for c in conns if c.vhost is vhost]
-    conns.sort(key=views.connection_name)
-    return conns
+    vhost = vhost_of(req) if "vhost" in req.params else None
+    return inventory.open_connections(req.state.broker, vhost)
 
 
 def find_connection(req: Request) -> Any:
-    name = req.params["name"]
-    for conn in req.state.broker.connections:
-        if views.connection_name(conn) == name:
-            return conn
-    raise not_found()
+    conn = inventory.find_connection(req.state.broker, req.params["name"])
+    if conn is None:
+        raise not_found()
+    return conn
 
 
 async def connections(req: Request) -> web.Response:
@@ -236,10 +210,7 @@ async def channel(req: Request) -> web.Response:
 
 
 async def consumers(req: Request) -> web.Response:
-    found = []
-    for vhost in vhosts_in_scope(req):
-        for queue in vhost.queues.values():
-            found.extend(queue.all_consumers())
+    found = list(inventory.vhost_consumers(vhosts_in_scope(req)))
     return json_response(respond_list(req.query, found,
                                       lambda c: views.consumer_json(c, req.state)))
 

@@ -183,5 +183,8 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
             if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 (e.g. declaring "amq.x")
                 return error_response(401, "not_authorised", "Access refused.")
             return error_response(400, "bad_request", exc.detail)
+        except Exception as exc:  # a bug: the client still gets RabbitMQ's JSON shape
+            log.exception("management API %s %s failed", request.method, raw)
+            return error_response(500, "internal_server_error", str(exc) or type(exc).__name__)
 
     return handle

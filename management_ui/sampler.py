@@ -24,6 +24,16 @@ INTERVAL = 5.0  # seconds between samples (RabbitMQ's collect_statistics_interva
 KEEP = 120  # overview samples kept: 10 minutes
 
 
+VHOST_RATE_FIELDS = ("messages", "messages_ready", "messages_unacknowledged", "recv_oct",
+                     "send_oct")
+
+
+def vhost_key(name: str) -> tuple[str, str]:
+    """The sampler's key for a vhost: its queue totals, octets and message_stats, in
+    ``VHOST_RATE_FIELDS`` + ``model.stats.FIELDS`` order."""
+    return ("vh", name)
+
+
 class Sampler:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock

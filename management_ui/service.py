@@ -6,7 +6,11 @@ it before them. aiohttp's ``AppRunner`` leaves signal handling to the broker
 (``handle_signals=False`` is its default). Ports and failures behave like the
 AMQP listener's: port 0 picks a free port and the chosen one is logged
 ("listening for HTTP management API on 127.0.0.1:15672"); a port in use is
-one ``StartupError`` line. ``State`` is what handlers share: the broker, the
+one ``StartupError`` line. With ``tls_certfile`` set, the management API is
+served over HTTPS too, on ``management_tls_port`` (15671, RabbitMQ's
+``management.ssl.port``), with the AMQPS listener's certificate settings
+(``amqp/tls.py``: the same CA, client-certificate verification and TLS
+versions); it is listed as protocol ``https``. ``State`` is what handlers share: the broker, the
 config, the sampler and the HTTP login counters.
 """
 
@@ -15,23 +19,25 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import ssl
 import time
 from typing import Any
 
 from aiohttp import web
 
 from leveret import __version__
+from leveret.amqp import tls
 from leveret.amqp.server import StartupError
-from leveret.management_ui import api, definitions, prometheus, sampler, views
+from leveret.broker import definitions
+from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
+from leveret.management_ui import api, metrics_app, sampler, views
+from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 log = logging.getLogger(__name__)
 
 # How long stopping waits for HTTP requests in flight (aiohttp's default is 60 s); the AMQP
 # side gives its clients SHUTDOWN_GRACE_SECONDS (3 s) in the same spirit.
 HTTP_SHUTDOWN_SECONDS = 2.0
-# RabbitMQ's version is reported where clients (rabbitmqadmin, the UI, dashboards) parse it.
-RABBITMQ_VERSION = "3.10.8"
-PRODUCT_NAME = "Leveret"
 
 
 class State:
@@ -60,13 +66,27 @@ class State:
         for name, value in broker.churn_totals().as_dict().items():
             s.record(f"churn_rates.{name}", value, now)
         ready = unacked = consumers = 0
+        octets: dict[str, list[int]] = {}
+        for conn in list(broker.connections):
+            if conn.vhost is not None:
+                pair = octets.setdefault(conn.vhost.name, [0, 0])
+                pair[0] += conn.recv_oct
+                pair[1] += conn.send_oct
         for vhost in broker.vhosts.values():
+            vh_ready = vh_unacked = 0
             for queue in vhost.queues.values():
                 r, u = queue.message_count, queue.unacked
-                ready += r
-                unacked += u
+                vh_ready += r
+                vh_unacked += u
                 consumers += queue.consumer_count
                 s.record_object(("q", vhost.name, queue.name), (r + u, r, u), now)
+            ready += vh_ready
+            unacked += vh_unacked
+            recv, send = octets.get(vhost.name, (0, 0))
+            stats = broker.message_stats(vhost.name).as_dict()
+            s.record_object(sampler.vhost_key(vhost.name),
+                            (vh_ready + vh_unacked, vh_ready, vh_unacked, recv, send,
+                             *(stats[f] for f in MESSAGE_STATS_FIELDS)), now)
         self.queue_totals = (ready, unacked, consumers)
         s.record("queue_totals.messages", ready + unacked, now)
         s.record("queue_totals.messages_ready", ready, now)
@@ -100,18 +120,31 @@ class ManagementService:
             log.info("loaded definitions from %s (%d operation(s))", config.load_definitions,
                      count)
         hosts: list[str | None] = list(config.management_host) or [None]
-        for app, port, what, protocol, setting in (
-            (api.build_app(state), config.management_port, "HTTP management API", "http",
-             "management_port"),
-            (prometheus.build_app(state), config.prometheus_port, "Prometheus metrics",
-             "http/prometheus", "prometheus_port"),
-        ):
-            runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                   shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
-            await runner.setup()
-            self.runners.append(runner)
+        management = api.build_app(state)
+        listeners: list[tuple[web.Application, int, str, str, str, ssl.SSLContext | None]] = [
+            (management, config.management_port, "HTTP management API", "http",
+             "management_port", None)]
+        if config.tls_certfile is not None:
+            try:
+                https = tls.server_context(config)
+            except tls.TLSConfigError as exc:
+                raise StartupError(str(exc)) from exc
+            listeners.append((management, config.management_tls_port, "HTTPS management API",
+                              "https", "management_tls_port", https))
+        listeners.append((metrics_app.build_app(state), config.prometheus_port,
+                          "Prometheus metrics", "http/prometheus", "prometheus_port", None))
+        runners: dict[web.Application, web.AppRunner] = {}
+        for app, port, what, protocol, setting, context in listeners:
+            runner = runners.get(app)
+            if runner is None:
+                runner = runners[app] = web.AppRunner(
+                    app, access_log=None, handle_signals=False,
+                    shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
+                await runner.setup()
+                self.runners.append(runner)
+            before = set(runner.addresses)
             for host in hosts:
-                site = web.TCPSite(runner, host, port, reuse_address=True)
+                site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=context)
                 try:
                     await site.start()
                 except OSError as exc:
@@ -129,6 +162,8 @@ class ManagementService:
                     raise StartupError(f"cannot listen for {what} on {where}: "
                                        f"{exc.strerror or exc}") from exc
             for address in runner.addresses:
+                if address in before:
+                    continue
                 broker.listeners.append((protocol, address[0], address[1]))
                 log.info("listening for %s on %s:%d", what, address[0], address[1])
         self.sampling = asyncio.create_task(self._sample_forever(state))
@@ -151,4 +186,4 @@ class ManagementService:
         if self.state is not None:
             broker = self.state.broker
             broker.listeners[:] = [entry for entry in broker.listeners
-                                   if entry[0] not in ("http", "http/prometheus")]
+                                   if entry[0] not in ("http", "https", "http/prometheus")]

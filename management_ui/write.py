@@ -19,11 +19,12 @@ from typing import Any
 from aiohttp import web
 from pamqp import commands
 
+from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import read, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
-from leveret.model.errors import CONNECTION_FORCED, ChannelError
+from leveret.model.errors import ChannelError
 from leveret.model.message import Message
 from leveret.model.properties import encode_properties
 from leveret.queues.entry import PublishResult
@@ -148,9 +149,7 @@ async def delete_binding(req: Request) -> web.Response:
 async def delete_connection(req: Request) -> web.Response:
     conn = read.find_connection(req)
     reason = req.http.headers.get("X-Reason") or CLOSED_VIA_MANAGEMENT
-    conn.close(CONNECTION_FORCED, reason)
-    if conn.on_output is not None:
-        conn.on_output()  # the adapter flushes the close frame on its next turn
+    inventory.close_connection(conn, reason)
     return _no_content()
 
 
@@ -298,12 +297,12 @@ def _message_json(message: Message, redelivered: bool, remaining: int, encoding:
     return {
         "payload_bytes": payload_bytes, "redelivered": redelivered,
         "exchange": message.exchange, "routing_key": message.routing_key,
-        "message_count": remaining, "properties": _properties_json(message),
+        "message_count": remaining, "properties": properties_json(message),
         "payload": payload, "payload_encoding": payload_encoding,
     }
 
 
-def _properties_json(message: Message) -> dict[str, Any]:
+def properties_json(message: Message) -> dict[str, Any]:
     try:
         props = message.properties
     except ValueError:

@@ -37,10 +37,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 from leveret.persistence.batch import Batch, Recorder
+from leveret.persistence.commit_stats import BATCH_BOUNDS, WRITE_BOUNDS, Histogram
 from leveret.persistence.store import Store, StoredEntry, StoreError
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,9 @@ class GroupCommit(Recorder):
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
         self.failures = 0
+        # Per batch, for Prometheus (commit_stats.py): operations, and write+fsync seconds.
+        self.batch_sizes = Histogram(BATCH_BOUNDS)
+        self.write_seconds = Histogram(WRITE_BOUNDS)
         self._recorded_ops = 0  # operations recorded since the last batch was taken
         # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
         # and is released (its after_commit callbacks run) with that batch's ``ok``.
@@ -132,14 +137,23 @@ class GroupCommit(Recorder):
 
     # -- the write cycle ------------------------------------------------------------
 
+    def _timed_write(self, batch: Batch) -> float:
+        """Write ``batch`` (on the writer thread); returns the seconds it took."""
+        start = time.perf_counter()
+        self.store.write_batch(batch)
+        return time.perf_counter() - start
+
     def _write_now(self) -> None:
         ok = True
+        ops, self._recorded_ops = self._recorded_ops, 0
         try:
-            self.store.write_batch(self._take())
+            seconds = self._timed_write(self._take())
         except StoreError as exc:
             log.error("store write failed: %s", exc)
             ok = False
         else:
+            self.batch_sizes.observe(ops)
+            self.write_seconds.observe(seconds)
             if self.on_commit is not None:
                 self.on_commit()
         self._release(self._held, self._callbacks, ok)
@@ -158,21 +172,23 @@ class GroupCommit(Recorder):
             self._set_idle()
             return
         batch = self._take()
-        self._recorded_ops = 0
+        ops, self._recorded_ops = self._recorded_ops, 0
         held, self._held = self._held, []
         callbacks, self._callbacks = self._callbacks, []
         self._writing = True
         assert self.loop is not None and self._executor is not None
-        future = self.loop.run_in_executor(self._executor, self.store.write_batch, batch)
-        future.add_done_callback(lambda f: self._done(f, held, callbacks))
+        future = self.loop.run_in_executor(self._executor, self._timed_write, batch)
+        future.add_done_callback(lambda f: self._done(f, held, callbacks, ops))
 
-    def _done(self, future: asyncio.Future[None], held: list[tuple[ConfirmSink, int]],
-              callbacks: list[Waiter]) -> None:
+    def _done(self, future: asyncio.Future[float], held: list[tuple[ConfirmSink, int]],
+              callbacks: list[Waiter], ops: int = 0) -> None:
         self._writing = False
         exc = future.exception()
         ok = exc is None
         if ok:
             self.commits += 1
+            self.batch_sizes.observe(ops)
+            self.write_seconds.observe(future.result())
             # One line per synced write; `leveret lab run fsync` counts these (no metrics yet).
             log.debug("group commit %d: %d confirm(s) released by one synced write",
                       self.commits, len(held))

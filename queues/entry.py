@@ -31,7 +31,11 @@ class PublishResult(enum.Enum):
 class QueueEntry:
     """A message's place in one queue; ``delivery_count`` > 0 means redelivered."""
 
-    __slots__ = ("delivery_count", "expires_at", "holder", "message", "seq", "stored")
+    __slots__ = ("delivered_at", "delivery_count", "expires_at", "holder", "message", "seq",
+                 "stored")
+    # Set by the channel when delivered for a manual ack (the clock of its connection, in
+    # seconds): how long a delivery has been held. Unset until then (read with getattr).
+    delivered_at: float
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Collection
 
 from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues import dead_letter, limits, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail, purge_ready
+from leveret.queues.ready import Owner, Tail, purge_ready, take_entries
 
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
 _ACCEPTED = PublishResult.ACCEPTED
@@ -186,6 +187,11 @@ class FeaturedStore:
         self.bytes = 0
         self._expiry.cancel()
         return count
+
+    def take(self, seqs: Collection[int]) -> list[QueueEntry]:
+        self.fresh, self.returned, taken = take_entries(self.fresh, self.returned, seqs)
+        self.bytes -= sum(len(e.message.body) for e in taken)
+        return taken
 
     def recover(self, count: int, first_seq: int) -> None:
         self.tail.count = count

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from leveret.exchanges import Exchange
     from leveret.persistence.store import StoredEntry
     from leveret.queues.queue import Queue
+    from leveret.queues.tracing import Tracer
     from leveret.queues.ttl import Timekeeping
 
 
@@ -34,6 +35,10 @@ class QueueHost(Protocol):
 
     @property
     def time(self) -> Timekeeping: ...
+
+    @property
+    def tracer(self) -> Tracer | None:
+        """Set while the vhost is traced (``tracing.py``): one test where a queue drops."""
 
     def delete_queue(self, queue: Queue) -> int:
         """Remove the queue (x-expires, auto-delete); returns its ready count."""

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Collection
 
 from leveret.model.message import Message
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail, purge_ready
+from leveret.queues.ready import Owner, Tail, purge_ready, take_entries
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,
 # and how many it reads back at once when its in-memory head runs dry.
@@ -132,6 +133,10 @@ class PlainStore:
         count = len(self)
         purge_ready(self._owner, self.fresh, self.returned, self.tail)
         return count
+
+    def take(self, seqs: Collection[int]) -> list[QueueEntry]:
+        self.fresh, self.returned, taken = take_entries(self.fresh, self.returned, seqs)
+        return taken
 
     def recover(self, count: int, first_seq: int) -> None:
         self.tail.count = count

@@ -10,17 +10,8 @@ priority, consumers without credit parked out of the rotation, and the
 single-active-consumer standby list. ``Queue`` orchestrates the two and owns
 the queue's counters.
 
-Dispatch is synchronous: a publish that finds a consumer with credit is
-written to that consumer's channel in the same call, with no task or future
-per message. The loop takes the ring's front consumer; one without credit is
-parked, one with credit gets the store's next entry and rotates behind its
-peers. A parked consumer comes back when one of its deliveries is settled or
-requeued (the entry remembers its ``holder``: O(1), whatever the number of
-consumers) or when ``resume``/``dispatch`` says its credit may have changed
-for another reason (qos, channel flow, a socket writable again). One loop
-delivers at most ``DISPATCH_BUDGET`` messages, then yields to the event loop
-and continues on its next turn: no consumer with a big backlog stalls the
-other clients.
+Consumers and the dispatch loop between them and the store are the base
+class, ``Dispatcher`` (``dispatch.py``).
 
 Durable queues record what must survive a restart through ``log`` (the
 broker's group commit): persistent messages when they enter, their delivery
@@ -47,8 +38,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.model.message import FLAG_EXPIRATION, Message
-from leveret.queues import dead_letter, limits, ttl
-from leveret.queues.consumer_ring import ConsumerRing
+from leveret.queues import dead_letter, limits, tracing, ttl
+from leveret.queues.dispatch import Dispatcher
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
 from leveret.queues.host import QueueHost, QueueLog
@@ -58,7 +49,7 @@ from leveret.queues.ready import ReadyStore
 from leveret.queues.settings import REJECT_PUBLISH_DLX, QueueSettings, from_arguments
 
 if TYPE_CHECKING:
-    from leveret.queues.consumer import Consumer
+    pass
 
 __all__ = ["PAGE_BATCH", "PAGE_HIGH", "PriorityEntry", "PublishResult", "Queue", "QueueEntry"]
 
@@ -66,9 +57,6 @@ __all__ = ["PAGE_BATCH", "PAGE_HIGH", "PriorityEntry", "PublishResult", "Queue",
 # and below which they resume. Big enough to keep consumers' prefetch windows full.
 FLOW_HIGH = 20_000
 FLOW_LOW = 10_000
-
-# Deliveries one dispatch loop makes before yielding to the event loop (a few ms of work).
-DISPATCH_BUDGET = 500
 
 # High byte of the property flags: the expiration bit (a cheap test on every publish).
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
@@ -80,7 +68,7 @@ def _counter(slot: str, doc: str) -> property:
     return property(operator.attrgetter(slot), doc=doc)
 
 
-class Queue:
+class Queue(Dispatcher):
     """One queue of one virtual host."""
 
     __slots__ = (
@@ -88,26 +76,18 @@ class Queue:
         "_acked",
         "_batch_no",
         "_batches",
-        "_continuation",
-        "_delivered",
-        "_dispatching",
         "_dropped",
         "_lease",
         "_next_seq",
         "_published",
-        "_redelivered",
-        "_ring",
         "_store",
-        "_unacked",
         "arguments",
         "auto_delete",
         "bound_exchanges",
         "deleted",
         "durable",
-        "exclusive_consumer",
         "exclusive_owner",
         "flow_waiters",
-        "had_consumer",
         "log",
         "name",
         "qid",
@@ -137,23 +117,18 @@ class Queue:
         self.qid = 0
         self.log: QueueLog | None = None
         self.deleted = False
-        self.had_consumer = False
-        self.exclusive_consumer = False
         # Exchanges holding a binding to this queue: unbound when it is deleted.
         self.bound_exchanges: set[Any] = set()
         # Connections paused because this queue fell behind its consumers.
         self.flow_waiters: set[Any] = set()
         self._store: ReadyStore = self._choose_store()
-        self._ring: ConsumerRing[Consumer] = ConsumerRing()
+        super().__init__()  # the consumer ring (dispatch.py)
         self._next_seq = 0
-        self._dispatching = False
-        self._continuation: Any = None  # the scheduled rest of a loop over budget
         self._lease: ttl.Lease | None = None
         # Store batches holding our enqueues: (batch number, first seq), oldest first.
         self._batches: deque[tuple[int, int]] = deque()
         self._batch_no = -1
-        self._unacked = self._published = self._delivered = 0
-        self._redelivered = self._acked = self._dropped = 0
+        self._published = self._acked = self._dropped = 0
         self._configure(None)
 
     def __repr__(self) -> str:
@@ -170,9 +145,19 @@ class Queue:
     # -- counters (read-only) ----------------------------------------------------------
 
     @property
+    def ready(self) -> ReadyStore:
+        """The ready store, for browsing and for the management operations (``browse.py``)."""
+        return self._store
+
+    @property
     def message_count(self) -> int:
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
         return len(self._store)
+
+    @property
+    def paged_out(self) -> int:
+        """Ready messages only the disk store holds (the paged-out tail), not in memory."""
+        return self._store.tail.count
 
     unacked = _counter("_unacked", "Delivered (to a consumer or basic.get), not yet settled.")
     published = _counter("_published", "Messages accepted (refused ones are not counted).")
@@ -311,6 +296,10 @@ class Queue:
         turn: the group commit puts both in one store transaction.
         """
         self._dropped += 1
+        vhost = self.vhost
+        if vhost is not None and vhost.tracer is not None:
+            tracing.dropped(vhost.tracer, self.name, entry.message, reason,
+                            self.settings.dead_letter_exchange)
         if self.settings.dead_letter_exchange is not None:
             dead_letter.dead_letter(self, entry.message, reason)
         if entry.stored and self.log is not None:
@@ -318,7 +307,12 @@ class Queue:
 
     def refuse(self, message: Message) -> None:
         self._dropped += 1
-        if self.settings.overflow == REJECT_PUBLISH_DLX:
+        dlx = self.settings.overflow == REJECT_PUBLISH_DLX
+        vhost = self.vhost
+        if vhost is not None and vhost.tracer is not None:
+            tracing.dropped(vhost.tracer, self.name, message, dead_letter.MAXLEN,
+                            self.settings.dead_letter_exchange if dlx else None)
+        if dlx:
             dead_letter.dead_letter(self, message, dead_letter.MAXLEN)
 
     # -- failed store writes ------------------------------------------------------------
@@ -341,120 +335,6 @@ class Queue:
         end = batches[0][1] if batches else self._next_seq
         lost = self._store.forget(start, end)
         self._dropped += lost
-
-    # -- consumers -------------------------------------------------------------------
-
-    @property
-    def consumers(self) -> list[Consumer]:
-        """Active consumers in priority order (not single-active-consumer standby)."""
-        return self._ring.members()
-
-    @property
-    def consumer_count(self) -> int:
-        return self._ring.active + len(self._ring.standby)
-
-    def all_consumers(self) -> list[Consumer]:
-        """Active and (single-active-consumer) standby consumers."""
-        return [*self._ring.members(), *self._ring.standby]
-
-    def is_unused(self) -> bool:
-        return not self._ring.active
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.had_consumer = True
-        if not self._ring.add(consumer, self.settings.single_active_consumer):
-            return  # single active consumer: registered, idle until the active one goes
-        if consumer.exclusive:
-            self.exclusive_consumer = True
-        self._dispatch()
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self._ring:
-            self._ring.remove(consumer)  # a standby consumer, or nothing
-            return
-        if consumer.exclusive:
-            self.exclusive_consumer = False
-        promoted = self._ring.remove(consumer)
-        if promoted is not None:
-            # Single active consumer: failed over to the longest-waiting one.
-            if promoted.exclusive:
-                self.exclusive_consumer = True
-            self._dispatch()
-            return
-        if not self._ring.active:
-            self.release_flow()
-            if self._lease is not None:
-                self._lease.renew()
-
-    def resume(self, consumer: Consumer) -> None:
-        """``consumer``'s credit may be back (its channel regained room): deliver to it."""
-        if self._ring.unpark(consumer):
-            self._dispatch()
-
-    def deliver_ready(self) -> None:
-        """Deliver what consumers known to have credit can take (after requeues)."""
-        if self._ring.active:
-            self._dispatch()
-
-    def dispatch(self) -> None:
-        """Credit may have changed anywhere: look at every consumer again, then deliver."""
-        self._ring.unpark_all()
-        self._dispatch()
-
-    def wake(self) -> None:
-        """Entries became available (the paged tail was committed)."""
-        if self._ring.active:
-            self._dispatch()
-
-    def _dispatch(self) -> None:
-        """The dispatch loop (see the module docstring)."""
-        if self._dispatching:
-            return
-        store = self._store
-        entry = store.pop()
-        if entry is None:
-            return
-        self._dispatching = True
-        ring = self._ring
-        budget = DISPATCH_BUDGET
-        try:
-            while True:
-                consumer = ring.take_turn()
-                if consumer is None:
-                    store.unpop(entry)
-                    break
-                self._unacked += 1
-                self._delivered += 1
-                if entry.delivery_count:
-                    self._redelivered += 1
-                entry.holder = consumer
-                consumer.deliver(entry)
-                budget -= 1
-                if not budget and self._yield():
-                    break
-                entry = store.pop()
-                if entry is None:
-                    break
-        finally:
-            self._dispatching = False
-            if self.flow_waiters:
-                self.release_flow()
-        if self._store is not store:  # became featured on the way (a tail read)
-            self._dispatch()
-
-    def _yield(self) -> bool:
-        """Over budget: continue on the next event-loop turn (False: no loop, go on)."""
-        scheduler = self.time.scheduler
-        if scheduler is None:
-            return False
-        if self._continuation is None:
-            self._continuation = scheduler.call_later(0.0, self._continue)
-        return True
-
-    def _continue(self) -> None:
-        self._continuation = None
-        if not self.deleted and self._ring.active:
-            self._dispatch()
 
     # -- flow control ----------------------------------------------------------------
 

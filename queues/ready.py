@@ -29,7 +29,9 @@ read that comes up short waits for the next commit and then wakes the queue.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.queues.host import QueueLog
@@ -70,6 +72,10 @@ class Owner(Protocol):
 class ReadyStore(Protocol):
     # Entries may expire (TTL): publish and settings changes call ``after_change``.
     expires: bool
+    # The containers, in delivery order (``browse.py`` walks them without changing them).
+    returned: list[QueueEntry]  # requeued entries: a heap
+    fresh: deque[QueueEntry]
+    tail: Tail  # the paged-out part (empty for transient queues)
 
     def __len__(self) -> int:
         """Ready entries, paged-out ones included (queue.declare-ok's message_count)."""
@@ -95,6 +101,10 @@ class ReadyStore(Protocol):
 
     def purge(self) -> int:
         """Drop every ready entry (and its stored copy); returns how many."""
+
+    def take(self, seqs: Collection[int]) -> list[QueueEntry]:
+        """Remove the in-memory ready entries with these sequence numbers (the management
+        operations: ``broker/queue_messages.py``); the caller removes their stored copies."""
 
     def recover(self, count: int, first_seq: int) -> None:
         """After a restart: ``count`` stored entries from ``first_seq`` on are ready."""
@@ -162,3 +172,17 @@ def purge_ready(owner: Owner, fresh: deque[QueueEntry], returned: list[QueueEntr
             tail.count = 0
     fresh.clear()
     returned.clear()
+
+
+def take_entries(fresh: deque[QueueEntry], returned: list[QueueEntry], seqs: Collection[int]
+                 ) -> tuple[deque[QueueEntry], list[QueueEntry], list[QueueEntry]]:
+    """``fresh`` and ``returned`` without the entries numbered ``seqs``, and those entries
+    (both ready stores' ``take``; O(entries in memory), a management operation only)."""
+    wanted = set(seqs)
+    taken = [e for e in returned if e.seq in wanted]
+    taken.extend(e for e in fresh if e.seq in wanted)
+    if not taken:
+        return fresh, returned, taken
+    kept = [e for e in returned if e.seq not in wanted]
+    heapq.heapify(kept)
+    return deque(e for e in fresh if e.seq not in wanted), kept, taken

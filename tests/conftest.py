@@ -60,7 +60,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [*self.command, "serve", "--host", "127.0.0.1", "--port", "0",
              "--management-host", "127.0.0.1", "--management-port", "0",
-             "--prometheus-port", "0",
+             "--prometheus-port", "0", "--management-tls-port", "0",
              "--data-dir", str(self.data_dir), "--log-level", "debug", *self.extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )

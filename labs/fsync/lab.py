@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 
+from leveret.labs.brokers import OwnBroker
 from leveret.labs.fsync import example
-from leveret.labs.harness import OwnBroker, Run, connect
+from leveret.labs.harness import Run, connect
 
 
 def run(lab: Run) -> None:

@@ -62,6 +62,7 @@ class FakeVhost:
         self.time = Timekeeping(clock.monotonic, clock.wall, clock)
         self.log = GroupCommit(MemoryStore())
         self.deleted: list[str] = []
+        self.tracer = None
 
     def queue(self, name: str, **arguments: Any) -> Queue:
         q = Queue(self, name, arguments=arguments)

@@ -12,12 +12,8 @@ import struct
 import pytest
 from pamqp import commands
 
-from leveret.amqp.connection import (
-    CLOSED,
-    CLOSING,
-    CLOSING_TIMEOUT,
-    SILENT_CLOSE_DELAY,
-)
+from leveret.amqp.closing import CLOSING_TIMEOUT, SILENT_CLOSE_DELAY
+from leveret.amqp.connection import CLOSED, CLOSING
 from leveret.tests.unit.wire import PROTOCOL_HEADER, Client
 
 both_feeds = pytest.mark.parametrize("byte_by_byte", [False, True], ids=["whole", "bytewise"])

@@ -15,6 +15,7 @@ from leveret.broker import control
 from leveret.broker.broker import Broker
 from leveret.cli import main
 from leveret.config import Config
+from leveret.ctl_objects import cell, format_rows
 
 
 @pytest.fixture
@@ -113,3 +114,13 @@ def test_unreachable_broker(tmp_path):
     s.close()
     with pytest.raises(control.BrokerUnreachable):
         control.request(tmp_path, {"command": "list_policies"})
+
+
+def test_ctl_table_cells_are_written_as_rabbitmqctl_writes_them():
+    assert cell(True) == "true" and cell(False) == "false" and cell(None) == ""
+    assert cell({}) == "[]" and cell({"x-max-length": 5}) == '[{"x-max-length",5}]'
+    assert cell({"capabilities": {"basic.nack": True}, "product": "pika"}) == (
+        '[{"capabilities",[{"basic.nack",true}]},{"product","pika"}]')
+    assert format_rows([]) == ""
+    assert format_rows([{"name": "q", "durable": True}]) == "name\tdurable\nq\ttrue\n"
+    assert format_rows([{"name": "q"}], headers=False) == "q\n"

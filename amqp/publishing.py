@@ -1,0 +1,238 @@
+"""The publish path of a channel: basic.publish's content → checks → route → enqueue,
+and the publisher confirms that follow.
+
+Theory of operation
+-------------------
+``Channel`` assembles the content (``assembler.py``) and hands the complete
+message to ``_complete``: publish permissions (one set lookup once allowed),
+the ``user-id`` and ``expiration`` checks (only when their property flags are
+set: the header was scanned for its flags, nothing is decoded otherwise), then
+CC/BCC and direct reply-to (``broker/publish_props.py``), then ``publish``:
+route, enqueue in every queue, and confirm or return as RabbitMQ does. A
+persistent message in a durable queue is confirmed after its group commit
+(``confirm_settled``); confirms go out in one batch per loop turn
+(``flush_confirms``), behind any reply held for a commit (``held_output.py``).
+
+``Publisher`` is a base of ``Channel``, so the hot path costs no extra hop.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from leveret.amqp import fastpath
+from leveret.amqp.assembler import Publish
+from leveret.amqp.held_output import HeldOutput
+from leveret.broker import publish_props
+from leveret.broker.permissions import WRITE, Access
+from leveret.model.errors import (
+    FRAME_ERROR,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    ChannelError,
+    ConnectionError_,
+)
+from leveret.model.message import (
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    Message,
+    parse_expiration,
+)
+from leveret.model.stats import MessageStats
+from leveret.queues.entry import PublishResult
+
+if TYPE_CHECKING:
+    from leveret.amqp.channel import Channel
+
+log = logging.getLogger(__name__)
+
+_ACCEPTED = PublishResult.ACCEPTED
+# Property flags that make _complete work: user-id, expiration, and headers (CC/BCC) or
+# reply-to (direct reply-to), as the high and low byte of the first flag word.
+_CHECKED_HIGH = (FLAG_EXPIRATION | FLAG_HEADERS | FLAG_REPLY_TO) >> 8
+_CHECKED_LOW = FLAG_USER_ID
+_HELD = PublishResult.HELD
+
+
+def decoded_properties(message: Message) -> Any:
+    """The message's properties, decoded on first use: malformed ones are 501 FRAME_ERROR."""
+    try:
+        return message.properties
+    except ValueError as exc:
+        raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}", (60, 40)) from exc
+
+
+class Publisher(HeldOutput):
+    """basic.publish from content to queues, and the confirms it owes."""
+
+    access: Access
+    stats: MessageStats
+    tx: list[Any] | None
+    tx_durable: bool | None
+
+    def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
+        exchange, routing_key, mandatory = publish
+        access = self.access
+        if exchange not in access.writable:  # one set lookup once allowed (permissions.py)
+            self._check_publish(access, exchange)
+        if access.topics is not None:
+            self._check_topic(access, exchange, routing_key)
+        # Set only at a message boundary: an alarm may stop reading here, never mid-message.
+        self.connection.has_published = True
+        message = Message(exchange, routing_key, props, body)
+        extra: tuple[str, ...] = ()
+        # One test of the flag words (at least two bytes: fastpath.decode_content_header) for each property
+        # that asks for work here; a message without them pays nothing more.
+        if props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW:
+            message, extra = self._check_properties(message)
+        if self.tx is not None:
+            self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
+            self.tx.append((self.publish, (message, mandatory, extra)))
+        else:
+            self.publish(message, mandatory, extra)
+
+    def _check_properties(self, message: Message) -> tuple[Message, tuple[str, ...]]:
+        """user-id and expiration checks, then CC/BCC and direct reply-to."""
+        if message.has_user_id:
+            self._check_user_id(message)
+        if message.has_expiration:
+            self._check_expiration(message)
+        if publish_props.needs_work(message.raw_properties):
+            return publish_props.prepare(
+                message, lambda: self.vhost.reply_to.reply_name(cast("Channel", self)))
+        return message, ()
+
+    def _check_publish(self, access: Access, exchange: str) -> None:
+        try:
+            access.check_publish(exchange)
+        except ChannelError as exc:
+            exc.method = (60, 40)
+            raise
+
+    def _check_topic(self, access: Access, exchange: str, routing_key: str) -> None:
+        ex = self.vhost.exchanges.get(exchange)
+        if ex is not None and ex.type == "topic":
+            try:
+                access.check_topic(WRITE, exchange, routing_key)
+            except ChannelError as exc:
+                exc.method = (60, 40)
+                raise
+
+    def _check_expiration(self, message: Message) -> None:
+        """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
+        expiration = decoded_properties(message).expiration
+        error = parse_expiration(expiration or "")
+        if isinstance(error, str):
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"invalid expiration '{expiration}': {error}", (60, 40))
+
+    def _check_user_id(self, message: Message) -> None:
+        """Validated user-id: a set ``user_id`` must name the authenticated user.
+
+        As RabbitMQ (rabbit_channel ``check_user_id_header``), users tagged
+        ``impersonator`` are exempt.
+        """
+        user_id = decoded_properties(message).user_id
+        user = self.connection.user
+        if user_id is not None and user_id != user:
+            record = self.connection.broker.users.get(user or "")
+            if record is not None and "impersonator" in record.tags:
+                return
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"user_id property set to '{user_id}' but authenticated user was '{user}'",
+                (60, 40),
+            )
+
+    def vhost_exchange(self, name: str) -> Any:
+        exchange = self.vhost.exchanges.get(name)
+        if exchange is None:
+            raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.vhost.name}'",
+                               (60, 40))
+        return exchange
+
+    def publish(self, message: Message, mandatory: bool,
+                extra_routing_keys: tuple[str, ...] = ()) -> None:
+        """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
+        vhost = self.vhost
+        # The default exchange to an existing queue, the commonest publish, without a call;
+        # everything else (and every error) is VirtualHost.route's.
+        queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
+            message.routing_key)
+        try:
+            queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
+        except ValueError as exc:  # properties are decoded lazily, here
+            raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
+                                   (60, 40)) from exc
+        except ChannelError as exc:
+            exc.method = (60, 40)
+            raise
+        name = message.exchange
+        tracer = vhost.tracer
+        if tracer is not None:  # tracing off: this test is all it costs
+            tracer.published(message, [q.name for q in queues], self.connection.user or "",
+                             self.number, mandatory)
+        stats = self.stats
+        stats.publish += 1
+        confirms = self.confirms
+        if not queues:
+            if mandatory:
+                stats.return_unroutable += 1
+                self._write(
+                    fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
+                )
+                self._writelines(
+                    fastpath.encode_content(self.number, message.raw_properties, message.body,
+                                            self.connection.frame_max)
+                )
+            else:
+                stats.drop_unroutable += 1
+            if confirms is not None:
+                confirms.publish()
+                self.connection.want_flush(self)
+            return
+        held = refused = False
+        for queue in queues:
+            result = queue.publish(message)
+            if result is not _ACCEPTED:
+                if result is _HELD:
+                    held = True
+                else:  # reject-publish overflow (queues/limits.py)
+                    refused = True
+            if queue.behind():
+                self.connection.flow_wait(queue)
+        if self.tx_durable is not None and held:
+            self.tx_durable = True
+        if confirms is not None:
+            # A persistent message in a durable queue is confirmed after its commit.
+            log = self.vhost.log
+            if refused:  # one refusing queue is enough for a nack, as in RabbitMQ
+                confirms.settle(confirms.publish(hold=True), False)
+                self.connection.want_flush(self)
+            elif held and log.deferred:
+                log.hold(self, confirms.publish(hold=True))
+            else:
+                confirms.publish()
+                self.connection.want_flush(self)
+
+    def confirm_settled(self, seq: int, ok: bool) -> None:
+        """The store committed (or failed to commit) held message ``seq``."""
+        if self.confirms is not None and not self.closing:
+            self.confirms.settle(seq, ok)
+            self.connection.want_flush(self)
+
+    def flush_confirms(self) -> None:
+        confirms = self.confirms
+        if confirms is None or self.closing or self._held is not None:
+            return  # behind a held reply: flushed when it goes out
+        write = self.connection.write
+        confirmed = confirms.confirmed
+        for tag, multiple, ok in confirms.drain():
+            if ok:
+                write(fastpath.encode_ack(self.number, tag, multiple))
+            else:
+                write(fastpath.encode_nack(self.number, tag, multiple, False))
+        self.stats.confirm += confirms.confirmed - confirmed

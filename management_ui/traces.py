@@ -1,0 +1,80 @@
+"""Tracing routes (issue 13): start, stop, read a vhost's trace ring, and its SSE feed.
+
+``PUT /api/traces/{vhost}`` ``{"capacity": n, "queue": "regex"}`` starts
+tracing (or restarts it with an empty ring), ``DELETE`` stops it. ``GET``
+with ``?message_id=`` returns that message's events in order; without it,
+what the ring holds (``Tracer.describe``, ``{"enabled": false}`` when off)
+and its last ``RECENT`` events. ``GET …/stream`` is the live feed
+(``sse.py``), ``event: trace`` per event, until tracing stops.
+
+Who may trace: ``monitoring`` (RabbitMQ's tag for seeing every vhost's
+connections and channels) with access to the vhost; tracing shows who
+publishes what where, not message bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from leveret.management_ui import read, sse
+from leveret.management_ui.router import Request, bad_request, json_response
+from leveret.queues.tracing import DEFAULT_CAPACITY, Tracer
+
+# Events a status GET shows (the newest).
+RECENT = 100
+
+
+async def put_trace(req: Request) -> web.Response:
+    """Start tracing the vhost into a capped ring (restarts it if on)."""
+    vhost = read.vhost_of(req)
+    body = await req.body()
+    capacity = body.get("capacity", DEFAULT_CAPACITY)
+    queue = body.get("queue")
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise bad_request("capacity must be an integer")
+    if queue is not None and not isinstance(queue, str):
+        raise bad_request("queue must be a regular expression")
+    try:
+        tracer = Tracer(capacity, queue or None)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    created = vhost.tracer is None
+    vhost.tracer = tracer
+    return web.Response(status=201 if created else 204)
+
+
+async def delete_trace(req: Request) -> web.Response:
+    """Stop tracing the vhost and forget its ring."""
+    vhost = read.vhost_of(req)
+    vhost.tracer = None
+    return web.Response(status=204)
+
+
+async def get_trace(req: Request) -> web.Response:
+    """A message's events in order (?message_id=), or the ring's state."""
+    vhost = read.vhost_of(req)
+    tracer: Tracer | None = vhost.tracer
+    wanted = req.query.get("message_id")
+    if wanted is not None:
+        return json_response(tracer.events_of(wanted) if tracer is not None else [])
+    if tracer is None:
+        return json_response({"enabled": False})
+    status: dict[str, Any] = tracer.describe()
+    status["recent"] = list(tracer.ring)[-RECENT:]
+    return json_response(status)
+
+
+async def stream_trace(req: Request) -> web.StreamResponse:
+    """Server-sent events: each trace event as it is recorded, until tracing stops."""
+    vhost = read.vhost_of(req)
+    tracer: Tracer | None = vhost.tracer
+    if tracer is None:
+        raise bad_request(f"tracing is off in vhost '{vhost.name}'")
+    feed = sse.Feed()
+    tracer.subscribers.append(feed)
+    try:
+        return await sse.stream(req.http, feed, lambda: vhost.tracer is tracer, "trace")
+    finally:
+        tracer.subscribers.remove(feed)

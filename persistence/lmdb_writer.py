@@ -1,0 +1,172 @@
+"""Applying one batch inside one LMDB write transaction (``lmdb_store.py`` opens it).
+
+``LmdbWriter`` is the ``apply.Applier`` the store hands to ``apply_batch``:
+the primitives a batch's operations reduce to (put/remove an index entry,
+reference counts, definitions), with the byte layouts of ``records.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leveret.persistence.batch import Enqueue
+from leveret.persistence.records import (
+    COUNTER,
+    FLAG_TRANSIENT,
+    INDEX_KEY,
+    U32,
+    U64,
+    Definition,
+    decode_definition,
+    decode_index_value,
+    definition_key,
+    encode_definition,
+    encode_index_value,
+    encode_message,
+)
+from leveret.persistence.store import BindingDef
+
+# Keys of the ``meta`` database (``lmdb_store.py`` describes what each holds).
+META_FORMAT = b"format"
+META_VERSION = b"version"
+META_NEXT_MSG = b"next_msg_id"
+META_NEXT_QID = b"next_qid"
+META_LAST_SEQ = b"last_batch_seq"
+COUNTER_PREFIX = b"c"
+
+
+class LmdbWriter:
+    """The ``apply.Applier`` primitives inside one write transaction.
+
+    Reference counts and queue counters are cached for the transaction and
+    written once in ``finish`` (a message routed to many queues in one batch
+    costs one refs write, not one per queue).
+    """
+
+    def __init__(self, txn: Any, dbs: dict[bytes, Any]) -> None:
+        self.txn = txn
+        self.meta, self.defs = dbs[b"meta"], dbs[b"defs"]
+        self.messages, self.refs_db = dbs[b"messages"], dbs[b"refs"]
+        self.index, self.transient = dbs[b"index"], dbs[b"transient"]
+        self.refs: dict[int, int] = {}
+        self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
+
+    def refcount(self, msg_id: int) -> int:
+        refs = self.refs.get(msg_id)
+        if refs is None:
+            raw = self.txn.get(U64.pack(msg_id), db=self.refs_db)
+            refs = self.refs[msg_id] = U32.unpack(raw)[0] if raw is not None else 0
+        return refs
+
+    def counter(self, qid: int) -> list[int]:
+        if qid in self.counters:
+            counter = self.counters[qid]
+            if counter is None:  # deleted earlier in this transaction: starts afresh
+                counter = self.counters[qid] = [0, 0]
+            return counter
+        raw = self.txn.get(COUNTER_PREFIX + U32.pack(qid), db=self.meta)
+        counter = self.counters[qid] = list(COUNTER.unpack(raw)) if raw else [0, 0]
+        return counter
+
+    def put_entry(self, op: Enqueue) -> None:
+        message = op.message
+        msg_id = message.store_id
+        refs = self.refcount(msg_id)
+        if refs == 0:  # first entry on disk: write the record (once for all queues)
+            self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
+        self.refs[msg_id] = refs + 1
+        key = INDEX_KEY.pack(op.qid, op.seq)
+        flags = FLAG_TRANSIENT if op.transient else 0
+        old = self.txn.replace(key, encode_index_value(msg_id, op.delivery_count, flags,
+                                                       op.expires_at), db=self.index)
+        counter = self.counter(op.qid)
+        if old is None:
+            counter[0] += 1
+        else:  # (qid, seq) reused: the old entry is replaced
+            self._forget_entry(key, old)
+        counter[1] = max(counter[1], op.seq + 1)
+        if op.transient:
+            self.txn.put(key, b"", db=self.transient)
+
+    def remove_entry(self, qid: int, seq: int) -> None:
+        key = INDEX_KEY.pack(qid, seq)
+        old = self.txn.pop(key, db=self.index)
+        if old is not None:  # absent: its enqueue was in a batch that failed
+            self._forget_entry(key, old)
+            self.counter(qid)[0] -= 1
+
+    def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
+        key = INDEX_KEY.pack(qid, seq)
+        old = self.txn.get(key, db=self.index)
+        if old is not None:
+            msg_id, _, flags, expires_at = decode_index_value(old)
+            self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at),
+                         db=self.index)
+
+    def remove_entries(self, qid: int, from_seq: int) -> None:
+        cursor = self.txn.cursor(db=self.index)
+        removed = 0
+        if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
+            while True:
+                key = cursor.key()
+                if len(key) != INDEX_KEY.size or INDEX_KEY.unpack(key)[0] != qid:
+                    break
+                self._forget_entry(key, cursor.value())
+                removed += 1
+                if not cursor.delete():  # deletes and moves to the next entry
+                    break
+        if removed:
+            self.counter(qid)[0] -= removed
+
+    def forget_queue(self, qid: int) -> None:
+        self.counters[qid] = None
+
+    def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
+        raw = self.txn.get(definition_key(kind, identity), db=self.defs)
+        return decode_definition(raw) if raw is not None else None
+
+    def put_definition(self, kind: str, identity: tuple[str, ...],
+                       definition: Definition) -> None:
+        self.txn.put(definition_key(kind, identity), encode_definition(definition), db=self.defs)
+
+    def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
+        self.txn.delete(definition_key(kind, identity), db=self.defs)
+
+    def bindings(self) -> list[BindingDef]:
+        cursor = self.txn.cursor(db=self.defs)
+        out: list[BindingDef] = []
+        if cursor.set_range(b"b"):
+            for key, value in cursor.iternext():
+                if key[:1] != b"b":
+                    break
+                out.append(decode_definition(value))  # type: ignore[arg-type]
+        return out
+
+    def _forget_entry(self, key: bytes, value: bytes) -> None:
+        msg_id, _, flags, _ = decode_index_value(value)
+        if flags & FLAG_TRANSIENT:
+            self.txn.delete(key, db=self.transient)
+        self.refs[msg_id] = self.refcount(msg_id) - 1
+
+    def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
+        txn = self.txn
+        for msg_id, refs in self.refs.items():
+            key = U64.pack(msg_id)
+            if refs > 0:
+                txn.put(key, U32.pack(refs), db=self.refs_db)
+            else:
+                txn.delete(key, db=self.refs_db)
+                txn.delete(key, db=self.messages)
+        for qid, counter in self.counters.items():
+            key = COUNTER_PREFIX + U32.pack(qid)
+            if counter is None:
+                txn.delete(key, db=self.meta)
+            else:
+                txn.put(key, COUNTER.pack(*counter), db=self.meta)
+        for meta_key, fmt, value in ((META_NEXT_MSG, U64, next_msg_id),
+                                     (META_NEXT_QID, U64, next_qid),
+                                     (META_LAST_SEQ, U64, last_seq)):
+            if value:
+                raw = txn.get(meta_key, db=self.meta)
+                if raw is None or fmt.unpack(raw)[0] < value:
+                    txn.put(meta_key, fmt.pack(value), db=self.meta)

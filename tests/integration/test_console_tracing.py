@@ -1,0 +1,170 @@
+"""Issue 13's tracing over real HTTP, driven by pika: a message's life from publish to ack
+(and reject, dead-letter, expire, return), the capped ring, the queue filter, the SSE feed,
+and who may trace."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import pika
+
+T = "/traces/%2F"
+
+
+def _channel(broker: Any) -> tuple[pika.BlockingConnection, Any]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    return conn, conn.channel()
+
+
+def _events(api: Any, message_id: str) -> list[dict[str, Any]]:
+    status, _, out = api.get(f"{T}?message_id={message_id}")
+    assert status == 200, out
+    return out
+
+
+def _wait_events(api: Any, message_id: str, last: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 5
+    while True:
+        events = _events(api, message_id)
+        if (events and events[-1]["event"] == last) or time.monotonic() > deadline:
+            return events
+
+
+def test_a_message_from_publish_to_ack(api, broker, qname):
+    assert api.put(T, {"capacity": 1000})[0] in (201, 204)
+    try:
+        conn, ch = _channel(broker)
+        ch.queue_declare(qname)
+        ch.basic_publish("", qname, b"hello", pika.BasicProperties(message_id=qname + "-1"))
+        method, _, _ = next(ch.consume(qname, inactivity_timeout=5))
+        ch.basic_ack(method.delivery_tag)
+        ch.cancel()
+        events = _wait_events(api, qname + "-1", "ack")
+        assert [e["event"] for e in events] == ["publish", "route", "enqueue", "deliver", "ack"]
+        publish, route, enqueue, deliver, ack = events
+        assert publish["user"] == "guest" and publish["exchange"] == ""
+        assert publish["routing_key"] == qname and publish["channel"] == 1
+        assert route["queues"] == [qname] and route["routed"] is True
+        assert enqueue["queue"] == qname
+        assert deliver["consumer_tag"].startswith("ctag") and deliver["redelivered"] is False
+        assert deliver["ack_required"] is True and ack["queue"] == qname
+        assert all(a["timestamp"] <= b["timestamp"] for a, b in itertools.pairwise(events))
+        conn.close()
+    finally:
+        api.delete(T)
+
+
+def test_reject_dead_letter_expire_and_return(api, broker, qname):
+    assert api.put(T, {})[0] in (201, 204)
+    try:
+        conn, ch = _channel(broker)
+        ch.queue_declare(qname + "-dlq")
+        ch.queue_declare(qname, arguments={"x-dead-letter-exchange": "",
+                                           "x-dead-letter-routing-key": qname + "-dlq"})
+        ch.basic_publish("", qname, b"x", pika.BasicProperties(message_id=qname + "-r"))
+        method, _, _ = ch.basic_get(qname)
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        events = _wait_events(api, qname + "-r", "dead-letter")
+        assert [e["event"] for e in events] == ["publish", "route", "enqueue", "deliver",
+                                                "reject", "dead-letter"]
+        assert events[3]["consumer_tag"] == "" and events[4]["requeue"] is False
+        assert events[5]["reason"] == "rejected" and events[5]["dead_letter_exchange"] == ""
+
+        ch.queue_declare(qname + "-ttl", arguments={"x-message-ttl": 50})
+        ch.basic_publish("", qname + "-ttl", b"x", pika.BasicProperties(message_id=qname + "-e"))
+        time.sleep(0.3)
+        events = _wait_events(api, qname + "-e", "expire")
+        assert [e["event"] for e in events][-1] == "expire"
+        assert events[-1]["queue"] == qname + "-ttl"
+
+        ch.basic_publish("", qname + "-nowhere", b"x",
+                         pika.BasicProperties(message_id=qname + "-u"), mandatory=True)
+        conn.process_data_events(time_limit=0.2)
+        events = _events(api, qname + "-u")
+        assert [e["event"] for e in events] == ["publish", "route", "return"]
+        assert events[1]["routed"] is False and events[2]["reply_text"] == "NO_ROUTE"
+        conn.close()
+    finally:
+        api.delete(T)
+
+
+def test_ring_is_capped_and_filtered_by_queue(api, broker, qname):
+    assert api.put(T, {"capacity": 6, "queue": "^" + qname + "-a$"})[0] in (201, 204)
+    try:
+        conn, ch = _channel(broker)
+        ch.queue_declare(qname + "-a")
+        ch.queue_declare(qname + "-b")
+        for i in range(5):
+            ch.basic_publish("", qname + "-b", b"x", pika.BasicProperties(message_id=f"b{i}"))
+            ch.basic_publish("", qname + "-a", b"x", pika.BasicProperties(message_id=f"a{i}"))
+        conn.process_data_events(time_limit=0.2)
+        status = api.ok(T)
+        assert status["enabled"] is True and status["capacity"] == 6
+        assert status["queue"] == "^" + qname + "-a$"
+        assert status["events"] == 6 and status["evicted"] == 15 - 6
+        assert {e["message_id"] for e in status["recent"]} == {"a3", "a4"}
+        assert _events(api, "b1") == []
+        conn.close()
+    finally:
+        api.delete(T)
+    assert api.ok(T) == {"enabled": False}
+
+
+def test_bad_trace_requests(api):
+    for body in ({"capacity": 0}, {"capacity": "x"}, {"capacity": 10**9}, {"queue": "("}):
+        status, _, out = api.put(T, body)
+        assert status == 400 and out["error"] == "bad_request", body
+    status, _, out = api.get(T + "/stream")
+    assert status == 400 and "tracing is off" in out["reason"]
+    assert api.put("/traces/no-such-vhost", {})[0] == 404
+
+
+def test_sse_stream_feeds_events_live(api, broker, qname):
+    assert api.put(T, {})[0] in (201, 204)
+    lines: list[str] = []
+    token = base64.b64encode(b"guest:guest").decode()
+    req = urllib.request.Request(api.base + T + "/stream",
+                                 headers={"Authorization": "Basic " + token})
+    resp = urllib.request.urlopen(req, timeout=10)
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+
+    def read() -> None:
+        for raw in resp:
+            lines.append(raw.decode().rstrip("\n"))
+            if lines[-1] == "event: end":
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        conn, ch = _channel(broker)
+        ch.queue_declare(qname)
+        ch.basic_publish("", qname, b"x", pika.BasicProperties(message_id=qname + "-s"))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum(1 for x in lines if "enqueue" in x) < 1:
+            time.sleep(0.05)
+        conn.close()
+    finally:
+        api.delete(T)
+    reader.join(5)
+    data = [json.loads(x[len("data: "):]) for x in lines if x.startswith("data: {\"")]
+    assert [d["event"] for d in data][:3] == ["publish", "route", "enqueue"]
+    assert data[0]["message_id"] == qname + "-s"
+    assert "event: trace" in lines and lines[-1] == "event: end"  # ended when tracing stopped
+
+
+def test_tracing_needs_monitoring(api, qname):
+    user = "tr-" + qname[-8:]
+    api.put(f"/users/{user}", {"password": "pw", "tags": "management"})
+    api.put(f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"})
+    other = type(api)(api.base, user, "pw")
+    status, _, out = other.put(T, {})
+    assert (status, out["reason"]) == (401, "Not monitor user")
+    assert api.ok(T) == {"enabled": False}
+    api.delete(f"/users/{user}")

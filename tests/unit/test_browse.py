@@ -1,0 +1,132 @@
+"""Browsing a queue (``queues/browse.py``) against the order consumers see, over the three
+ready stores and a paged tail: peek returns what draining would deliver, in that order,
+and changes nothing; search and position-based deletes agree with it (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import commands
+
+from leveret.broker import queue_messages
+from leveret.broker.queue_messages import Selection
+from leveret.model.message import Message
+from leveret.model.properties import encode_properties
+from leveret.persistence.group_commit import GroupCommit
+from leveret.persistence.memory import MemoryStore
+from leveret.persistence.store import QueueDef
+from leveret.queues import browse, plain_store
+from leveret.queues.queue import Queue
+
+KINDS = ("plain", "paged", "featured", "priority")
+
+
+def _queue(kind: str) -> Queue:
+    arguments: dict[str, Any] = {}
+    if kind == "featured":
+        arguments = {"x-max-length": 10_000}
+    elif kind == "priority":
+        arguments = {"x-max-priority": 5}
+    q = Queue(None, "q", durable=kind == "paged", arguments=arguments)
+    if kind == "paged":
+        log = GroupCommit(MemoryStore())  # no loop: every write is committed at once
+        q.qid = log.put_queue(QueueDef("/", "q", True, False, {}))
+        q.log = log
+    return q
+
+
+def _message(n: int, priority: int = 0) -> Message:
+    props = commands.Basic.Properties(delivery_mode=2, priority=priority, message_id=f"id{n}",
+                                      headers={"n": n})
+    return Message("", "q", encode_properties(props), b"body-%d" % n)
+
+
+def _drain(q: Queue) -> list[tuple[bytes, bool]]:
+    out = []
+    while (entry := q.take()) is not None:
+        out.append((entry.message.body, entry.delivery_count > 0))
+        q.settle(entry)
+    return out
+
+
+def _fill(q: Queue, n: int, requeue: int, priorities: list[int]) -> None:
+    for i in range(n):
+        q.publish(_message(i, priorities[i % len(priorities)]))
+    taken = [q.take() for _ in range(min(requeue, n))]
+    for entry in reversed(taken):
+        assert entry is not None
+        entry.delivery_count += 1
+        q.requeue(entry)
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plain_store, "PAGE_HIGH", 8)
+    monkeypatch.setattr(plain_store, "PAGE_BATCH", 3)
+    monkeypatch.setattr(browse, "BROWSE_BATCH", 2)
+
+
+scenarios = given(kind=st.sampled_from(KINDS), n=st.integers(0, 30),
+                  requeue=st.integers(0, 5), offset=st.integers(0, 35),
+                  count=st.integers(0, 35),
+                  priorities=st.lists(st.integers(0, 7), min_size=1, max_size=4))
+
+
+@scenarios
+@settings(max_examples=150, deadline=None)
+def test_peek_is_what_draining_delivers_and_changes_nothing(
+        kind: str, n: int, requeue: int, offset: int, count: int, priorities: list[int]) -> None:
+    q = _queue(kind)
+    _fill(q, n, requeue, priorities)
+    page = browse.peek(q, offset, count)
+    again = browse.peek(q, 0, n)
+    assert q.message_count == n and q.unacked == 0
+    drained = _drain(q)
+    assert [(b.message.body, b.redelivered) for b in again] == drained
+    assert [(b.message.body, b.redelivered) for b in page] == drained[offset:offset + count]
+    assert [b.position for b in page] == list(range(offset, offset + len(page)))
+
+
+@scenarios
+@settings(max_examples=100, deadline=None)
+def test_search_and_delete_by_position_agree_with_peek(
+        kind: str, n: int, requeue: int, offset: int, count: int, priorities: list[int]) -> None:
+    q = _queue(kind)
+    _fill(q, n, requeue, priorities)
+    before = [(b.position, b.message.body) for b in browse.peek(q, 0, n)]
+    wanted = before[offset % max(n, 1)] if n else None
+    if wanted is not None:
+        found = browse.search(q, browse.Criteria(message_id="id" + wanted[1][5:].decode()), 5)
+        assert [(b.position, b.message.body) for b in found] == [wanted]
+    positions = tuple(sorted({offset % (n + 2), count % (n + 2)}))
+    outcome = queue_messages.delete(q, Selection(positions=positions))
+    gone = {p for p in positions if p < n}
+    skipped = dict(outcome.skipped)
+    deleted = {p for p in gone if p not in skipped}
+    assert outcome.moved == len(deleted)
+    assert all(skipped[p] == queue_messages.PAGED_OUT for p in gone - deleted)
+    assert all(skipped[p] == queue_messages.NOT_FOUND for p in set(positions) - gone)
+    expected = [body for p, body in before if p not in deleted]
+    assert [body for body, _ in _drain(q)] == expected
+
+
+def test_a_deep_tail_is_read_one_batch_at_a_time() -> None:
+    """The store is asked for at most BROWSE_BATCH entries per read, whatever the offset."""
+    q = _queue("paged")
+    for i in range(40):
+        q.publish(_message(i))
+    assert q.log is not None
+    reads: list[int] = []
+    real = q.log.read_queue
+
+    def counting(qid: int, first: int, limit: int) -> Any:
+        reads.append(limit)
+        return real(qid, first, limit)
+
+    q.log.read_queue = counting  # type: ignore[method-assign]
+    page = browse.peek(q, 30, 3)
+    assert [b.message.body for b in page] == [b"body-30", b"body-31", b"body-32"]
+    assert reads and max(reads) <= browse.BROWSE_BATCH
