@@ -39,7 +39,7 @@ try:
     from selenium.common.exceptions import TimeoutException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 except ImportError:  # pragma: no cover - the dev extra installs it
     webdriver = None  # type: ignore[assignment]
 
@@ -114,6 +114,10 @@ class Console:
         el = self.find(css)
         el.clear()
         el.send_keys(value)
+
+    def choose(self, css: str, visible_text: str) -> None:
+        """Picks an option of a <select>, as a user does (fires its change event)."""
+        Select(self.find(css)).select_by_visible_text(visible_text)
 
     def button(self, text: str, within: Any = None) -> Any:
         """The first visible button whose text is ``text``."""

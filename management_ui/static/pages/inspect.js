@@ -95,12 +95,13 @@ export function inspector(vhost, name) {
     if (!selected.size) throw new Error("Select messages first (tick them in the list).");
     return positions();
   }
+  // Runs one action, shows the queue as it is now, then says what the action did.
   async function act(text, fn) {
-    await attempt(out, async () => {
-      const result = await fn();
-      clear(out, notice(summary(text, result)));
-      await peek(0);
-    });
+    let result;
+    const ok = await attempt(out, async () => { result = await fn(); return true; });
+    if (!ok) return;
+    await peek(0);
+    out.append(notice(summary(text, result)));
   }
 
   const peekForm = h("form.toolbar", { onsubmit: (e) => { e.preventDefault(); peek(0); } },

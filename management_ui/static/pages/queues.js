@@ -42,7 +42,18 @@ export function hints(q, now = Date.now()) {
   return out;
 }
 
+// The API's alerts (management_ui/alerts.py) when the broker sends them; else the page's own.
+const ALERT_TEXT = {
+  dead_letter_queue_growing: "dead-letter queue growing",
+  no_acks: "no acks lately",
+  low_consumer_utilisation: "low consumer utilisation",
+};
+
 function hintBadges(q) {
+  if (Array.isArray(q.alerts)) {
+    return q.alerts.map((a) => h("span.badge", { dataset: { hint: a.alert }, title: a.reason || "" },
+      ALERT_TEXT[a.alert] || a.alert));
+  }
   return hints(q).map(([kind, text, why]) => h("span.badge", { dataset: { hint: kind }, title: why },
     text));
 }

@@ -4,13 +4,15 @@
 // EventSource cannot send an Authorization header, so the streams are read with fetch.
 
 import {
-  api, attempt, clear, credentials, enc, errorBox, field, h, notice, onLeave, select, vhostNames,
+  api, attempt, clear, credentials, enc, errorBox, every, field, h, notice, onLeave, select,
+  vhostNames,
 } from "../lib.js";
 
 
 const MAX_LINES = 1000;  // kept in the page; older lines are dropped
 
-// Reads a text/event-stream with fetch; calls onEvent(data) per "data:" event until stopped.
+// Reads a text/event-stream with fetch; calls onEvent(data, eventName) per event until the
+// server sends "event: end", closes, or `signal` aborts.
 export async function readSse(path, onEvent, signal) {
   const response = await fetch(`/api/${path}`, { signal, credentials: "omit",
     headers: { "Authorization": `Basic ${credentials()}`, "Accept": "text/event-stream" } });
@@ -29,9 +31,12 @@ export async function readSse(path, onEvent, signal) {
     while ((at = buffer.indexOf("\n\n")) >= 0) {
       const block = buffer.slice(0, at);
       buffer = buffer.slice(at + 2);
-      const data = block.split("\n").filter((l) => l.startsWith("data:"))
+      const lines = block.split("\n");
+      const name = (lines.find((l) => l.startsWith("event:")) || "event: message").slice(6).trim();
+      const data = lines.filter((l) => l.startsWith("data:"))
         .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-      if (data) onEvent(data);
+      if (name === "end") return;  // the server says the feed is over (tracing stopped)
+      if (data) onEvent(data, name);
     }
   }
 }
@@ -58,7 +63,23 @@ export async function renderTrace(page) {
   const status = h("span.list-status", { "aria-live": "polite" });
   let controller = null;
 
+  const ring = h("div");
   function stopStream() { if (controller) { controller.abort(); controller = null; } }
+  async function showRing() {
+    const info = await api("GET", `traces/${enc(vhost.value)}`).catch((err) => ({ error: err.message }));
+    if (info.error) { clear(ring, errorBox(info.error)); return; }
+    clear(ring, info.enabled
+      ? h("dl.facts", h("dt", "Tracing"), h("dd", "on"),
+        h("dt", "Ring"), h("dd", `${info.events} of ${info.capacity} events (${info.evicted} evicted)`),
+        h("dt", "Queue filter"), h("dd", info.queue || "all queues"),
+        h("dt", "Listeners"), h("dd", String(info.subscribers)))
+      : h("p.empty", `Tracing is off in vhost ${vhost.value}. Start it to record events.`));
+    if (info.enabled && !controller && !rows.children.length) {
+      clear(rows, (info.recent || []).slice().reverse().map(eventRow));
+    }
+  }
+  vhost.addEventListener("change", () => { stopStream(); clear(rows); showRing(); });
+  every(5000, showRing);
   onLeave(stopStream);
 
   async function follow() {
@@ -87,11 +108,13 @@ export async function renderTrace(page) {
         const body = { capacity: Number(capacity.value) };
         if (queue.value) body.queue = queue.value;
         await api("PUT", `traces/${enc(vhost.value)}`, body);
+        await showRing();
         follow();
       }, "Tracing on.") }, "Start tracing"),
       h("button", { type: "button", onclick: () => attempt(out, async () => {
         stopStream();
         await api("DELETE", `traces/${enc(vhost.value)}`);
+        await showRing();
       }, "Tracing off.") }, "Stop tracing"),
       h("button", { type: "button", onclick: follow }, "Follow live"), status),
     h("form.toolbar", { onsubmit: (e) => {
@@ -105,7 +128,7 @@ export async function renderTrace(page) {
           : notice("No traced event for this message id."));
       });
     } }, field("Message id", messageId), h("button", { type: "submit" }, "Find message")),
-    out,
+    out, ring,
     h("div.table-wrap", h("table.trace", h("thead", h("tr", h("th", "Time"), h("th", "Event"),
       h("th", "Details"))), rows)));
 
@@ -122,7 +145,7 @@ export async function renderLog(page) {
   page.append(h("h1", "Broker log"), h("div.toolbar", pause,
     h("button", { type: "button", onclick: () => clear(lines) }, "Clear")), out, lines);
   try {
-    await readSse("log/stream", (data) => {
+    await readSse("logs/stream", (data) => {
       if (paused) return;
       const e = parse(data);
       lines.append(`${e.message ?? data}\n`);
