@@ -48,6 +48,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "channels/{name}", read.channel, M),
     ("GET", "consumers", read.consumers, M),
     ("GET", "consumers/{vhost}", read.consumers, M),
+    ("DELETE", "consumers/{vhost}/{channel}/{tag}", write.delete_consumer, M),
     ("GET", "exchanges", read.exchanges, M),
     ("GET", "exchanges/{vhost}", read.exchanges, M),
     ("GET", "exchanges/{vhost}/{name}", read.exchange, M),

@@ -259,3 +259,22 @@ def test_dark_theme_and_a_narrow_window(ui: Console) -> None:
         if after != before:
             ui.click("Dark theme" if after == "light" else "Light theme",
                      ui.driver.find_element(By.ID, "session"))
+
+
+def test_cancel_a_consumer_from_the_ui_tells_the_client(ui: Console, channel) -> None:
+    queue = _name("ui-cancel")
+    channel.queue_declare(queue)
+    cancelled: list[str] = []
+    channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = channel.basic_consume(queue, lambda *a: None, consumer_tag=_name("ctag"))
+    ui.login()
+    ui.go("/consumers")
+    row = ui.wait(lambda d: next((tr for tr in d.find_elements(By.CSS_SELECTOR, "tbody tr")
+                                  if tag in tr.text), None), "consumer row")
+    ui.screenshot("consumers")
+    row.find_element(By.TAG_NAME, "button").click()
+    ui.confirm("Cancel consumer")
+    ui.wait_text(f"Cancelled {tag}.")
+    wait_until(lambda: (channel.connection.process_data_events(0.05), cancelled)[1])
+    assert cancelled == [tag]
+    assert channel.queue_declare(queue, passive=True).method.consumer_count == 0
