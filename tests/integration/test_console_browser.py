@@ -32,6 +32,7 @@ PAGES = [
     ("admin", "/admin", "Topic permissions"),
     ("api-docs", "/api-docs", "/api/overview"),
     ("trace", "/trace", "Start tracing"),
+    ("log", "/log", "Broker log"),
 ]
 
 
@@ -278,3 +279,11 @@ def test_cancel_a_consumer_from_the_ui_tells_the_client(ui: Console, channel) ->
     wait_until(lambda: (channel.connection.process_data_events(0.05), cancelled)[1])
     assert cancelled == [tag]
     assert channel.queue_declare(queue, passive=True).method.consumer_count == 0
+
+
+def test_the_error_check_sees_an_uncaught_javascript_error(ui: Console) -> None:
+    """The guard every test relies on: an uncaught error in the page reaches js_errors()."""
+    ui.login()
+    ui.driver.execute_script("setTimeout(() => { throw new Error('planted-boom'); })")
+    found = wait_until(lambda: [e for e in ui.js_errors() if "planted-boom" in e])
+    assert found

@@ -4,7 +4,7 @@
 // EventSource cannot send an Authorization header, so the streams are read with fetch.
 
 import {
-  api, attempt, clear, credentials, enc, errorBox, every, field, h, notice, onLeave, select,
+  api, ApiError, attempt, clear, credentials, enc, errorBox, every, field, h, notice, onLeave, select,
   vhostNames,
 } from "../lib.js";
 
@@ -18,7 +18,7 @@ export async function readSse(path, onEvent, signal) {
     headers: { "Authorization": `Basic ${credentials()}`, "Accept": "text/event-stream" } });
   if (!response.ok) {
     const data = await response.json().catch(() => ({}));
-    throw new Error(data.reason || `${response.status} ${response.statusText}`);
+    throw new ApiError(response.status, data.reason || `${response.status} ${response.statusText}`);
   }
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -153,7 +153,7 @@ export async function renderLog(page) {
       lines.scrollTop = lines.scrollHeight;
     }, controller.signal);
   } catch (err) {
-    if (err.name !== "AbortError") clear(out, errorBox(err.status === 404 || /404/.test(err.message)
-      ? "This broker does not stream its log yet." : err));
+    if (err.name !== "AbortError") clear(out, errorBox(err.status === 404
+      ? "This broker does not stream its log (no /api/logs/stream)." : err));
   }
 }
