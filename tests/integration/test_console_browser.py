@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -287,3 +288,50 @@ def test_the_error_check_sees_an_uncaught_javascript_error(ui: Console) -> None:
     ui.driver.execute_script("setTimeout(() => { throw new Error('planted-boom'); })")
     found = wait_until(lambda: [e for e in ui.js_errors() if "planted-boom" in e])
     assert found
+
+
+def _get(broker, path: str) -> object:
+    request = urllib.request.Request(f"{broker.api_url}/api/{path}")
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+
+def test_admin_adds_a_vhost_a_policy_and_a_limit(ui: Console, broker) -> None:
+    vhost, policy = _name("vh"), _name("cap")
+    ui.login()
+    ui.go("/admin")
+    ui.wait_text("Add a vhost")
+    ui.fill("input[name=vhost]", vhost)
+    ui.click("Add vhost")
+    ui.wait_text(f"Vhost {vhost} added.")
+    ui.go("/")  # the admin page lists vhosts in its selects when it loads
+    ui.go("/admin")
+    ui.wait_text(vhost)
+    ui.fill("input[name=perm-user]", "guest")  # policies need access to the vhost
+    ui.choose("select[name=perm-vhost]", vhost)
+    ui.click("Set permissions")
+    ui.wait_text("Permissions set.")
+    ui.choose("select[name=policy-vhost]", vhost)
+    ui.fill("input[name=policy-name]", policy)
+    ui.fill("input[name=policy-pattern]", "^orders")
+    ui.fill("textarea[name=definition]", "max-length=5\noverflow=reject-publish")
+    ui.click("Save policy")
+    ui.wait_text(f"Policy {policy} saved.")
+    ui.choose("select[name=limit-vhost]", vhost)
+    ui.choose("select[name=limit]", "max-queues")
+    ui.fill("input[name=limit-value]", "3")
+    ui.click("Set limit")
+    ui.wait_text("Limit set.")
+    ui.screenshot("admin-policy-and-limit")
+    encoded = urllib.parse.quote(vhost, safe="")
+    assert _get(broker, f"policies/{encoded}/{policy}")["definition"] == {
+        "max-length": 5, "overflow": "reject-publish"}
+    assert _get(broker, f"vhost-limits/{encoded}")[0]["value"] == {"max-queues": 3}
+    # A bad definition is refused in place with the broker's reason, and nothing is saved.
+    ui.fill("input[name=policy-name]", policy + "-bad")
+    ui.fill("textarea[name=definition]", "max-length=-1")
+    ui.click("Save policy")
+    error = ui.find("#policies .error")
+    assert error.text
+    assert policy + "-bad" not in json.dumps(_get(broker, f"policies/{encoded}"))
