@@ -335,3 +335,30 @@ def test_admin_adds_a_vhost_a_policy_and_a_limit(ui: Console, broker) -> None:
     error = ui.find("#policies .error")
     assert error.text
     assert policy + "-bad" not in json.dumps(_get(broker, f"policies/{encoded}"))
+
+
+def test_exchange_create_bind_and_delete_from_the_ui(ui: Console, channel, broker) -> None:
+    exchange, queue = _name("ui-x"), _name("ui-xq")
+    channel.queue_declare(queue)
+    ui.login()
+    ui.go("/exchanges")
+    ui.wait_text("Add an exchange")
+    ui.fill("input[name=name]", exchange)
+    ui.choose("select[name=type]", "topic")
+    ui.click("Add exchange")
+    ui.wait_text(f"Exchange {exchange} added.")
+    ui.go(f"/exchanges/%2F/{exchange}")
+    ui.wait_text("No bindings from this exchange")
+    ui.fill("input[name=destination]", queue)
+    ui.fill("form.panel input[name=routing_key]", "orders.*")
+    ui.click("Bind")
+    ui.wait_text("Bound.")
+    ui.wait_text("orders.*")
+    channel.basic_publish(exchange, "orders.eu", b"routed by a UI binding")
+    ui.screenshot("exchange-page")
+    _method, _props, body = channel.basic_get(queue, auto_ack=True)
+    assert body == b"routed by a UI binding"
+    ui.click("Delete exchange")
+    ui.confirm("Delete")
+    ui.wait(lambda d: d.current_url.endswith("#/exchanges"), "back to the list")
+    assert exchange not in json.dumps(_get(broker, "exchanges"))

@@ -151,3 +151,36 @@ def test_trace_one_message_from_publish_to_ack(ui: Console, channel) -> None:
     ui.screenshot("trace")
     ui.click("Stop tracing")
     ui.wait_text("Tracing off.")
+
+
+def test_move_selected_and_delete_first_n_from_the_ui(ui: Console, channel) -> None:
+    source, target = _name("ui-src"), _name("ui-dst")
+    channel.queue_declare(source)
+    channel.queue_declare(target)
+    for i in range(5):
+        channel.basic_publish("", source, f"m{i}".encode(), pika.BasicProperties(message_id=f"m{i}"))
+    ui.login()
+    ui.go(f"/queues/%2F/{source}")
+    ui.click("Peek")
+    shown = _messages(ui, 5)
+    for article in (shown[1], shown[3]):
+        article.find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+    ui.fill("input[name=destination]", target)
+    ui.click("Move selected")
+    ui.wait_text("Move: 2 message(s).")
+    _messages(ui, 3)
+    ui.fill("input[name=first_n]", "1")
+    ui.click("Delete first N")
+    ui.confirm("Delete")
+    ui.wait_text("Delete: 1 message(s).")
+    ui.screenshot("queue-moved-and-deleted")
+
+    def drain(queue: str) -> list[str]:
+        out = []
+        while True:
+            _method, props, _body = channel.basic_get(queue, auto_ack=True)
+            if props is None:
+                return out
+            out.append(props.message_id)
+    assert drain(target) == ["m1", "m3"]
+    assert drain(source) == ["m2", "m4"]
