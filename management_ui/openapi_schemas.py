@@ -85,6 +85,11 @@ SCHEMAS: dict[str, Any] = {
                         "queues": {"type": "array"}, "exchanges": {"type": "array"},
                         "bindings": {"type": "array"}}),
     "Routed": obj({"routed": BOOL}),
+    "BrowsedMessage": obj({"position": INT, "payload": STR, "payload_encoding": STR,
+                           "payload_bytes": INT, "exchange": STR, "routing_key": STR,
+                           "redelivered": BOOL, "properties": OBJ}),
+    "Outcome": obj({"skipped": {"type": "array", "items": obj({"position": INT,
+                                                              "reason": STR})}}),
     "Message": obj({"payload": STR, "payload_encoding": STR, "payload_bytes": INT,
                     "redelivered": BOOL, "exchange": STR, "routing_key": STR,
                     "message_count": INT, "properties": OBJ}),
@@ -119,9 +124,19 @@ GET_RESPONSES: dict[str, Any] = {
 POST_RESPONSES: dict[str, Any] = {
     "exchanges/{vhost}/{name}/publish": ref("Routed"),
     "queues/{vhost}/{name}/get": array("Message"),
+    "queues/{vhost}/{name}/peek": array("BrowsedMessage"),
+    "queues/{vhost}/{name}/search": array("BrowsedMessage"),
+    "queues/{vhost}/{name}/redrive": ref("Outcome"),
+    "queues/{vhost}/{name}/move": ref("Outcome"),
+}
+DELETE_RESPONSES: dict[str, Any] = {
+    "queues/{vhost}/{name}/messages": ref("Outcome"),
 }
 
 BOOLISH: dict[str, Any] = {"oneOf": [BOOL, STR]}  # rabbitmqadmin sends "true"
+# Which ready messages a redrive, move or delete takes: positions, or the first count.
+SELECTION: dict[str, Any] = {"type": "object", "properties": {
+    "positions": {"type": "array", "items": INT}, "count": INT, "destination": STR}}
 # Method + path -> request body schema (lenient, as RabbitMQ's: extra keys are ignored).
 REQUEST_BODIES: dict[tuple[str, str], Any] = {
     ("PUT", "queues/{vhost}/{name}"): {"type": "object", "properties": {
@@ -151,6 +166,14 @@ REQUEST_BODIES: dict[tuple[str, str], Any] = {
         "count": INT, "ackmode": STR, "encoding": STR, "truncate": INT}},
     ("POST", "bindings/{vhost}/e/{source}/{kind}/{dest}"): {"type": "object", "properties": {
         "routing_key": STR, "arguments": OBJ}},
+    ("POST", "queues/{vhost}/{name}/peek"): {"type": "object", "properties": {
+        "offset": INT, "count": INT, "state": {"type": "string", "enum": ["ready", "unacked"]},
+        "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
+    ("POST", "queues/{vhost}/{name}/search"): {"type": "object", "properties": {
+        "message_id": STR, "correlation_id": STR, "header": OBJ, "body_contains": STR,
+        "count": INT, "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
+    **{(method, f"queues/{{vhost}}/{{name}}/{action}"): SELECTION
+       for method, action in (("POST", "redrive"), ("POST", "move"), ("DELETE", "messages"))},
 }
 
 
@@ -186,4 +209,7 @@ def success_responses(method: str, pattern: str) -> dict[str, Any]:
         return {"201": {"description": "Created"}, "204": {"description": "Updated"}}
     if method == "POST":
         return {"201": {"description": "Created"}, "204": {"description": "Done"}}
+    if pattern in DELETE_RESPONSES:
+        return {"200": {"description": "OK",
+                        "content": json_content(DELETE_RESPONSES[pattern])}}
     return {"204": {"description": "Deleted"}}
