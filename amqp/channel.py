@@ -99,6 +99,7 @@ class Channel(Publisher):
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
         self.tx_durable: bool | None = None  # during tx.commit: did it write to the store?
         self.last_queue_name: str | None = None
+        self.valid_properties: set[bytes] = set()  # publishing.py
         # Output queued behind replies that wait for a commit (None: nothing waits).
         self._held: list[bytes | HeldReply] | None = None
 
