@@ -198,7 +198,7 @@ class Publisher(HeldOutput):
         tracer = vhost.tracer
         if tracer is not None:  # tracing off: this test is all it costs (queues/tracing.py)
             tracer.published(message, [q.name for q in queues], self.connection.user or "",
-                             self.number, mandatory)
+                             self.number, mandatory, self.confirms is not None)
         stats = self.stats
         stats.publish += 1
         confirms = self.confirms

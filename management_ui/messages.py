@@ -82,7 +82,7 @@ def message_json(position: int, message: Message, redelivered: bool,
     if payload_encoding == "base64":
         payload = base64.b64encode(body).decode()
     return {"position": position, "payload": payload, "payload_encoding": payload_encoding,
-            "payload_bytes": len(body), "properties": write.properties_json(message),
+            "payload_bytes": len(body), "properties": write.properties_json(message, keep=False),
             "exchange": message.exchange, "routing_key": message.routing_key,
             "redelivered": redelivered}
 

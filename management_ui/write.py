@@ -26,7 +26,7 @@ from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
-from leveret.model.properties import encode_properties
+from leveret.model.properties import decode_properties, encode_properties
 from leveret.queues.entry import PublishResult
 from leveret.queues.policy import PolicyError, validate
 
@@ -327,9 +327,11 @@ def _message_json(message: Message, redelivered: bool, remaining: int, encoding:
     }
 
 
-def properties_json(message: Message) -> dict[str, Any]:
+def properties_json(message: Message, keep: bool = True) -> dict[str, Any]:
+    """The message's properties as JSON; ``keep=False`` decodes without caching the result
+    on the message (a peek leaves messages as they were, memory included)."""
     try:
-        props = message.properties
+        props = message.properties if keep else decode_properties(message.raw_properties)
     except ValueError:
         return {}
     out: dict[str, Any] = {}

@@ -20,7 +20,7 @@ a publish record reads as its ``publish``, ``route``, ``enqueue`` (one per
 traced queue) and, if unroutable and mandatory, ``return`` events, all with
 the same timestamp; an automatic-ack delivery as ``deliver`` and ``ack``. So
 recording costs a tuple and a deque append per step, and decoding the
-message id (``pamqp``) is done by whoever asks. A ``queue`` pattern limits tracing to the queues it matches
+message id (``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing to the queues it matches
 (``re.search``, as policies match names): queue events of other queues are
 not recorded, and a publish only if it reached a matching queue.
 
@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.properties import decode_properties
+from leveret.queues.browse import ids_of
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -58,7 +58,7 @@ Subscriber = Callable[[Event], None]
 
 # Detail names of each record kind, in the order its tuple holds them.
 _DETAILS: dict[str, tuple[str, ...]] = {
-    "publish": ("user", "channel", "mandatory", "queues", "traced"),
+    "publish": ("user", "channel", "mandatory", "confirm", "queues", "traced"),
     "deliver": ("consumer_tag", "redelivered", "channel", "user", "ack_required"),
     "ack": ("channel", "consumer_tag", "requeue"),  # requeue: None, not shown
     "nack": ("channel", "consumer_tag", "requeue"),
@@ -143,7 +143,7 @@ class Tracer:
             self._feed(record)
 
     def published(self, message: Message, queues: list[str], user: str, channel: int,
-                  mandatory: bool) -> None:
+                  mandatory: bool, confirm: bool) -> None:
         """publish, route and one enqueue per traced queue (before the queues deliver it)."""
         # Tuples of strings only: the garbage collector stops tracking such records, so a
         # ring of them is not traversed over and over as it churns.
@@ -157,7 +157,8 @@ class Tracer:
         if len(ring) == self.capacity:
             self.evicted += 1
         record = ("publish", _now(), message.raw_properties, message.exchange,
-                  message.routing_key, "", user, channel, mandatory, names, traced)
+                  message.routing_key, "", user, channel, mandatory, confirm, names,
+                  traced)
         ring.append(record)
         if self.subscribers:
             self._feed(record)
@@ -192,8 +193,7 @@ def expand(record: Record, ids: dict[bytes, str | None]) -> Iterator[Event]:
     named = dict(zip(_DETAILS[kind], details))
     if kind == "publish":
         queues, traced = named.pop("queues"), named.pop("traced")
-        yield {"event": "publish", **base, **{k: named[k] for k in ("user", "channel",
-                                                                    "mandatory")}}
+        yield {"event": "publish", **base, **named}
         yield {"event": "route", **base, "queues": list(queues), "routed": bool(queues)}
         for name in traced:
             yield {"event": "enqueue", **base, "queue": name}
@@ -209,11 +209,8 @@ def expand(record: Record, ids: dict[bytes, str | None]) -> Iterator[Event]:
 
 
 def _message_id(props: bytes) -> str | None:
-    try:
-        value = decode_properties(props).message_id
-    except ValueError:
-        return None
-    return str(value) if value is not None else None
+    ids = ids_of(props)
+    return ids[1] if ids is not None else None
 
 
 # Why a queue drops a message (dead_letter's reasons) -> the event recorded.

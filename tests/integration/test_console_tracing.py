@@ -50,6 +50,7 @@ def test_a_message_from_publish_to_ack(api, broker, qname):
         publish, route, enqueue, deliver, ack = events
         assert publish["user"] == "guest" and publish["exchange"] == ""
         assert publish["routing_key"] == qname and publish["channel"] == 1
+        assert publish["mandatory"] is False and publish["confirm"] is False
         assert route["queues"] == [qname] and route["routed"] is True
         assert enqueue["queue"] == qname
         assert deliver["consumer_tag"].startswith("ctag") and deliver["redelivered"] is False
