@@ -4,10 +4,13 @@ and the publisher confirms that follow.
 Theory of operation
 -------------------
 ``Channel`` assembles the content (``assembler.py``) and hands the complete
-message to ``_complete``: publish permissions (one set lookup once allowed),
-the ``user-id`` and ``expiration`` checks (only when their property flags are
-set: the header was scanned for its flags, nothing is decoded otherwise), then
-CC/BCC and direct reply-to (``broker/publish_props.py``), then ``publish``:
+message to ``_complete``: publish permissions (one set lookup once allowed);
+then, for a message with any property (a flag word other than zero), a check
+that the property list is well-formed (``properties.check_properties``, once
+per distinct list a channel sees): malformed properties are never relayed, and
+close the connection with 541 INTERNAL_ERROR as they crash a RabbitMQ 3.10
+channel; then the ``user-id`` and ``expiration`` checks (only when their flags
+are set), CC/BCC and direct reply-to (``broker/publish_props.py``); then ``publish``:
 route, enqueue in every queue, and confirm or return as RabbitMQ does. A
 persistent message in a durable queue is confirmed after its group commit
 (``confirm_settled``); confirms go out in one batch per loop turn
@@ -30,6 +33,7 @@ from leveret.model.errors import (
     FRAME_ERROR,
     NOT_FOUND,
     PRECONDITION_FAILED,
+    ChannelCrash,
     ChannelError,
     ConnectionError_,
 )
@@ -41,6 +45,7 @@ from leveret.model.message import (
     Message,
     parse_expiration,
 )
+from leveret.model.properties import check_properties
 from leveret.model.stats import MessageStats
 from leveret.queues.entry import PublishResult
 
@@ -50,6 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ACCEPTED = PublishResult.ACCEPTED
+_NO_PROPERTIES = b"\x00\x00"  # the flag word alone, all clear
+# Property lists a channel has found well-formed: publishers repeat theirs (content type,
+# delivery mode, the same headers), so each distinct one is checked once; bounded.
+VALID_PROPERTIES_KEPT = 64
 # Property flags that make _complete work: user-id, expiration, and headers (CC/BCC) or
 # reply-to (direct reply-to), as the high and low byte of the first flag word.
 _CHECKED_HIGH = (FLAG_EXPIRATION | FLAG_HEADERS | FLAG_REPLY_TO) >> 8
@@ -72,6 +81,7 @@ class Publisher(HeldOutput):
     stats: MessageStats
     tx: list[Any] | None
     tx_durable: bool | None
+    valid_properties: set[bytes]
 
     def _complete(self, publish: Publish, props: bytes, body: bytes) -> None:
         exchange, routing_key, mandatory = publish
@@ -84,9 +94,7 @@ class Publisher(HeldOutput):
         self.connection.has_published = True
         message = Message(exchange, routing_key, props, body)
         extra: tuple[str, ...] = ()
-        # One test of the flag words (at least two bytes: fastpath.decode_content_header) for each property
-        # that asks for work here; a message without them pays nothing more.
-        if props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW:
+        if props != _NO_PROPERTIES:  # a message without properties pays nothing more
             message, extra = self._check_properties(message)
         if self.tx is not None:
             self.vhost_exchange(exchange)  # 404 at publish time, as RabbitMQ
@@ -95,7 +103,23 @@ class Publisher(HeldOutput):
             self.publish(message, mandatory, extra)
 
     def _check_properties(self, message: Message) -> tuple[Message, tuple[str, ...]]:
-        """user-id and expiration checks, then CC/BCC and direct reply-to."""
+        """Malformed properties close the connection (before anything is relayed); then
+        the user-id and expiration checks, CC/BCC and direct reply-to."""
+        props = message.raw_properties
+        valid = self.valid_properties
+        if props not in valid:
+            try:
+                check_properties(props)
+            except ValueError as exc:
+                log.warning("connection %s, channel %d: malformed message properties: %s",
+                            self.connection.name, self.number, exc)
+                raise ChannelCrash(f"malformed message properties: {exc}") from exc
+            if len(valid) >= VALID_PROPERTIES_KEPT:
+                valid.clear()
+            valid.add(props)
+        # One test of the flag words for each property that asks for work below.
+        if not (props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW):
+            return message, ()
         if message.has_user_id:
             self._check_user_id(message)
         if message.has_expiration:
@@ -172,7 +196,7 @@ class Publisher(HeldOutput):
             raise
         name = message.exchange
         tracer = vhost.tracer
-        if tracer is not None:  # tracing off: this test is all it costs
+        if tracer is not None:  # tracing off: this test is all it costs (queues/tracing.py)
             tracer.published(message, [q.name for q in queues], self.connection.user or "",
                              self.number, mandatory)
         stats = self.stats

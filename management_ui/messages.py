@@ -133,9 +133,12 @@ async def search(req: Request) -> web.Response:
         header=next(iter(header.items())) if header else None,
         body_contains=str(contains).encode() if contains is not None else None)
     encoding = _choice(body, "encoding", ENCODINGS)
-    found = browse.search(queue, criteria, _int(body, "limit", 100))
+    found, until = browse.search(queue, criteria, _int(body, "limit", 100),
+                                 _int(body, "offset", 0))
+    # Where the bounded scan stopped: the next request continues from there ("offset").
+    headers = {"X-Scanned-Until": str(until), "X-Queue-Length": str(queue.message_count)}
     return json_response([message_json(b.position, b.message, b.redelivered, encoding)
-                          for b in found])
+                          for b in found], headers=headers)
 
 
 def _opt_text(body: dict[str, Any], key: str) -> str | None:

@@ -77,3 +77,19 @@ class ChannelError(AMQPError):
 
 class ConnectionError_(AMQPError):  # noqa: N801 - the builtin name is taken
     """A hard error: the broker closes the connection."""
+
+
+class ChannelCrash(ConnectionError_):
+    """Input that crashes a RabbitMQ 3.10 channel process (malformed message properties):
+    the connection closes with 541 and the bare text ``INTERNAL_ERROR``, no method ids.
+
+    The detail is for the log, not the wire, as in RabbitMQ.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ReplyCode.INTERNAL_ERROR, detail)
+
+    @property
+    def reply_text(self) -> str:
+        return self.code.name
+

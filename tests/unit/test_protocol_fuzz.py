@@ -7,8 +7,8 @@ and reordered frames), cut into random chunks. Whatever happens:
 
 * ``receive_data`` never raises;
 * every ``data_to_send()`` batch is a sequence of well-formed frames that
-  pamqp can unmarshal (the one exception, relayed publisher properties, is
-  pinned by an xfail test at the end);
+  pamqp can unmarshal (relayed publisher properties included: malformed ones
+  close the connection instead, see the last test);
 * fed whole or byte by byte, the server writes the same bytes;
 * a ``connection.close`` carries a hard-error reply code, a
   ``channel.close`` a soft one, and after ``connection.close`` the server
@@ -113,32 +113,6 @@ class Checker:
         self.closed_with: int | None = None
         self.fed = bytearray()
 
-    def parse(self, out: bytes) -> list[tuple[int, Any]]:
-        """``parse_frames``, except for relayed properties (see the xfail test below).
-
-        A content header the server relays carries the publisher's property
-        bytes unchanged; when those are malformed pamqp cannot read the frame.
-        Such a frame is accepted if its envelope is right and its property
-        bytes are exactly ones the client sent.
-        """
-        frames: list[tuple[int, Any]] = []
-        pos = 0
-        while pos < len(out):
-            assert len(out) - pos >= 8, out[pos:]
-            ftype, channel, size = struct.unpack_from(">BHI", out, pos)
-            raw = out[pos : pos + 8 + size]
-            assert len(raw) == 8 + size and raw[-1] == 0xCE, raw[:32]
-            try:
-                frames += parse_frames(raw)
-            except AssertionError:
-                assert ftype == 2 and size >= 14, raw[:32]
-                class_id, _weight, _body_size = struct.unpack_from(">HHQ", raw, 7)
-                assert class_id == 60
-                assert bytes(raw[19:-1]) in self.fed, "server invented malformed properties"
-                frames.append((channel, None))
-            pos += 8 + size
-        return frames
-
     def feed(self, data: bytes) -> None:
         conn = self.client.conn
         conn.receive_data(data)  # must never raise
@@ -146,7 +120,7 @@ class Checker:
         self.fed += data  # even when silent: a later batch may relay these bytes
         if not out:
             return
-        for channel, obj in self.parse(out):  # AssertionError if pamqp cannot read it
+        for channel, obj in parse_frames(out):  # AssertionError if pamqp cannot read it
             if self.closed_with is not None:
                 assert isinstance(obj, commands.Connection.CloseOk), obj
             if isinstance(obj, commands.Connection.Close):
@@ -289,22 +263,42 @@ def test_mutated_sequences_whole_and_bytewise_agree(caplog: pytest.LogCaptureFix
     assert outputs[0] == outputs[1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Leveret relays the publisher's property bytes unchanged and decodes them lazily "
-    "(STYLE.md principle 3), so malformed properties reach consumers and break their "
-    "client; RabbitMQ decodes the properties of every basic.publish and closes the "
-    "connection instead. Fixing it means validating properties on the publish hot path."))
-def test_malformed_properties_are_not_relayed() -> None:
+def test_malformed_properties_close_the_connection_and_are_not_relayed() -> None:
+    """As RabbitMQ 3.10 (tests/integration/test_differential_properties.py): 541 with the
+    bare text INTERNAL_ERROR, no method ids; the consumer gets nothing."""
     client = Client()
     client.handshake()
     client.open_channel(1)
     client.call(1, commands.Queue.Declare(queue="q"))
     client.call(1, Basic.Consume(queue="q", consumer_tag="c"))
-    # content-type flag set, short string of length 200 with 2 bytes, then a bad table
+    # content-type flag set, short string of length 2, then a table with an unknown type
     props = b"\xa0\x00" + b"\x02ab" + b"\x00\x00\x00\x09\x01aZ"
     payload = struct.pack(">HHQ", 60, 0, 1) + props
     data = (client.method(1, Basic.Publish(routing_key="q"))
             + struct.pack(">BHI", 2, 1, len(payload)) + payload + b"\xce"
             + b"\x03\x00\x01\x00\x00\x00\x01x\xce")
-    client.feed(data)
-    parse_frames(client.drain_raw())  # raises: pamqp cannot read the relayed header
+    frames = client.send(data)  # parse_frames: every frame pamqp can read
+    assert [type(f) for _, f in frames] == [commands.Connection.Close]
+    close = frames[0][1]
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        541, "INTERNAL_ERROR", 0, 0)
+    assert client.conn.state == CLOSING
+    assert client.broker.vhosts["/"].queues["q"].message_count == 0
+
+
+def test_well_formed_properties_are_relayed_byte_for_byte() -> None:
+    """Checked once per distinct property list a channel sees; relayed unchanged."""
+    client = Client()
+    client.handshake()
+    client.open_channel(1)
+    client.call(1, commands.Queue.Declare(queue="q"))
+    client.call(1, Basic.Consume(queue="q", consumer_tag="c", no_ack=True))
+    props = b"\x30\x00" + struct.pack(">I", 7) + b"\x01aI\x00\x00\x00\x01" + b"\x02"
+    payload = struct.pack(">HHQ", 60, 0, 1) + props
+    one = (client.method(1, Basic.Publish(routing_key="q"))
+           + struct.pack(">BHI", 2, 1, len(payload)) + payload + b"\xce"
+           + b"\x03\x00\x01\x00\x00\x00\x01x\xce")
+    client.feed(one + one)
+    out = client.drain_raw()
+    assert out.count(struct.pack(">BHI", 2, 1, len(payload)) + payload + b"\xce") == 2
+    assert client.conn.channels[1].valid_properties == {props}

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Broker instructions per message, under callgrind: a load-independent A/B measure.
+
+Wall-clock CPU per message moves with whatever else the machine runs; the number of
+instructions the broker executes for a fixed workload does not (much). This runs a
+Leveret under ``valgrind --tool=callgrind`` twice, once for ``--messages`` and once for
+twice that many, with the ``transient`` or ``confirmed`` workload of ``loadgen.py``
+(one publisher and one consumer connection, 256-byte bodies, one ``basic.ack`` per
+message; ``confirmed``: persistent messages to a durable queue with publisher
+confirms), and prints the difference divided by the extra messages: startup,
+handshakes and shutdown cancel out.
+
+    python bench/icount.py --scenario transient --messages 20000
+    PYTHONPATH=/tmp/pkg-base python bench/icount.py ...   # another build of leveret
+
+The broker is started as ``python -m leveret serve`` with this process's environment,
+so ``PYTHONPATH`` chooses the build. Only the broker's own instructions are counted
+(``--trace-children=no``); its group-commit thread is included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pamqp.commands as cmd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import loadgen  # bench/ is not a package: found through sys.path above
+
+# LMDB reserves a 1 TiB map; valgrind's address space is smaller. Both builds get the same
+# cap through a sitecustomize on the broker's PYTHONPATH (the transient path never maps it).
+LMDB_CAP = """\
+import lmdb
+_open = lmdb.open
+def _capped(path, *args, **kw):
+    kw["map_size"] = min(kw.get("map_size", 1 << 30), 1 << 34)
+    return _open(path, *args, **kw)
+lmdb.open = _capped
+"""
+SUMMARY_RE = re.compile(rb"^summary: (\d+)", re.MULTILINE)
+# Startup under callgrind (CPython imports, LMDB open) takes a minute on a loaded 2-CPU VM.
+START_TIMEOUT = 600.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"broker exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"broker not listening on {port} after {timeout:.0f} s")
+
+
+async def transient(port: int, messages: int, confirmed: bool) -> None:
+    """Publish ``messages`` while one consumer acks each delivery; return when all are in."""
+    qname = f"icount-{uuid.uuid4().hex[:8]}"
+    cconn = await loadgen.connect("127.0.0.1", port, "guest", "guest", "/", "icount-consumer")
+    await loadgen.open_channel(cconn, 1)
+    cconn.send(cmd.Queue.Declare(queue=qname, durable=confirmed), 1)
+    await cconn.expect(cmd.Queue.DeclareOk, timeout=120)
+    consumer = loadgen.Consumer(cconn, 1, False, 0)
+    consumer.install()
+    cconn.send(cmd.Basic.Consume(queue=qname, consumer_tag="icount"), 1)
+    await cconn.expect(cmd.Basic.ConsumeOk, timeout=120)
+    pconn = await loadgen.connect("127.0.0.1", port, "guest", "guest", "/", "icount-producer")
+    await loadgen.open_channel(pconn, 1)
+    body = (b"leveret-bench" * 20)[:256]
+    props = cmd.Basic.Properties(delivery_mode=2) if confirmed else None
+    one = loadgen.encode_publish("", qname, body, properties=props)
+    batch = 50
+    if confirmed:
+        pconn.send(cmd.Confirm.Select(), 1)
+        await pconn.expect(cmd.Confirm.SelectOk, timeout=120)
+        pub = loadgen.ConfirmPublisher(pconn, one, batch, window=1000, limit=messages,
+                                       stall_timeout=600)
+        task = asyncio.create_task(pub.run())
+    else:
+        write = pconn.transport.write
+        sent = 0
+        while sent < messages:
+            if pconn.paused:
+                await pconn.wait_writable()
+                continue
+            n = min(batch, messages - sent)
+            write(one * n)
+            sent += n
+            await asyncio.sleep(0)
+        task = None
+    await asyncio.wait_for(consumer.wait_count(messages), timeout=3600)
+    if task is not None:
+        await asyncio.wait_for(task, timeout=600)
+    cconn.send(cmd.Queue.Delete(queue=qname), 1)
+    await cconn.expect(cmd.Queue.DeleteOk, timeout=120)
+    await pconn.close(timeout=60)
+    await cconn.close(timeout=60)
+
+
+def run_once(messages: int, scenario: str, out_dir: Path) -> int:
+    """Instructions the broker executed from start to exit, for ``messages``."""
+    port = free_port()
+    data_dir = out_dir / f"data-{messages}-{uuid.uuid4().hex[:6]}"
+    out_file = out_dir / f"callgrind-{messages}-{uuid.uuid4().hex[:6]}.out"
+    shim = out_dir / "shim"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(LMDB_CAP)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    broker = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
+         "--dump-instr=no", "--trace-children=no", sys.executable, "-m", "leveret", "serve",
+         "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
+         "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=open(out_dir / "broker.log", "ab"),
+        cwd=out_dir, env=env, start_new_session=True)
+    try:
+        wait_for_port(port, broker, START_TIMEOUT)
+        asyncio.run(transient(port, messages, scenario == "confirmed"))
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(timeout=600)
+    match = SUMMARY_RE.search(out_file.read_bytes())
+    if match is None:
+        raise SystemExit(f"no 'summary:' line in {out_file}")
+    return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=("transient", "confirmed"), default="transient")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (N, 2N)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="leveret-icount-") as tmp:
+        per_message = []
+        for _ in range(args.repeat):
+            small = run_once(args.messages, args.scenario, Path(tmp))
+            large = run_once(2 * args.messages, args.scenario, Path(tmp))
+            per_message.append((large - small) / args.messages)
+            print(json.dumps({"scenario": args.scenario, "messages": args.messages,
+                              "instructions_small": small, "instructions_large": large,
+                              "instructions_per_message": round(per_message[-1])}),
+                  flush=True)
+    if len(per_message) > 1:
+        per_message.sort()
+        print(f"median instructions per message: {per_message[len(per_message) // 2]:.0f}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")  # the broker inherits it: same dict layouts
+    main()
