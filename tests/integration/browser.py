@@ -6,7 +6,8 @@ driver's path, so its manager never downloads a browser. Without them the
 tests skip on a developer's machine and *fail* under CI (``CI`` set), so a CI
 run cannot pass by not running them.
 
-``Console`` wraps one browser session (one per test module) with what the
+``own_broker`` gives each browser module a broker of its own. ``Console`` wraps
+one browser session (one per test module) with what the
 tests need: log in, go to a page, wait for text, read the browser's console
 log for JavaScript errors, save a screenshot under ``test-artifacts/console/``
 (git-ignored).
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import BrokerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -187,6 +190,19 @@ def _shown(driver: Any, css: str) -> Any:
         if el.is_displayed():
             return el
     return None
+
+
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker for one browser module: the console creates users and vhosts, which the
+    session broker's other tests do not expect to find."""
+    base = tmp_path_factory.mktemp("console-broker")
+    broker = BrokerProcess(base / "data", base / "broker.log").start()
+    try:
+        yield broker
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log_text()[-4000:]
+    assert "Traceback" not in broker.log_text(), broker.log_text()[-4000:]
 
 
 def console_session(base_url: str) -> Iterator[Console]:

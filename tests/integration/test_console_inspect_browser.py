@@ -15,9 +15,17 @@ import pika
 import pytest
 from selenium.webdriver.common.by import By
 
-from .browser import Console, console_session
+from tests.conftest import BrokerProcess
+
+from .browser import Console, console_session, own_broker
 
 pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """This module's own broker (the session one is shared with tests that count users)."""
+    yield from own_broker(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
