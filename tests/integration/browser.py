@@ -39,7 +39,11 @@ EXPECTED_NETWORK = re.compile(r"Failed to load resource: the server responded wi
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.common.exceptions import (
+        StaleElementReferenceException,
+        TimeoutException,
+        WebDriverException,
+    )
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -117,6 +121,35 @@ class Console:
         el = self.find(css)
         el.clear()
         el.send_keys(value)
+
+    def row(self, text: str) -> dict[str, str]:
+        """The cells (by column title) of the first table row containing ``text``.
+
+        Read inside the wait: lists refresh every few seconds, so a row element kept
+        across a refresh would be stale."""
+        def cells(d: Any) -> dict[str, str] | None:
+            try:
+                for tr in d.find_elements(By.CSS_SELECTOR, "tbody tr"):
+                    if text in tr.text:
+                        return {td.get_attribute("data-label"): td.text
+                                for td in tr.find_elements(By.TAG_NAME, "td")}
+            except StaleElementReferenceException:
+                return None
+            return None
+        return dict(self.wait(cells, f"row with {text!r}"))
+
+    def click_in_row(self, text: str, css: str) -> None:
+        """Clicks ``css`` inside the first row containing ``text`` (retried if redrawn)."""
+        def clicked(d: Any) -> bool:
+            try:
+                for tr in d.find_elements(By.CSS_SELECTOR, "tbody tr"):
+                    if text in tr.text:
+                        tr.find_element(By.CSS_SELECTOR, css).click()
+                        return True
+            except StaleElementReferenceException:
+                return False
+            return False
+        self.wait(clicked, f"{css} in row with {text!r}")
 
     def choose(self, css: str, visible_text: str) -> None:
         """Picks an option of a <select>, as a user does (fires its change event)."""

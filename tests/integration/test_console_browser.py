@@ -118,6 +118,7 @@ def test_every_page_loads_without_javascript_errors(ui: Console) -> None:
 def test_queue_declared_with_pika_is_listed_and_has_a_page(ui: Console, channel) -> None:
     queue = _name("ui-seen")
     channel.queue_declare(queue, durable=True, arguments={"x-max-length": 50})
+    channel.confirm_delivery()  # all three are in the queue before the page loads
     for i in range(3):
         channel.basic_publish("", queue, f"m{i}".encode())
     ui.login()
@@ -125,11 +126,10 @@ def test_queue_declared_with_pika_is_listed_and_has_a_page(ui: Console, channel)
     ui.fill("section.list input[type=search]", queue)
     ui.wait(lambda d: any(a.text == queue for a in d.find_elements(By.CSS_SELECTOR, "td a")),
             "queue in list")
-    row = ui.wait(lambda d: next((tr for tr in d.find_elements(By.CSS_SELECTOR, "tbody tr")
-                                  if queue in tr.text), None), "row")
-    assert "3" in row.text and "Lim" in row.text
+    row = ui.row(queue)
+    assert row["Ready"] == "3" and "Lim" in row["Features"], row
     ui.screenshot("queues-filtered")
-    row.find_element(By.LINK_TEXT, queue).click()
+    ui.click_in_row(queue, "td a")
     ui.wait(lambda d: d.find_element(By.TAG_NAME, "h1").text == queue, "queue page")
     ui.wait_text("x-max-length: 50")
     ui.wait_text("No consumers on this queue.")
@@ -223,11 +223,10 @@ def test_closing_a_connection_from_the_ui_closes_the_client(ui: Console, broker)
     try:
         ui.login()
         ui.go("/connections")
-        row = ui.wait(lambda d: next((tr for tr in d.find_elements(By.CSS_SELECTOR, "tbody tr")
-                                      if "ui-close-me" in tr.text), None), "connection row")
+        ui.row("ui-close-me")
         ui.screenshot("connections")
         ui.driver.execute_script("window.prompt = () => 'closed by the console test'")
-        row.find_element(By.TAG_NAME, "button").click()
+        ui.click_in_row("ui-close-me", "button")
         ui.wait_text("Closed ")
 
         def closed() -> bool:
@@ -279,10 +278,9 @@ def test_cancel_a_consumer_from_the_ui_tells_the_client(ui: Console, channel) ->
     tag = channel.basic_consume(queue, lambda *a: None, consumer_tag=_name("ctag"))
     ui.login()
     ui.go("/consumers")
-    row = ui.wait(lambda d: next((tr for tr in d.find_elements(By.CSS_SELECTOR, "tbody tr")
-                                  if tag in tr.text), None), "consumer row")
+    ui.row(tag)
     ui.screenshot("consumers")
-    row.find_element(By.TAG_NAME, "button").click()
+    ui.click_in_row(tag, "button")
     ui.confirm("Cancel consumer")
     ui.wait_text(f"Cancelled {tag}.")
     wait_until(lambda: (channel.connection.process_data_events(0.05), cancelled)[1])
