@@ -201,8 +201,11 @@ class Channel(Publisher):
         else:
             self._held.append(frame)
         stats = self.stats
-        if self.vhost.tracer is not None:
-            self._trace_delivery(consumer.queue, entry, consumer.tag, consumer.no_ack)
+        tracer = self.vhost.tracer
+        if tracer is not None:
+            tracer.delivered(consumer.queue.name, message, consumer.tag,
+                             entry.delivery_count > 0, self.number, conn.user,
+                             not consumer.no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         entry.delivery_count += 1
@@ -237,8 +240,10 @@ class Channel(Publisher):
         self._writelines(fastpath.encode_content(self.number, message.raw_properties,
                                                  message.body, conn.frame_max))
         stats = self.stats
-        if self.vhost.tracer is not None:
-            self._trace_delivery(queue, entry, "", no_ack)
+        tracer = self.vhost.tracer
+        if tracer is not None:
+            tracer.delivered(queue.name, message, "", entry.delivery_count > 0, self.number,
+                             conn.user, not no_ack)
         if entry.delivery_count:
             stats.redeliver += 1
         if no_ack:
@@ -254,23 +259,13 @@ class Channel(Publisher):
         entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
 
-    def _trace_delivery(self, queue: Queue, entry: QueueEntry, consumer_tag: str,
-                        no_ack: bool) -> None:
+    def _trace_settled(self, event: str, taken: list[Delivery], requeue: bool | None) -> None:
         tracer = self.vhost.tracer
         assert tracer is not None
-        tracer.queue_event("deliver", queue.name, entry.message, consumer_tag=consumer_tag,
-                           redelivered=entry.delivery_count > 0, channel=self.number,
-                           user=self.connection.user or "", ack_required=not no_ack)
-        if no_ack:
-            tracer.queue_event("ack", queue.name, entry.message, channel=self.number, auto=True)
-
-    def _trace_settled(self, event: str, taken: list[Delivery], **details: Any) -> None:
-        tracer = self.vhost.tracer
-        assert tracer is not None
+        number = self.number
         for entry, queue, consumer in taken:
-            tracer.queue_event(event, queue.name, entry.message, channel=self.number,
-                               consumer_tag=consumer.tag if consumer is not None else "",
-                               **details)
+            tracer.settled(event, queue.name, entry.message, number,
+                           consumer.tag if consumer is not None else "", requeue)
 
     def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
         """This channel's unacked deliveries from ``queue``, oldest first, with the consumer
@@ -303,7 +298,7 @@ class Channel(Publisher):
         taken = self._take(tag, multiple, _ACK)
         self.stats.ack += len(taken)
         if self.vhost.tracer is not None:
-            self._trace_settled("ack", taken)
+            self._trace_settled("ack", taken, None)
         # Credit is given back before the queue hears of it: settling resumes the consumer.
         for entry, queue, consumer in taken:
             if consumer is not None:
@@ -324,7 +319,7 @@ class Channel(Publisher):
         touched = set()
         taken = self._take(tag, multiple, index)
         if self.vhost.tracer is not None:
-            self._trace_settled("nack" if index == _NACK else "reject", taken, requeue=requeue)
+            self._trace_settled("nack" if index == _NACK else "reject", taken, requeue)
         for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1

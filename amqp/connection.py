@@ -135,6 +135,8 @@ class Connection(Closing):
         self.user: str | None = None
         # Set by the TLS adapter: the user named by a verified client certificate (EXTERNAL).
         self.peer_cert_user: str | None = None
+        # TLS session facts for the management API (amqp/tls.py ``session_info``), or None.
+        self.tls_info: dict[str, Any] | None = None
         self.client_properties: dict[str, Any] = {}
         self.frame_max = 131072
         self.channel_max = config.channel_max

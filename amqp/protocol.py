@@ -67,6 +67,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn = Connection(self.broker, self.config, peer[:2] if peer else None,
                                on_output=self._schedule_flush, clock=self.loop.time)
         self.conn.peer_cert_user = tls.peer_cert_user(transport, self.config)
+        self.conn.tls_info = tls.session_info(transport)
         self.conn.on_flow_release = self._flow_release
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):

@@ -196,9 +196,9 @@ class Publisher(HeldOutput):
             raise
         name = message.exchange
         tracer = vhost.tracer
-        if tracer is not None:  # tracing off: this test is all it costs
+        if tracer is not None:  # tracing off: this test is all it costs (queues/tracing.py)
             tracer.published(message, [q.name for q in queues], self.connection.user or "",
-                             self.number, mandatory)
+                             self.number, mandatory, self.confirms is not None)
         stats = self.stats
         stats.publish += 1
         confirms = self.confirms

@@ -54,3 +54,34 @@ def peer_cert_user(transport: Any, config: Config) -> str | None:
         return None
     cert = ssl_object.getpeercert()  # {} unless a certificate was presented and verified
     return auth.cert_user(cert, config.tls_cert_login_from) if cert else None
+
+
+def session_info(transport: Any) -> dict[str, Any] | None:
+    """A TLS transport's protocol, cipher and client certificate, under RabbitMQ's
+    connection field names (``ssl_protocol`` lower-cased, "tlsv1.3"; the cipher is
+    OpenSSL's name for the suite, not compared with RabbitMQ's, whose TLS listener is
+    not configured here); None for plain TCP."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    cipher = ssl_object.cipher() or ("", "", 0)
+    version = ssl_object.version() or cipher[1]
+    cert = ssl_object.getpeercert() or {}
+    return {
+        "ssl_protocol": version.lower() if version else None,
+        "ssl_cipher": cipher[0] or None,
+        "peer_cert_subject": _dn(cert.get("subject")) if cert else None,
+        "peer_cert_issuer": _dn(cert.get("issuer")) if cert else None,
+        "peer_cert_validity": (f"{cert.get('notBefore')} - {cert.get('notAfter')}"
+                               if cert else None),
+    }
+
+
+def _dn(rdns: Any) -> str:
+    """``getpeercert``'s name as "CN=...,O=..." (most specific first, as RabbitMQ)."""
+    parts = [f"{_SHORT.get(k, k)}={v}" for rdn in reversed(rdns or ()) for k, v in rdn]
+    return ",".join(parts)
+
+
+_SHORT = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+          "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}

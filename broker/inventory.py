@@ -209,6 +209,7 @@ def connection_record(conn: Any) -> dict[str, Any]:
     local = getattr(conn, "local", None) or ("", 0)
     host, port = peer(conn)
     client = jsonable(conn.client_properties)
+    tls = getattr(conn, "tls_info", None)
     return {
         "name": connection_name(conn), "type": "network",
         "state": "blocked" if conn.blocked else "running",
@@ -218,9 +219,10 @@ def connection_record(conn: Any) -> dict[str, Any]:
         "channel_max": conn.channel_max, "frame_max": conn.frame_max, "timeout": conn.heartbeat,
         "channels": len(conn.channels), "host": local[0], "port": local[1],
         "peer_host": host, "peer_port": port, "protocol": "AMQP 0-9-1",
-        "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"), "ssl": False,
+        "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"), "ssl": tls is not None,
         "ssl_protocol": None, "ssl_cipher": None, "ssl_hash": None, "ssl_key_exchange": None,
         "peer_cert_issuer": None, "peer_cert_subject": None, "peer_cert_validity": None,
+        **(tls or {}),
         "recv_oct": conn.recv_oct, "recv_cnt": conn.recv_cnt, "send_oct": conn.send_oct,
         "send_cnt": conn.send_cnt, "send_pend": 0, "user_who_performed_action": conn.user,
     }

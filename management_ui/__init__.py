@@ -16,7 +16,8 @@ so the entry point (``cli.py``) passes ``services()`` to ``server.run``, which
 starts them after its listeners and stops them before. Modules: ``router``
 (route matching, auth, error shapes), ``api`` (the route table), ``read``, ``admin``,
 ``write``, ``definitions``, ``health``, ``views`` (object -> JSON),
-``listing``, ``auth`` (the one seam to the user model), ``prometheus``.
+``listing``, ``auth`` (the one seam to the user model), ``prometheus``, ``console``
+(the web console's static files at ``/``).
 """
 
 from __future__ import annotations

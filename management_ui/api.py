@@ -16,6 +16,7 @@ from leveret.management_ui import (
     admin,
     definitions,
     health,
+    log_stream,
     messages,
     openapi_schemas,
     read,
@@ -23,6 +24,7 @@ from leveret.management_ui import (
     write,
 )
 from leveret.management_ui.auth import ADMINISTRATOR, MANAGEMENT, MONITORING, POLICYMAKER
+from leveret.management_ui.console import Console
 from leveret.management_ui.router import Router, error_response, json_response, make_handler
 
 __all__ = ["ROUTES", "build_app", "openapi_document"]
@@ -47,6 +49,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "channels/{name}", read.channel, M),
     ("GET", "consumers", read.consumers, M),
     ("GET", "consumers/{vhost}", read.consumers, M),
+    ("DELETE", "consumers/{vhost}/{channel}/{tag}", write.delete_consumer, M),
     ("GET", "exchanges", read.exchanges, M),
     ("GET", "exchanges/{vhost}", read.exchanges, M),
     ("GET", "exchanges/{vhost}/{name}", read.exchange, M),
@@ -67,6 +70,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("POST", "queues/{vhost}/{name}/redrive", messages.redrive, M),
     ("POST", "queues/{vhost}/{name}/move", messages.move, M),
     ("DELETE", "queues/{vhost}/{name}/messages", messages.delete_messages, M),
+    ("GET", "logs/stream", log_stream.stream_logs, ADM),
     ("PUT", "traces/{vhost}", traces.put_trace, MON),
     ("DELETE", "traces/{vhost}", traces.delete_trace, MON),
     ("GET", "traces/{vhost}", traces.get_trace, MON),
@@ -174,9 +178,14 @@ def build_app(state: Any) -> web.Application:
     # [\s\S]: a percent-encoded newline in a name must reach the router too (".*" stops).
     app.router.add_route("*", "/api/{tail:[\\s\\S]*}", make_handler(Router(ROUTES), state))
 
+    console = Console()
+
     async def root(request: web.Request) -> web.StreamResponse:
-        if request.path == "/":
-            return web.Response(text="Leveret management API: see /api/overview\n")
+        """The web console's page and assets (console.py); anything else is 404."""
+        if request.method in ("GET", "HEAD"):
+            found = console.serve(request)
+            if found is not None:
+                return found
         return error_response(404, "Object Not Found", "Not Found")
 
     app.router.add_route("*", "/{tail:[\\s\\S]*}", root)

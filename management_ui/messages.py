@@ -82,7 +82,7 @@ def message_json(position: int, message: Message, redelivered: bool,
     if payload_encoding == "base64":
         payload = base64.b64encode(body).decode()
     return {"position": position, "payload": payload, "payload_encoding": payload_encoding,
-            "payload_bytes": len(body), "properties": write.properties_json(message),
+            "payload_bytes": len(body), "properties": write.properties_json(message, keep=False),
             "exchange": message.exchange, "routing_key": message.routing_key,
             "redelivered": redelivered}
 
@@ -133,9 +133,12 @@ async def search(req: Request) -> web.Response:
         header=next(iter(header.items())) if header else None,
         body_contains=str(contains).encode() if contains is not None else None)
     encoding = _choice(body, "encoding", ENCODINGS)
-    found = browse.search(queue, criteria, _int(body, "limit", 100))
+    found, until = browse.search(queue, criteria, _int(body, "limit", 100),
+                                 _int(body, "offset", 0))
+    # Where the bounded scan stopped: the next request continues from there ("offset").
+    headers = {"X-Scanned-Until": str(until), "X-Queue-Length": str(queue.message_count)}
     return json_response([message_json(b.position, b.message, b.redelivered, encoding)
-                          for b in found])
+                          for b in found], headers=headers)
 
 
 def _opt_text(body: dict[str, Any], key: str) -> str | None:

@@ -90,6 +90,25 @@ SCHEMAS: dict[str, Any] = {
                     "message_count": INT, "properties": OBJ}),
 }
 
+# Issue 13's console API: browsed messages, operation outcomes, trace events.
+SKIPPED = {"type": "array", "items": obj({"position": INT, "reason": STR})}
+SCHEMAS.update({
+    "BrowsedMessage": obj({"position": INT, "payload": STR, "payload_encoding": STR,
+                           "payload_bytes": INT, "properties": OBJ, "exchange": STR,
+                           "routing_key": STR, "redelivered": BOOL},
+                          consumer_tag=STR, channel=STR, unacked_for_seconds=NUM),
+    "Moved": obj({"moved": INT, "skipped": SKIPPED}),
+    "Deleted": obj({"deleted": INT, "skipped": SKIPPED}),
+    "TraceEvent": obj({"event": {"type": "string", "enum": [
+        "publish", "route", "enqueue", "deliver", "ack", "nack", "reject", "expire",
+        "dead-letter", "drop", "return"]}, "timestamp": NUM, "message_id": NULLABLE_STR,
+        "exchange": STR, "routing_key": STR}),
+    "TraceStatus": obj({"enabled": BOOL}, capacity=INT, queue=NULLABLE_STR, records=INT,
+                       evicted=INT, started=NUM, subscribers=INT,
+                       recent={"type": "array", "items": ref("TraceEvent")}),
+})
+SELECTION: dict[str, Any] = {"count": INT, "positions": {"type": "array", "items": INT}}
+
 # GET path (under /api/) -> the 200 response's schema.
 GET_RESPONSES: dict[str, Any] = {
     "overview": ref("Overview"), "whoami": ref("Whoami"),
@@ -115,10 +134,18 @@ GET_RESPONSES: dict[str, Any] = {
     "policies": array("Policy"), "policies/{vhost}": array("Policy"),
     "policies/{vhost}/{name}": ref("Policy"),
     "definitions": ref("Definitions"), "definitions/{vhost}": ref("Definitions"),
+    "traces/{vhost}": {"oneOf": [array("TraceEvent"), ref("TraceStatus")]},
 }
 POST_RESPONSES: dict[str, Any] = {
     "exchanges/{vhost}/{name}/publish": ref("Routed"),
     "queues/{vhost}/{name}/get": array("Message"),
+    "queues/{vhost}/{name}/peek": array("BrowsedMessage"),
+    "queues/{vhost}/{name}/search": array("BrowsedMessage"),
+    "queues/{vhost}/{name}/redrive": ref("Moved"),
+    "queues/{vhost}/{name}/move": ref("Moved"),
+}
+DELETE_RESPONSES: dict[str, Any] = {
+    "queues/{vhost}/{name}/messages": ref("Deleted"),
 }
 
 BOOLISH: dict[str, Any] = {"oneOf": [BOOL, STR]}  # rabbitmqadmin sends "true"
@@ -151,6 +178,18 @@ REQUEST_BODIES: dict[tuple[str, str], Any] = {
         "count": INT, "ackmode": STR, "encoding": STR, "truncate": INT}},
     ("POST", "bindings/{vhost}/e/{source}/{kind}/{dest}"): {"type": "object", "properties": {
         "routing_key": STR, "arguments": OBJ}},
+    ("POST", "queues/{vhost}/{name}/peek"): {"type": "object", "properties": {
+        "offset": INT, "count": INT, "state": {"type": "string", "enum": ["ready", "unacked"]},
+        "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
+    ("POST", "queues/{vhost}/{name}/search"): {"type": "object", "properties": {
+        "message_id": STR, "correlation_id": STR, "header": OBJ, "body_contains": STR,
+        "limit": INT, "offset": INT, "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
+    ("POST", "queues/{vhost}/{name}/redrive"): {"type": "object", "properties": SELECTION},
+    ("POST", "queues/{vhost}/{name}/move"): {"type": "object", "properties": {
+        "destination": STR, **SELECTION}},
+    ("DELETE", "queues/{vhost}/{name}/messages"): {"type": "object", "properties": SELECTION},
+    ("PUT", "traces/{vhost}"): {"type": "object", "properties": {
+        "capacity": INT, "queue": STR}},
 }
 
 
@@ -176,6 +215,12 @@ def success_responses(method: str, pattern: str) -> dict[str, Any]:
         body = json_content(ref("Health"))
         return {"200": {"description": "ok", "content": body},
                 "503": {"description": "failed", "content": body}}
+    if pattern.endswith("/stream"):  # server-sent events (management_ui/sse.py)
+        return {"200": {"description": "text/event-stream: one JSON event per data line",
+                        "content": {"text/event-stream": {"schema": STR}}}}
+    if method == "DELETE" and pattern in DELETE_RESPONSES:
+        return {"200": {"description": "OK",
+                        "content": json_content(DELETE_RESPONSES[pattern])}}
     if method == "GET":
         schema = GET_RESPONSES.get(pattern)
         return {"200": {"description": "OK",

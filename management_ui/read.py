@@ -3,15 +3,16 @@ bindings, vhosts, policies, whoami, extensions, auth (RabbitMQ's paths and field
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiohttp import web
 
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import views
+from leveret.management_ui import alerts, views
 from leveret.management_ui.listing import respond_list, truthy
-from leveret.management_ui.router import Request, json_response, not_found
+from leveret.management_ui.router import Request, bad_request, json_response, not_found
 
 EXCHANGE_TYPE_DESCRIPTIONS = {
     "direct": "AMQP direct exchange, as per the AMQP specification",
@@ -261,11 +262,27 @@ def _sorted_queues(vhosts: list[Any]) -> list[Any]:
                   key=lambda q: (q.vhost.name, q.name))
 
 
+def _annotator(req: Request) -> alerts.Annotator:
+    """Alert hints for this request (``alerts.py``); ``?no_ack_seconds=`` sets the threshold."""
+    raw = req.query.get("no_ack_seconds", "")
+    try:
+        no_ack = float(raw) if raw else alerts.NO_ACK_SECONDS
+    except ValueError:
+        raise bad_request("no_ack_seconds must be a number") from None
+    return alerts.Annotator(req.state.ack_watch, no_ack, time.time())
+
+
 async def queues(req: Request) -> web.Response:
     full = not truthy(req.query.get("disable_stats", "false"))
     state = req.state
+    if not full:
+        return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
+                                          lambda q: views.queue_json(q, state, False),
+                                          QUEUE_FIELDS))
+    annotate = _annotator(req)
     return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
-                                      lambda q: views.queue_json(q, state, full), QUEUE_FIELDS))
+                                      lambda q: annotate(q, views.queue_json(q, state)),
+                                      QUEUE_FIELDS))
 
 
 def queue_of(req: Request, vhost: Any) -> Any:
@@ -278,7 +295,10 @@ def queue_of(req: Request, vhost: Any) -> Any:
 async def queue(req: Request) -> web.Response:
     vhost = vhost_of(req)
     q = queue_of(req, vhost)
-    out = views.queue_json(q, req.state, not truthy(req.query.get("disable_stats", "false")))
+    full = not truthy(req.query.get("disable_stats", "false"))
+    out = views.queue_json(q, req.state, full)
+    if full:
+        _annotator(req)(q, out)
     out["consumer_details"] = [views.consumer_json(c, req.state) for c in q.all_consumers()]
     out["deliveries"] = []
     out["incoming"] = []

@@ -30,7 +30,8 @@ from leveret.amqp import tls
 from leveret.amqp.server import StartupError
 from leveret.broker import definitions
 from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
-from leveret.management_ui import api, metrics_app, sampler, views
+from leveret.management_ui import alerts, api, metrics_app, sampler, views
+from leveret.management_ui.log_stream import LogFanout
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class State:
         self.rabbitmq_version = RABBITMQ_VERSION
         self.product_name = PRODUCT_NAME
         self.http_auth = [0, 0]  # succeeded, failed
+        self.log_fanout: LogFanout | None = None  # while someone follows the log (SSE)
+        self.ack_watch = alerts.AckWatch()  # per-queue ack progress (alert hints)
         # (ready, unacked, consumers) summed over every queue at the last sample.
         self.queue_totals: tuple[int, int, int] | None = None
 
@@ -80,6 +83,7 @@ class State:
                 vh_unacked += u
                 consumers += queue.consumer_count
                 s.record_object(("q", vhost.name, queue.name), (r + u, r, u), now)
+                self.ack_watch.stalled_for(queue, now)
             ready += vh_ready
             unacked += vh_unacked
             recv, send = octets.get(vhost.name, (0, 0))
@@ -87,6 +91,8 @@ class State:
             s.record_object(sampler.vhost_key(vhost.name),
                             (vh_ready + vh_unacked, vh_ready, vh_unacked, recv, send,
                              *(stats[f] for f in MESSAGE_STATS_FIELDS)), now)
+        self.ack_watch.keep_only({(vh.name, q) for vh in broker.vhosts.values()
+                                  for q in vh.queues})
         self.queue_totals = (ready, unacked, consumers)
         s.record("queue_totals.messages", ready + unacked, now)
         s.record("queue_totals.messages_ready", ready, now)

@@ -60,6 +60,6 @@ async def stream(http: web.Request, feed: Feed, still_wanted: Callable[[], bool]
             await response.write(f"event: {event_name}\ndata: {data}\n\n".encode())
             quiet_since = loop.time()
         await response.write(b"event: end\ndata: {}\n\n")
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:  # the client went away; cancellation (shutdown) propagates
         return response
     return response

@@ -62,7 +62,7 @@ async def get_trace(req: Request) -> web.Response:
     if tracer is None:
         return json_response({"enabled": False})
     status: dict[str, Any] = tracer.describe()
-    status["recent"] = list(tracer.ring)[-RECENT:]
+    status["recent"] = list(tracer.events())[-RECENT:]
     return json_response(status)
 
 

@@ -21,12 +21,12 @@ from pamqp import commands
 
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import read, views
+from leveret.management_ui import auth, read, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
-from leveret.model.properties import encode_properties
+from leveret.model.properties import decode_properties, encode_properties
 from leveret.queues.entry import PublishResult
 from leveret.queues.policy import PolicyError, validate
 
@@ -151,6 +151,31 @@ async def delete_connection(req: Request) -> web.Response:
     reason = req.http.headers.get("X-Reason") or CLOSED_VIA_MANAGEMENT
     inventory.close_connection(conn, reason)
     return _no_content()
+
+
+async def delete_consumer(req: Request) -> web.Response:
+    """Cancel one consumer (the console's; RabbitMQ's API has no such route).
+
+    As when its queue is deleted (``Vhost.delete_queue``): the queue forgets the consumer
+    and the client gets ``basic.cancel`` if it announced ``consumer_cancel_notify``; the
+    deliveries it holds stay unacked on its channel. Its own user or an administrator.
+    """
+    vhost = read.vhost_of(req)
+    for queue in vhost.queues.values():
+        for consumer in queue.all_consumers():
+            channel = consumer.channel
+            if (consumer.tag != req.params["tag"]
+                    or views.channel_name(channel) != req.params["channel"]):
+                continue
+            conn = channel.connection
+            if conn.user != req.user and not auth.allowed(req.tags, auth.ADMINISTRATOR):
+                raise ApiError(401, "not_authorized", auth.REFUSED_TEXT[auth.ADMINISTRATOR])
+            queue.remove_consumer(consumer)
+            channel.consumer_cancelled_by_broker(consumer)
+            if conn.on_output is not None:
+                conn.on_output()
+            return _no_content()
+    raise not_found()
 
 
 # -- publish and get ---------------------------------------------------------------------------
@@ -302,9 +327,11 @@ def _message_json(message: Message, redelivered: bool, remaining: int, encoding:
     }
 
 
-def properties_json(message: Message) -> dict[str, Any]:
+def properties_json(message: Message, keep: bool = True) -> dict[str, Any]:
+    """The message's properties as JSON; ``keep=False`` decodes without caching the result
+    on the message (a peek leaves messages as they were, memory included)."""
     try:
-        props = message.properties
+        props = message.properties if keep else decode_properties(message.raw_properties)
     except ValueError:
         return {}
     out: dict[str, Any] = {}

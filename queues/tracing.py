@@ -9,11 +9,18 @@ otherwise: each place where a message's life moves on (publish in a channel,
 delivery, settlement, a queue dropping it) tests that one attribute and does
 nothing more when it is ``None``.
 
-When on, an event is a small dict (``event``, ``timestamp`` in seconds since
-the epoch, the message's ``message_id``, exchange and routing key, and the
-details of the step) appended to a ring of ``capacity`` events: memory is
-bounded (the oldest events go first; ``evicted`` counts them), and shown by
-``describe``. A ``queue`` pattern limits tracing to the queues it matches
+When on, each step appends one flat tuple to a ring of ``capacity`` records:
+its kind, a timestamp, the message's property bytes (shared with the message,
+not copied; the body is not kept), exchange, routing key, queue and the
+step's details. Memory is bounded (the oldest records go first; ``evicted``
+counts them) and shown by ``describe``. Records become the API's events
+(dicts with ``event``, ``timestamp`` in seconds since the epoch,
+``message_id``, ``exchange``, ``routing_key`` and the details) only when read:
+a publish record reads as its ``publish``, ``route``, ``enqueue`` (one per
+traced queue) and, if unroutable and mandatory, ``return`` events, all with
+the same timestamp; an automatic-ack delivery as ``deliver`` and ``ack``. So
+recording costs a tuple and a deque append per step, and decoding the
+message id (``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing to the queues it matches
 (``re.search``, as policies match names): queue events of other queues are
 not recorded, and a publish only if it reached a matching queue.
 
@@ -29,20 +36,38 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from leveret.queues.browse import ids_of
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
 
-# Events a ring may hold at most (about 0.5 KB each): 100,000 events stay near 50 MB.
+# Records a ring may hold at most (each a tuple sharing the message's property bytes).
 MAX_CAPACITY = 100_000
 DEFAULT_CAPACITY = 10_000
 EVENTS = ("publish", "route", "enqueue", "deliver", "ack", "nack", "reject", "expire",
           "dead-letter", "drop", "return")
 
+# A record, one flat tuple (one allocation): (kind, timestamp, raw properties, exchange,
+# routing key, queue, *details).
+Record = tuple[Any, ...]
 Event = dict[str, Any]
 Subscriber = Callable[[Event], None]
+
+# Detail names of each record kind, in the order its tuple holds them.
+_DETAILS: dict[str, tuple[str, ...]] = {
+    "publish": ("user", "channel", "mandatory", "confirm", "queues", "traced"),
+    "deliver": ("consumer_tag", "redelivered", "channel", "user", "ack_required"),
+    "ack": ("channel", "consumer_tag", "requeue"),  # requeue: None, not shown
+    "nack": ("channel", "consumer_tag", "requeue"),
+    "reject": ("channel", "consumer_tag", "requeue"),
+    "expire": ("reason",),
+    "drop": ("reason",),
+    "dead-letter": ("reason", "dead_letter_exchange"),
+}
+_now = time.time
 
 
 class Tracer:
@@ -57,7 +82,7 @@ class Tracer:
             self.pattern = re.compile(queue) if queue else None
         except re.error as exc:
             raise ValueError(f"queue is not a regular expression: {exc}") from None
-        self.ring: deque[Event] = deque(maxlen=capacity)
+        self.ring: deque[Record] = deque(maxlen=capacity)
         self.evicted = 0
         self.started = time.time()
         self.subscribers: list[Subscriber] = []
@@ -66,45 +91,126 @@ class Tracer:
         pattern = self.pattern
         return pattern is None or pattern.search(queue) is not None
 
-    def record(self, event: str, message: Message, **details: Any) -> None:
+    def _add(self, record: Record) -> None:
+        """Append ``record``; the hooks below inline this (the cost of tracing on)."""
         ring = self.ring
         if len(ring) == self.capacity:
             self.evicted += 1
-        item: Event = {"event": event, "timestamp": round(time.time(), 6),
-                       "message_id": message_id(message), "exchange": message.exchange,
-                       "routing_key": message.routing_key, **details}
-        ring.append(item)
-        for subscriber in self.subscribers:
-            subscriber(item)
+        ring.append(record)
+        if self.subscribers:
+            self._feed(record)
 
-    def queue_event(self, event: str, queue: str, message: Message, **details: Any) -> None:
-        """An event in one queue's life of the message (filtered by the queue pattern)."""
-        if self.traces(queue):
-            self.record(event, message, queue=queue, **details)
+    def _feed(self, record: Record) -> None:
+        for event in expand(record, {}):
+            for subscriber in self.subscribers:
+                subscriber(event)
 
-    def published(self, message: Message, queues: Iterable[str], user: str, channel: int,
-                  mandatory: bool) -> None:
-        """publish, route and one enqueue per queue (before the queues deliver it)."""
-        names = list(queues)
-        traced = [q for q in names if self.traces(q)]
-        if self.pattern is not None and not traced:
+    def queue_event(self, kind: str, queue: str, message: Message, *details: Any) -> None:
+        """A step in one queue's life of the message (``_DETAILS[kind]``, in order)."""
+        if self.pattern is None or self.pattern.search(queue) is not None:
+            self._add((kind, _now(), message.raw_properties, message.exchange,
+                       message.routing_key, queue, *details))
+
+    # The three hooks below run per message while tracing is on: explicit arguments, one
+    # flat tuple each, the append inlined (what tracing costs when on: bench/trace_cost.py).
+
+    def delivered(self, queue: str, message: Message, consumer_tag: str, redelivered: bool,
+                  channel: int, user: str | None, ack_required: bool) -> None:
+        if self.pattern is not None and self.pattern.search(queue) is None:
             return
-        self.record("publish", message, user=user, channel=channel, mandatory=mandatory)
-        self.record("route", message, queues=names, routed=bool(names))
-        for name in traced:
-            self.record("enqueue", message, queue=name)
-        if not names and mandatory:
-            self.record("return", message, reply_code=312, reply_text="NO_ROUTE")
+        ring = self.ring
+        if len(ring) == self.capacity:
+            self.evicted += 1
+        record = ("deliver", _now(), message.raw_properties, message.exchange,
+                  message.routing_key, queue, consumer_tag, redelivered, channel, user,
+                  ack_required)
+        ring.append(record)
+        if self.subscribers:
+            self._feed(record)
+
+    def settled(self, kind: str, queue: str, message: Message, channel: int,
+                consumer_tag: str, requeue: bool | None) -> None:
+        """ack (``requeue`` None), nack or reject of one delivery."""
+        if self.pattern is not None and self.pattern.search(queue) is None:
+            return
+        ring = self.ring
+        if len(ring) == self.capacity:
+            self.evicted += 1
+        record = (kind, _now(), message.raw_properties, message.exchange,
+                  message.routing_key, queue, channel, consumer_tag, requeue)
+        ring.append(record)
+        if self.subscribers:
+            self._feed(record)
+
+    def published(self, message: Message, queues: list[str], user: str, channel: int,
+                  mandatory: bool, confirm: bool) -> None:
+        """publish, route and one enqueue per traced queue (before the queues deliver it)."""
+        # Tuples of strings only: the garbage collector stops tracking such records, so a
+        # ring of them is not traversed over and over as it churns.
+        names = tuple(queues)
+        traced = names
+        if self.pattern is not None:
+            traced = tuple(q for q in names if self.pattern.search(q) is not None)
+            if not traced:
+                return
+        ring = self.ring
+        if len(ring) == self.capacity:
+            self.evicted += 1
+        record = ("publish", _now(), message.raw_properties, message.exchange,
+                  message.routing_key, "", user, channel, mandatory, confirm, names,
+                  traced)
+        ring.append(record)
+        if self.subscribers:
+            self._feed(record)
+
+    def events(self) -> Iterator[Event]:
+        """Every event in the ring, oldest first."""
+        ids: dict[bytes, str | None] = {}
+        for record in list(self.ring):
+            yield from expand(record, ids)
 
     def events_of(self, message_id_: str) -> list[Event]:
-        return [e for e in self.ring if e["message_id"] == message_id_]
+        return [e for e in self.events() if e["message_id"] == message_id_]
 
     def describe(self) -> dict[str, Any]:
         """What the ring holds and what it may hold (shown by GET /api/traces/{vhost})."""
         return {"enabled": True, "capacity": self.capacity,
                 "queue": self.pattern.pattern if self.pattern is not None else None,
-                "events": len(self.ring), "evicted": self.evicted,
+                "records": len(self.ring), "evicted": self.evicted,
                 "started": round(self.started, 3), "subscribers": len(self.subscribers)}
+
+
+def expand(record: Record, ids: dict[bytes, str | None]) -> Iterator[Event]:
+    """The API's events of one record (see the module docstring); ``ids`` caches ids."""
+    kind, ts, props, exchange, routing_key, queue = record[:6]
+    details = record[6:]
+    if props in ids:
+        mid = ids[props]
+    else:
+        mid = ids[props] = _message_id(props)
+    base = {"timestamp": round(ts, 6), "message_id": mid, "exchange": exchange,
+            "routing_key": routing_key}
+    named = dict(zip(_DETAILS[kind], details))
+    if kind == "publish":
+        queues, traced = named.pop("queues"), named.pop("traced")
+        yield {"event": "publish", **base, **named}
+        yield {"event": "route", **base, "queues": list(queues), "routed": bool(queues)}
+        for name in traced:
+            yield {"event": "enqueue", **base, "queue": name}
+        if not queues and named["mandatory"]:
+            yield {"event": "return", **base, "reply_code": 312, "reply_text": "NO_ROUTE"}
+        return
+    if kind == "ack":
+        del named["requeue"]
+    yield {"event": kind, **base, "queue": queue, **named}
+    if kind == "deliver" and not named["ack_required"]:
+        yield {"event": "ack", **base, "queue": queue, "channel": named["channel"],
+               "consumer_tag": named["consumer_tag"], "auto": True}
+
+
+def _message_id(props: bytes) -> str | None:
+    ids = ids_of(props)
+    return ids[1] if ids is not None else None
 
 
 # Why a queue drops a message (dead_letter's reasons) -> the event recorded.
@@ -116,15 +222,6 @@ def dropped(tracer: Tracer, queue: str, message: Message, reason: str,
     """A queue let ``message`` go dead (``Queue.drop``, ``Queue.refuse``)."""
     event = _DROP_EVENTS.get(reason)
     if event is not None:  # "rejected": the channel recorded the reject itself
-        tracer.queue_event(event, queue, message, reason=reason)
+        tracer.queue_event(event, queue, message, reason)
     if dead_letter_exchange is not None:
-        tracer.queue_event("dead-letter", queue, message, reason=reason,
-                           dead_letter_exchange=dead_letter_exchange)
-
-
-def message_id(message: Message) -> str | None:
-    try:
-        value = message.properties.message_id
-    except ValueError:
-        return None
-    return str(value) if value is not None else None
+        tracer.queue_event("dead-letter", queue, message, reason, dead_letter_exchange)

@@ -10,16 +10,19 @@ users while all tests passed). So this test:
    from the package index as a user's would;
 4. imports every module of the installed package (walked, not listed);
 5. starts ``leveret serve`` from that venv and runs a pika session touching every
-   AMQP class, then stops the broker with SIGTERM and expects exit status 0.
+   AMQP class, fetches the web console and its assets over HTTP, then stops the
+   broker with SIGTERM and expects exit status 0.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 import venv
 import zipfile
 from pathlib import Path
@@ -123,6 +126,18 @@ def test_wheel_carries_the_lab_lessons(wheel: Path) -> None:
     assert expected and lessons == expected
 
 
+def test_wheel_carries_the_web_console(wheel: Path) -> None:
+    """The console's pages, styles and vendored libraries with their licences are package
+    data (management_ui/static): all of them, and only them, are in the wheel."""
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {n for n in zf.namelist() if n.startswith("leveret/management_ui/static/")}
+    expected = {f"leveret/{p.relative_to(ROOT).as_posix()}"
+                for p in (ROOT / "management_ui" / "static").rglob("*") if p.is_file()}
+    assert "leveret/management_ui/static/index.html" in expected
+    assert "leveret/management_ui/static/vendor/uplot/LICENSE" in expected
+    assert shipped == expected
+
+
 def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
     out = subprocess.run([str(installed / "bin" / "python"), "-c", WALK.format(optional=OPTIONAL)],
                          capture_output=True, text=True, cwd=tmp_path,
@@ -144,6 +159,7 @@ def test_installed_broker_serves_every_amqp_class(installed: Path, tmp_path: Pat
     broker.start()
     try:
         _pika_session(broker.port)
+        _console_served(broker.api_url)
     finally:
         code = broker.stop()
     log = broker.log_text()
@@ -208,6 +224,17 @@ def _pika_session(port: int) -> None:
     ch.exchange_delete("pk.x")
     ch.close()  # channel.close
     conn.close()  # connection.close
+
+
+def _console_served(base: str) -> None:
+    """The installed broker serves the console page and every asset it names."""
+    with urllib.request.urlopen(f"{base}/") as response:
+        html = response.read().decode()
+    assets = re.findall(r'(?:src|href)="(/console/[^"]+)"', html)
+    assert "/console/app.js" in assets and "/console/vendor/uplot/uPlot.iife.min.js" in assets
+    for asset in [*assets, "/console/pages/queue.js", "/console/vendor/uplot/LICENSE"]:
+        with urllib.request.urlopen(f"{base}{asset}") as response:
+            assert response.status == 200 and response.read(), asset
 
 
 def _wait(predicate, timeout: float = 5.0) -> None:

@@ -146,6 +146,11 @@ def test_search_matches_only(api, broker, qname):
                                                     "body_contains": "6"})
     assert [m["payload"] for m in both] == ["m6"]
     assert _ok(api, "POST", Q + qname + "/search", {"message_id": "nope"}) == []
+    _, headers, page = api.post(Q + qname + "/search", {"correlation_id": "c-2", "limit": 1})
+    assert [m["payload"] for m in page] == ["m2"] and headers["X-Scanned-Until"] == "3"
+    _, headers, page = api.post(Q + qname + "/search", {"correlation_id": "c-2", "offset": 3})
+    assert [m["payload"] for m in page] == ["m5"] and headers["X-Scanned-Until"] == "7"
+    assert headers["X-Queue-Length"] == "7"
     got = _consume_all(conn, ch, qname, 7)
     assert got == [(f"m{i}".encode(), False) for i in range(7)]
     conn.close()
@@ -263,3 +268,43 @@ def test_openapi_lists_the_queue_message_routes(api):
                        ("post", "move"), ("delete", "messages")):
         op = paths[f"/api/queues/{{vhost}}/{{name}}/{path}"][verb]
         assert op["x-rabbitmq-tag"] == "management" and op["security"] == [{"basic": []}]
+
+
+def test_redrive_and_move_survive_a_kill_exactly_once(make_broker, qname):
+    """Durable queues, persistent messages: answered means committed; after kill -9 and a
+    restart every message is in exactly one place (origin or DLQ / destination)."""
+    from tests.integration.conftest import HttpApi
+
+    b = make_broker()
+    api = HttpApi(b.api_url + "/api")
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    ch = conn.channel()
+    dlq = _dead_letter_setup(ch, qname, durable=True)
+    ch.queue_declare(qname + "-moved", durable=True)
+    ch.confirm_delivery()
+    for i in range(6):
+        ch.basic_publish(qname + "-x", "rk", f"d{i}".encode(),
+                         pika.BasicProperties(delivery_mode=2))
+    _reject_all(conn, ch, qname, 6)
+    conn.close()
+    assert _ok(api, "POST", Q + dlq + "/redrive", {"count": 3}) == {"moved": 3, "skipped": []}
+    assert _ok(api, "POST", Q + dlq + "/move", {"destination": qname + "-moved", "count": 1}
+               ) == {"moved": 1, "skipped": []}
+    b.stop(kill=True)
+    b.start()
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    ch = conn.channel()
+    bodies = {name: [bytes(m) for m in _drain_bodies(ch, name)]
+              for name in (qname, dlq, qname + "-moved")}
+    assert bodies == {qname: [b"d0", b"d1", b"d2"], dlq: [b"d4", b"d5"],
+                      qname + "-moved": [b"d3"]}
+    conn.close()
+
+
+def _drain_bodies(ch: Any, queue: str) -> list[bytes]:
+    out = []
+    while True:
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return out
+        out.append(body)

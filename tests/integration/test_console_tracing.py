@@ -50,6 +50,7 @@ def test_a_message_from_publish_to_ack(api, broker, qname):
         publish, route, enqueue, deliver, ack = events
         assert publish["user"] == "guest" and publish["exchange"] == ""
         assert publish["routing_key"] == qname and publish["channel"] == 1
+        assert publish["mandatory"] is False and publish["confirm"] is False
         assert route["queues"] == [qname] and route["routed"] is True
         assert enqueue["queue"] == qname
         assert deliver["consumer_tag"].startswith("ctag") and deliver["redelivered"] is False
@@ -100,15 +101,17 @@ def test_ring_is_capped_and_filtered_by_queue(api, broker, qname):
         conn, ch = _channel(broker)
         ch.queue_declare(qname + "-a")
         ch.queue_declare(qname + "-b")
-        for i in range(5):
+        for i in range(8):
             ch.basic_publish("", qname + "-b", b"x", pika.BasicProperties(message_id=f"b{i}"))
             ch.basic_publish("", qname + "-a", b"x", pika.BasicProperties(message_id=f"a{i}"))
         conn.process_data_events(time_limit=0.2)
         status = api.ok(T)
         assert status["enabled"] is True and status["capacity"] == 6
         assert status["queue"] == "^" + qname + "-a$"
-        assert status["events"] == 6 and status["evicted"] == 15 - 6
-        assert {e["message_id"] for e in status["recent"]} == {"a3", "a4"}
+        # One record per publish (read as its publish, route and enqueue events).
+        assert status["records"] == 6 and status["evicted"] == 2
+        assert [(e["message_id"], e["event"]) for e in status["recent"]] == [
+            (f"a{i}", kind) for i in range(2, 8) for kind in ("publish", "route", "enqueue")]
         assert _events(api, "b1") == []
         conn.close()
     finally:

@@ -20,12 +20,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 
 from leveret.broker.broker import Broker
 from leveret.config import Config
 from leveret.management_ui.service import ManagementService
-from tests.integration.test_tls import Certs, certs, client_context
+from tests.integration.test_tls import CLIENT_DN, TLS_RE, Certs, certs, client_context, tls_params
 
 __all__ = ["certs"]  # the fixture, used by name below
 
@@ -143,3 +144,23 @@ def test_a_taken_default_https_port_is_skipped_with_a_warning(tmp_path, certs, c
             protocols = asyncio.run(run())
     assert protocols == ["http", "http/prometheus"]
     assert f"not serving HTTPS management API: port {port} is already in use" in caplog.text
+
+
+def test_connections_report_their_tls_session(make_broker, tmp_path, certs):
+    b, port = start_https_broker(make_broker, tmp_path, certs, LEVERET_TLS_VERIFY="peer")
+    amqps = int(TLS_RE.search(b.log_text()).group(1))
+    secure = pika.BlockingConnection(tls_params(amqps, client_context(certs, certs.client)))
+    plain = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    try:
+        status, conns = get(f"https://localhost:{port}/api/connections", client_context(certs))
+        assert status == 200
+        by_port = {c["port"]: c for c in conns}
+        tls_conn, tcp_conn = by_port[amqps], by_port[b.port]
+        assert tls_conn["ssl"] is True and tls_conn["ssl_protocol"].startswith("tlsv1.")
+        assert tls_conn["ssl_cipher"]
+        assert tls_conn["peer_cert_subject"] == CLIENT_DN
+        assert tls_conn["peer_cert_issuer"] == "CN=Leveret test CA"
+        assert tcp_conn["ssl"] is False and tcp_conn["ssl_protocol"] is None
+    finally:
+        secure.close()
+        plain.close()

@@ -99,8 +99,14 @@ def test_search_and_delete_by_position_agree_with_peek(
     before = [(b.position, b.message.body) for b in browse.peek(q, 0, n)]
     wanted = before[offset % max(n, 1)] if n else None
     if wanted is not None:
-        found = browse.search(q, browse.Criteria(message_id="id" + wanted[1][5:].decode()), 5)
-        assert [(b.position, b.message.body) for b in found] == [wanted]
+        found, until = browse.search(q, browse.Criteria(message_id="id" + wanted[1][5:].decode()),
+                                     5)
+        assert [(b.position, b.message.body) for b in found] == [wanted] and until == n
+        # A scan bounded to a window, continued from where it stopped, finds the same.
+        first, stop = browse.search(q, browse.Criteria(body_contains=b"body"), 50, 0, 4)
+        rest, end = browse.search(q, browse.Criteria(body_contains=b"body"), 50, stop)
+        assert stop == min(4, n) and end == n
+        assert [b.position for b in first + rest] == list(range(n))
     positions = tuple(sorted({offset % (n + 2), count % (n + 2)}))
     outcome = queue_messages.delete(q, Selection(positions=positions))
     gone = {p for p in positions if p < n}
@@ -111,6 +117,16 @@ def test_search_and_delete_by_position_agree_with_peek(
     assert all(skipped[p] == queue_messages.NOT_FOUND for p in set(positions) - gone)
     expected = [body for p, body in before if p not in deleted]
     assert [body for body, _ in _drain(q)] == expected
+
+
+def test_ids_are_read_off_the_raw_properties() -> None:
+    props = commands.Basic.Properties(content_type="a", content_encoding="b", headers={"x": 1},
+                                      delivery_mode=2, priority=3, correlation_id="corr",
+                                      reply_to="r", expiration="10", message_id="mid")
+    raw = encode_properties(props)
+    assert browse.ids_of(raw) == ("corr", "mid")
+    assert browse.ids_of(encode_properties(commands.Basic.Properties())) == (None, None)
+    assert browse.ids_of(raw[:-2]) is None  # truncated: malformed, matches nothing
 
 
 def test_a_deep_tail_is_read_one_batch_at_a_time() -> None:
@@ -130,3 +146,20 @@ def test_a_deep_tail_is_read_one_batch_at_a_time() -> None:
     page = browse.peek(q, 30, 3)
     assert [b.message.body for b in page] == [b"body-30", b"body-31", b"body-32"]
     assert reads and max(reads) <= browse.BROWSE_BATCH
+
+
+shortstr = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20).filter(
+    lambda t: len(t.encode()) <= 255)
+
+
+@given(content_type=st.none() | shortstr, headers=st.none() | st.dictionaries(
+           shortstr, st.integers(-5, 5) | shortstr, max_size=3),
+       delivery_mode=st.none() | st.sampled_from([1, 2]), priority=st.none() | st.integers(0, 9),
+       correlation_id=st.none() | shortstr, reply_to=st.none() | shortstr,
+       expiration=st.none() | st.sampled_from(["0", "60000"]),
+       message_id=st.none() | shortstr, app_id=st.none() | shortstr)
+@settings(max_examples=300, deadline=None)
+def test_ids_of_agrees_with_pamqp(**fields: Any) -> None:
+    raw = encode_properties(commands.Basic.Properties(**fields))
+    decoded = browse.decode_properties(raw)
+    assert browse.ids_of(raw) == (decoded.correlation_id, decoded.message_id)

@@ -1,0 +1,86 @@
+"""The broker's log, live, over server-sent events: ``GET /api/logs/stream`` (administrators).
+
+A ``LogFanout`` is a ``logging.Handler`` on the ``leveret`` logger, attached
+only while at least one client listens (no cost otherwise). Each record
+becomes ``{"timestamp", "level", "logger", "message"}`` (the traceback
+appended to the message when there is one) and goes to every listener's
+bounded ``sse.Feed``; a slow client loses events, the broker never waits.
+Records are emitted on the loop thread by most of the broker; a record from
+another thread (the group commit's writer) is handed to the loop with
+``call_soon_threadsafe``.
+
+``?level=warning`` (debug, info, warning, error) drops lower records for that
+client. As RabbitMQ's log levels, not Python's names, so ``warning``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from leveret.management_ui import sse
+from leveret.management_ui.router import Request, bad_request
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+          "error": logging.ERROR}
+ROOT_LOGGER = "leveret"
+
+
+class LogFanout(logging.Handler):
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(logging.DEBUG)
+        self.loop = loop
+        self.loop_thread = threading.get_ident()
+        self.feeds: dict[sse.Feed, int] = {}  # feed -> lowest level it wants
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            if record.exc_info:
+                message += "\n" + logging.Formatter().formatException(record.exc_info)
+            event = {"timestamp": round(record.created, 3),
+                     "level": record.levelname.lower(), "logger": record.name,
+                     "message": message}
+            if threading.get_ident() == self.loop_thread:
+                self._fan_out(event, record.levelno)
+            else:
+                self.loop.call_soon_threadsafe(self._fan_out, event, record.levelno)
+        except Exception:  # a log handler must never raise into the broker
+            self.handleError(record)
+
+    def _fan_out(self, event: dict[str, Any], level: int) -> None:
+        for feed, wanted in list(self.feeds.items()):
+            if level >= wanted:
+                feed(event)
+
+
+def _fanout(state: Any) -> LogFanout:
+    """The state's handler, attached to the ``leveret`` logger on first use."""
+    fanout: LogFanout | None = state.log_fanout
+    if fanout is None:
+        fanout = LogFanout(asyncio.get_running_loop())
+        state.log_fanout = fanout
+    return fanout
+
+
+async def stream_logs(req: Request) -> web.StreamResponse:
+    """Server-sent events: the broker's log records as they are written."""
+    name = req.query.get("level", "debug")
+    if name not in LEVELS:
+        raise bad_request(f"invalid level '{name}'")
+    fanout = _fanout(req.state)
+    logger = logging.getLogger(ROOT_LOGGER)
+    feed = sse.Feed()
+    if not fanout.feeds:
+        logger.addHandler(fanout)
+    fanout.feeds[feed] = LEVELS[name]
+    try:
+        return await sse.stream(req.http, feed, lambda: True, "log")
+    finally:
+        del fanout.feeds[feed]
+        if not fanout.feeds:
+            logger.removeHandler(fanout)

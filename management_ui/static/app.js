@@ -1,0 +1,151 @@
+// The console's shell: login, navigation (hash routes, so the server serves one page),
+// the theme switch, and which page module draws each route.
+
+import {
+  api, basic, clear, credentials, currentUser, errorBox, field, forget, h, isAdmin, leave,
+  remember,
+} from "./lib.js";
+import * as overview from "./pages/overview.js";
+import * as connections from "./pages/connections.js";
+import * as exchanges from "./pages/exchanges.js";
+import * as queues from "./pages/queues.js";
+import * as queue from "./pages/queue.js";
+import * as admin from "./pages/admin.js";
+import * as apidocs from "./pages/apidocs.js";
+import * as tracing from "./pages/tracing.js";
+
+// [hash pattern, module export, nav label (null: not in the menu), administrators only]
+const ROUTES = [
+  [/^\/?$/, overview.render, "Overview"],
+  [/^\/connections$/, connections.renderConnections, "Connections"],
+  [/^\/channels$/, connections.renderChannels, "Channels"],
+  [/^\/consumers$/, connections.renderConsumers, "Consumers"],
+  [/^\/exchanges$/, exchanges.renderList, "Exchanges"],
+  [/^\/exchanges\/([^/]+)\/([^/]*)$/, exchanges.renderOne, null],
+  [/^\/queues$/, queues.render, "Queues"],
+  [/^\/queues\/([^/]+)\/([^/]+)$/, queue.render, null],
+  [/^\/admin$/, admin.render, "Admin", true],
+  [/^\/trace$/, tracing.renderTrace, "Trace"],
+  [/^\/log$/, tracing.renderLog, "Log", true],
+  [/^\/api-docs$/, apidocs.render, "API"],
+];
+const HREF = {
+  Overview: "#/", Connections: "#/connections", Channels: "#/channels", Consumers: "#/consumers",
+  Exchanges: "#/exchanges", Queues: "#/queues", Admin: "#/admin", Trace: "#/trace",
+  Log: "#/log", API: "#/api-docs",
+};
+
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+const session = document.getElementById("session");
+
+// ---- theme: the system's unless chosen; remembered in this browser ----
+
+function applyTheme(theme) {
+  document.documentElement.dataset.theme = theme;
+}
+
+function initialTheme() {
+  const saved = localStorage.getItem("leveret.theme");
+  if (saved === "dark" || saved === "light") return saved;
+  return window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches
+    ? "dark" : "light";
+}
+
+function themeButton() {
+  const label = () => (document.documentElement.dataset.theme === "dark" ? "Light theme" : "Dark theme");
+  const button = h("button.theme", { type: "button", onclick: () => {
+    const next = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
+    localStorage.setItem("leveret.theme", next);
+    applyTheme(next);
+    button.textContent = label();
+  } }, label());
+  return button;
+}
+
+// ---- login ----
+
+function drawLogin(message) {
+  leave();
+  clear(nav);
+  clear(session, themeButton());
+  const user = h("input", { name: "username", autocomplete: "username", required: true,
+    autofocus: true });
+  const password = h("input", { name: "password", type: "password",
+    autocomplete: "current-password" });
+  const errors = h("div");
+  if (message) errors.append(errorBox(message));
+  const form = h("form.login", { onsubmit: async (event) => {
+    event.preventDefault();
+    const auth = basic(user.value, password.value);
+    try {
+      const who = await api("GET", "whoami", undefined, auth);
+      remember(auth, who);
+      route();
+    } catch (err) {
+      clear(errors, errorBox(err.status === 401 ? `Login failed: ${err.message}` : err));
+      password.select();
+    }
+  } },
+  h("h1", "Log in to Leveret"),
+  h("p.hint", "Any broker user tagged management, monitoring, policymaker or administrator."),
+  field("Username", user), field("Password", password), errors,
+  h("button.primary", { type: "submit" }, "Log in"));
+  clear(main, form);
+  user.focus();
+}
+
+function logout() {
+  forget();
+  location.hash = "#/";
+  drawLogin();
+}
+
+document.addEventListener("leveret:unauthorized", (event) => {
+  forget();
+  drawLogin(`Logged out: ${event.detail || "the broker refused these credentials"}`);
+});
+
+// ---- navigation ----
+
+function drawChrome(current) {
+  const user = currentUser();
+  clear(nav, ROUTES.filter(([, , label, adminOnly]) => label && (!adminOnly || isAdmin()))
+    .map(([, , label]) => h("a", { href: HREF[label],
+      "aria-current": label === current ? "page" : false }, label)));
+  clear(session,
+    h("span.who", { title: (user.tags || []).join(", ") }, user.name),
+    themeButton(),
+    h("button", { type: "button", onclick: logout }, "Log out"));
+}
+
+async function route() {
+  if (!credentials()) {
+    drawLogin();
+    return;
+  }
+  leave();
+  const path = decodeURIComponent(location.hash.replace(/^#/, "")) === "" ? "/" : location.hash.slice(1);
+  for (const [pattern, render, label] of ROUTES) {
+    const match = path.match(pattern);
+    if (!match) continue;
+    const navLabel = label || (path.startsWith("/queues") ? "Queues" : "Exchanges");
+    drawChrome(navLabel);
+    document.title = `${navLabel} · Leveret`;
+    const page = h("div.page");
+    clear(main, page);
+    try {
+      await render(page, ...match.slice(1).map(decodeURIComponent));
+    } catch (err) {
+      page.append(errorBox(err));
+    }
+    return;
+  }
+  drawChrome(null);
+  clear(main, h("div.page", h("h1", "Not found"),
+    h("p.empty", "No console page here. ", h("a", { href: "#/" }, "Back to the overview"))));
+}
+
+applyTheme(initialTheme());
+window.addEventListener("hashchange", route);
+route();

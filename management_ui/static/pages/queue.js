@@ -1,0 +1,107 @@
+// One queue: counts, a live chart, consumers, bindings (and binding to it), policy, purge,
+// delete; then the message inspector (peek, search, redrive, move, delete: inspect.js).
+
+import { liveChart } from "../chart.js";
+import {
+  api, args, attempt, clear, confirmAction, enc, every, field, h, num, parsePairs, rate, yesNo,
+} from "../lib.js";
+import { loadedTable, table } from "../table.js";
+import { inspector } from "./inspect.js";
+
+export async function render(page, vhost, name) {
+  const path = `queues/${enc(vhost)}/${enc(name)}`;
+  const counts = h("div.cards");
+  const details = h("div");
+  const consumers = h("div");
+  const errors = h("div");
+  const chart = liveChart("Queued messages", [
+    { label: "Ready", value: (q) => q.messages_ready },
+    { label: "Unacked", value: (q) => q.messages_unacknowledged },
+  ], "");
+  const actions = h("div");
+  const bindings = loadedTable(`${path}/bindings`, [
+    { title: "From", cell: (b) => h("a", { href: `#/exchanges/${enc(b.vhost)}/${enc(b.source || "amq.default")}` },
+      b.source || "(AMQP default)") },
+    { title: "Routing key", cell: (b) => b.routing_key },
+    { title: "Arguments", cell: (b) => args(b.arguments) },
+    { title: "", cell: (b) => (b.source ? h("button.small", { type: "button", onclick: async () => {
+      if (!(await confirmAction(`Unbind ${name} from ${b.source} (${b.routing_key || "no key"})?`, "Unbind"))) return;
+      await attempt(actions, async () => {
+        await api("DELETE", `bindings/${enc(vhost)}/e/${enc(b.source)}/q/${enc(name)}/${enc(b.properties_key)}`);
+        bindings.reload();
+      }, "Binding removed.");
+    } }, "Unbind") : "") },
+  ], "No bindings.");
+
+  page.append(
+    h("p.crumbs", h("a", { href: "#/queues" }, "Queues"), ` › ${vhost} › `),
+    h("h1", name), errors, counts, h("div.charts", chart.element), details,
+    h("h2", "Consumers"), consumers,
+    h("h2", "Bindings"), bindings.element, bindForm(vhost, name, bindings.reload),
+    inspector(vhost, name),
+    h("section.panel.danger-zone", h("h2", "Purge or delete"), actions,
+      h("div.toolbar",
+        h("button.danger", { type: "button", onclick: () => purge(vhost, name, actions) }, "Purge messages"),
+        h("button.danger", { type: "button", onclick: () => remove(vhost, name, actions) }, "Delete queue"))));
+
+  every(5000, async () => {
+    const q = await attempt(errors, () => api("GET", path));
+    if (!q) return;
+    chart.push(q);
+    clear(counts,
+      card("Ready", num(q.messages_ready)), card("Unacked", num(q.messages_unacknowledged)),
+      card("Total", num(q.messages)), card("Consumers", num(q.consumers)),
+      card("Depth rate", rate(q.messages_details)),
+      card("Published", num((q.message_stats || {}).publish)),
+      card("Delivered", num((q.message_stats || {}).deliver_get)),
+      card("Acked", num((q.message_stats || {}).ack)));
+    clear(details, h("dl.facts",
+      h("dt", "Type"), h("dd", q.type), h("dt", "Durable"), h("dd", yesNo(q.durable)),
+      h("dt", "Auto-delete"), h("dd", yesNo(q.auto_delete)), h("dt", "Exclusive"), h("dd", yesNo(q.exclusive)),
+      h("dt", "Arguments"), h("dd", args(q.arguments) || "none"),
+      h("dt", "Policy"), h("dd", q.policy ? `${q.policy}: ${args(q.effective_policy_definition)}` : "none")));
+    clear(consumers, table(q.consumer_details || [], [
+      { title: "Consumer tag", cell: (c) => c.consumer_tag },
+      { title: "Channel", cell: (c) => (c.channel_details || {}).name },
+      { title: "Ack required", cell: (c) => yesNo(c.ack_required) },
+      { title: "Prefetch", cell: (c) => num(c.prefetch_count), className: "num" },
+      { title: "Exclusive", cell: (c) => yesNo(c.exclusive) },
+    ], "No consumers on this queue."));
+  });
+}
+
+function card(label, value) {
+  return h("div.card", h("div.card-label", label), h("div.card-value", value));
+}
+
+function bindForm(vhost, name, reload) {
+  const out = h("div");
+  const source = h("input", { name: "source", required: true });
+  const key = h("input", { name: "routing_key" });
+  const more = h("textarea", { name: "arguments", rows: 2, placeholder: "name=value per line" });
+  const form = h("form.panel", h("h2", "Bind this queue to an exchange"),
+    h("div.grid", field("Exchange", source), field("Routing key", key), field("Arguments", more)),
+    out, h("button", { type: "submit" }, "Bind"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    attempt(out, async () => {
+      await api("POST", `bindings/${enc(vhost)}/e/${enc(source.value)}/q/${enc(name)}`,
+        { routing_key: key.value, arguments: parsePairs(more.value) });
+      reload();
+    }, "Bound.");
+  });
+  return form;
+}
+
+async function purge(vhost, name, out) {
+  if (!(await confirmAction(`Purge every ready message from ${name}? This cannot be undone.`,
+    "Purge"))) return;
+  await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}/contents`),
+    "Queue purged.");
+}
+
+async function remove(vhost, name, out) {
+  if (!(await confirmAction(`Delete queue ${name} and every message in it?`))) return;
+  const ok = await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}`).then(() => true));
+  if (ok) location.hash = "#/queues";
+}

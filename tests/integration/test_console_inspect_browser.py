@@ -1,0 +1,194 @@
+"""The console's "beyond RabbitMQ" pages in a real headless Chromium (issue 13).
+
+Peek, search, redrive and trace, each done in the browser and checked with pika:
+peeking changes nothing (same order, ``redelivered`` false), redriven messages
+are consumed from their origin queue. One browser for the module; every page's
+browser log must be free of JavaScript errors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pika
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.conftest import BrokerProcess
+
+from .browser import Console, console_session, own_broker
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """This module's own broker (the session one is shared with tests that count users)."""
+    yield from own_broker(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def ui(broker) -> Iterator[Console]:
+    yield from console_session(broker.api_url)
+
+
+@pytest.fixture
+def channel(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", broker.port, "/", pika.PlainCredentials("guest", "guest")))
+    yield conn.channel()
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture(autouse=True)
+def no_js_errors(ui: Console) -> Iterator[None]:
+    ui.js_errors()
+    yield
+    assert ui.js_errors() == []
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _messages(ui: Console, count: int) -> list:
+    return ui.wait(lambda d: (lambda found: found if len(found) == count else None)(
+        d.find_elements(By.CSS_SELECTOR, "article.message")), f"{count} messages shown")
+
+
+def test_peek_shows_three_messages_and_changes_nothing(ui: Console, channel) -> None:
+    queue = _name("ui-peek")
+    channel.queue_declare(queue)
+    for i in range(4):
+        channel.basic_publish("", queue, f'{{"n": {i}}}'.encode(),
+                              pika.BasicProperties(message_id=f"p{i}", headers={"k": i}))
+    ui.login()
+    ui.go(f"/queues/%2F/{queue}")
+    ui.wait_text("Peek and search read the queue")
+    ui.fill("input[name=count]", "3")
+    ui.click("Peek")
+    shown = _messages(ui, 3)
+    assert [m.get_attribute("data-position") for m in shown] == ["0", "1", "2"]
+    assert '{"n": 0}' in shown[0].text and "redelivered no" in shown[0].text
+    ui.choose("select[name=view]", "JSON")
+    ui.wait(lambda d: '"n": 1' in d.find_elements(By.CSS_SELECTOR, "article.message")[1].text,
+            "pretty JSON")
+    ui.screenshot("queue-peek-json")
+    ui.choose("select[name=view]", "hex")
+    ui.wait(lambda d: "7b 22 6e 22" in d.find_element(By.CSS_SELECTOR, "article.message").text,
+            "hex dump")
+    # The queue is as it was: same order, nothing redelivered, nothing held.
+    seen = []
+    for _ in range(4):
+        method, props, _body = channel.basic_get(queue, auto_ack=True)
+        seen.append((props.message_id, method.redelivered))
+    assert seen == [("p0", False), ("p1", False), ("p2", False), ("p3", False)]
+
+
+def test_search_by_message_id_finds_only_that_message(ui: Console, channel) -> None:
+    queue = _name("ui-search")
+    channel.queue_declare(queue)
+    for i in range(6):
+        channel.basic_publish("", queue, f"body {i}".encode(),
+                              pika.BasicProperties(message_id=f"s{i}"))
+    ui.login()
+    ui.go(f"/queues/%2F/{queue}")
+    ui.fill("input[name=message_id]", "s4")
+    ui.click("Search")
+    ui.wait_text("1 found.")
+    (found,) = _messages(ui, 1)
+    assert found.get_attribute("data-position") == "4" and "body 4" in found.text
+    ui.screenshot("queue-search")
+    assert channel.queue_declare(queue, passive=True).method.message_count == 6
+
+
+def test_redrive_dead_letters_home_from_the_ui(ui: Console, channel) -> None:
+    origin, dlq = _name("ui-origin"), _name("ui-dlq")
+    channel.queue_declare(dlq)
+    channel.queue_declare(origin, arguments={"x-dead-letter-exchange": "",
+                                             "x-dead-letter-routing-key": dlq})
+    for i in range(2):
+        channel.basic_publish("", origin, f"order {i}".encode(),
+                              pika.BasicProperties(message_id=f"o{i}"))
+    for _ in range(2):
+        method, _props, _body = channel.basic_get(origin)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    assert channel.queue_declare(dlq, passive=True).method.message_count == 2
+    ui.login()
+    ui.go(f"/queues/%2F/{dlq}")
+    ui.click("Peek")
+    shown = _messages(ui, 2)
+    death = shown[0].find_element(By.CSS_SELECTOR, "table.x-death")
+    assert origin in death.text and "rejected" in death.text
+    ui.screenshot("queue-dead-letters")
+    for box in ui.all("article.message input[type=checkbox]"):
+        box.click()
+    ui.click("Redrive selected")
+    ui.wait_text("Redrive: 2 message(s).")
+    ui.screenshot("queue-redriven")
+    assert channel.queue_declare(dlq, passive=True).method.message_count == 0
+    got = []
+    for _ in range(2):
+        _method, props, body = channel.basic_get(origin, auto_ack=True)
+        got.append((props.message_id, body))
+    assert got == [("o0", b"order 0"), ("o1", b"order 1")]
+
+
+def test_trace_one_message_from_publish_to_ack(ui: Console, channel) -> None:
+    queue, message_id = _name("ui-trace"), _name("traced")
+    channel.queue_declare(queue)
+    ui.login()
+    ui.go("/trace")
+    ui.wait_text("Start tracing")
+    ui.click("Start tracing")
+    ui.wait_text("Tracing on.")
+    channel.basic_publish("", queue, b"follow me", pika.BasicProperties(message_id=message_id))
+    method, _props, _body = channel.basic_get(queue)
+    channel.basic_ack(method.delivery_tag)
+    # Live over SSE: the events show up in the table as they happen.
+    ui.wait(lambda d: "ack" in [b.text for b in d.find_elements(By.CSS_SELECTOR, "table.trace .badge")],
+            "live ack event")
+    ui.fill("input[name=trace-message-id]", message_id)
+    ui.click("Find message")
+    ui.wait_text(f"event(s) for {message_id}.")
+    events = [b.text for b in ui.all("table.trace .badge")]
+    assert events[0] == "publish" and events[-1] == "ack", events
+    assert "deliver" in events
+    ui.screenshot("trace")
+    ui.click("Stop tracing")
+    ui.wait_text("Tracing off.")
+
+
+def test_move_selected_and_delete_first_n_from_the_ui(ui: Console, channel) -> None:
+    source, target = _name("ui-src"), _name("ui-dst")
+    channel.queue_declare(source)
+    channel.queue_declare(target)
+    for i in range(5):
+        channel.basic_publish("", source, f"m{i}".encode(), pika.BasicProperties(message_id=f"m{i}"))
+    ui.login()
+    ui.go(f"/queues/%2F/{source}")
+    ui.click("Peek")
+    shown = _messages(ui, 5)
+    for article in (shown[1], shown[3]):
+        article.find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+    ui.fill("input[name=destination]", target)
+    ui.click("Move selected")
+    ui.wait_text("Move: 2 message(s).")
+    _messages(ui, 3)
+    ui.fill("input[name=first_n]", "1")
+    ui.click("Delete first N")
+    ui.confirm("Delete")
+    ui.wait_text("Delete: 1 message(s).")
+    ui.screenshot("queue-moved-and-deleted")
+
+    def drain(queue: str) -> list[str]:
+        out = []
+        while True:
+            _method, props, _body = channel.basic_get(queue, auto_ack=True)
+            if props is None:
+                return out
+            out.append(props.message_id)
+    assert drain(target) == ["m1", "m3"]
+    assert drain(source) == ["m2", "m4"]
