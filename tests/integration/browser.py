@@ -102,7 +102,10 @@ class Console:
 
     def wait(self, predicate: Callable[[Any], Any], what: str, timeout: float = WAIT) -> Any:
         try:
-            return WebDriverWait(self.driver, timeout, 0.05).until(predicate)
+            # Lists redraw every few seconds: an element read mid-redraw is stale; try again.
+            return WebDriverWait(self.driver, timeout, 0.05,
+                                 ignored_exceptions=(StaleElementReferenceException,)
+                                 ).until(predicate)
         except TimeoutException:
             self.screenshot(f"timeout-{re.sub(r'[^a-z0-9]+', '-', what.lower())[:40]}")
             body = self.driver.find_element(By.TAG_NAME, "body").text
