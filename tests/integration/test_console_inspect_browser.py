@@ -192,3 +192,23 @@ def test_move_selected_and_delete_first_n_from_the_ui(ui: Console, channel) -> N
             out.append(props.message_id)
     assert drain(target) == ["m1", "m3"]
     assert drain(source) == ["m2", "m4"]
+
+
+
+def test_live_log_shows_what_the_broker_logs(ui: Console, channel) -> None:
+    ui.login()
+    ui.go("/log")
+    ui.wait_text("Broker log")
+    # The stream attaches when the page's request arrives: declare until a line shows up.
+    for _ in range(5):
+        queue = _name("ui-logged")
+        channel.queue_declare(queue)  # logged at debug level, the tests' broker level
+        try:
+            ui.wait(lambda d, q=queue: q in d.find_element(By.CSS_SELECTOR, "pre.log").text,
+                    "log line", timeout=2)
+            break
+        except AssertionError:
+            continue
+    else:
+        pytest.fail("no declaration reached the console's live log")
+    ui.screenshot("log")
