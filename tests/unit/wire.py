@@ -36,11 +36,34 @@ def parse_frames(data: bytes) -> list[Frame]:
         try:
             used, channel, obj = frame.unmarshal(data[pos:])
         except UnmarshalingException as exc:
+            relayed = _relayed_header(data, pos, exc)
+            if relayed is not None:
+                used, channel, obj = relayed
+                frames.append((channel, obj))
+                pos += used
+                continue
             raise AssertionError(f"server wrote a malformed frame at {pos}: {exc}; "
                                  f"{data[pos:pos + 32]!r}") from exc
         frames.append((channel, obj))
         pos += used
     return frames
+
+
+def _relayed_header(data: bytes, pos: int, exc: Exception) -> tuple[int, int, Any] | None:
+    """A content header pamqp refuses only because a shortstr is not UTF-8.
+
+    AMQP's shortstr is bytes and RabbitMQ relays such properties unchanged (so does Leveret);
+    pamqp decodes them as UTF-8. The frame's framing is still checked here: its size and
+    frame-end octet; its properties are not returned."""
+    if data[pos] != 2 or not isinstance(exc.__cause__ or exc.__context__, UnicodeDecodeError):
+        return None
+    size = int.from_bytes(data[pos + 3:pos + 7], "big")
+    end = pos + 7 + size
+    if end >= len(data) or data[end] != 0xCE or size < 14:
+        return None
+    channel = int.from_bytes(data[pos + 1:pos + 3], "big")
+    body_size = int.from_bytes(data[pos + 11:pos + 19], "big")
+    return end + 1 - pos, channel, pheader.ContentHeader(0, body_size, commands.Basic.Properties())
 
 
 def content_frames(channel: int, body: bytes, frame_max: int = 131072,
