@@ -19,11 +19,19 @@ export function liveChart(title, series, unit = "/s") {
     return Math.max(240, Math.floor(host.getBoundingClientRect().width || 480));
   }
 
+  // The last WINDOW seconds up to the newest sample (or now, before the first one): uPlot's
+  // own range for one or two points spans years.
+  function xRange() {
+    const times = data[0];
+    const end = times.length ? times[times.length - 1] : Date.now() / 1000;
+    return [Math.min(times.length ? times[0] : end, end - WINDOW), end];
+  }
+
   function make() {
     if (typeof window.uPlot !== "function") return null;
     const opts = {
       width: width(), height: 160, legend: { show: false }, cursor: { show: true },
-      scales: { x: { time: true, range: (u, min, max) => [Math.min(min, max - WINDOW), max] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+      scales: { x: { time: true, range: () => xRange() }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
       axes: [{ stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" } },
         { stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" }, size: 56 }],
       series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLOURS[i % COLOURS.length],
