@@ -8,6 +8,7 @@ browser log must be free of JavaScript errors.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -156,6 +157,9 @@ def test_trace_one_message_from_publish_to_ack(ui: Console, channel) -> None:
     events = [b.text for b in ui.all("table.trace .badge")]
     assert events[0] == "publish" and events[-1] == "ack", events
     assert "deliver" in events
+    # The ring's fill as the API reports it (a wrong field name once showed "undefined").
+    ui.wait(lambda d: re.search(r"\b\d+ of 10000 events \(0 evicted\)",
+                                d.find_element(By.TAG_NAME, "body").text), "ring fill")
     ui.screenshot("trace")
     ui.click("Stop tracing")
     ui.wait_text("Tracing off.")

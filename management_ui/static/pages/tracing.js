@@ -70,7 +70,7 @@ export async function renderTrace(page) {
     if (info.error) { clear(ring, errorBox(info.error)); return; }
     clear(ring, info.enabled
       ? h("dl.facts", h("dt", "Tracing"), h("dd", "on"),
-        h("dt", "Ring"), h("dd", `${info.events} of ${info.capacity} events (${info.evicted} evicted)`),
+        h("dt", "Ring"), h("dd", `${info.records} of ${info.capacity} events (${info.evicted} evicted)`),
         h("dt", "Queue filter"), h("dd", info.queue || "all queues"),
         h("dt", "Listeners"), h("dd", String(info.subscribers)))
       : h("p.empty", `Tracing is off in vhost ${vhost.value}. Start it to record events.`));
