@@ -52,11 +52,9 @@ from typing import Any, TextIO
 from leveret import ctl_objects
 from leveret.broker import control
 from leveret.config import ConfigError, load_config
+from leveret.ctl_objects import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 
-EXIT_OK = 0
 EXIT_CONFIG = 2
-EXIT_REFUSED = 65  # EX_DATAERR
-EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE, as rabbitmqctl for a node that is down
 
 # Compaction copies the live data: allow for a large store on a slow disk.
 COMPACT_TIMEOUT = 3600.0
@@ -245,14 +243,9 @@ def run_access(args: argparse.Namespace, config: Any, out: TextIO, err: TextIO) 
             banner = 'Clearing all limits for user "{user}" ...'
         print(banner.format(**{**text, "vhost": request["vhost"],
                                "vhost_name": request["vhost"]}), file=out)
-    try:
-        result = control.request(Path(config.data_dir), request)
-    except control.BrokerUnreachable as exc:
-        print(f"Error:\n{exc}", file=err)
-        return EXIT_UNREACHABLE
-    except control.ControlError as exc:
-        print(f"Error:\n{exc}", file=err)
-        return exc.exit_code or EXIT_REFUSED
+    result, failed = ctl_objects.send(Path(config.data_dir), request, err)
+    if failed is not None:
+        return failed
     if command == "authenticate_user":
         print("Success", file=out)
     elif command == "hash_password":

@@ -33,7 +33,9 @@ from typing import Any, TextIO
 
 from leveret.broker import control
 
-EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE = 0, 65, 69
+EXIT_OK = 0
+EXIT_REFUSED = 65  # EX_DATAERR
+EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE, as rabbitmqctl for a node that is down
 
 LIST_BANNERS = {
     "list_queues": "Listing queues for vhost {vhost} ...",
@@ -153,15 +155,24 @@ def run(args: argparse.Namespace, data_dir: Path, out: TextIO, err: TextIO,
             return EXIT_REFUSED
     if banner and not quiet:
         print(banner, file=out)
+    result, failed = send(data_dir, request, err, args.timeout)
+    if failed is not None:
+        return failed
+    return _print_result(args, command, result, as_json, out)
+
+
+def send(data_dir: Path, request: dict[str, Any], err: TextIO,
+         timeout: float = 10.0) -> tuple[Any, int | None]:
+    """One control request: ``(result, None)``, or ``(None, exit status)`` once rabbitmqctl's
+    error text is printed (69 when the broker is down, else the operation's own status)."""
     try:
-        result = control.request(data_dir, request, timeout=args.timeout)
+        return control.request(data_dir, request, timeout=timeout), None
     except control.BrokerUnreachable as exc:
         print(f"Error:\n{exc}", file=err)
-        return EXIT_UNREACHABLE
+        return None, EXIT_UNREACHABLE
     except control.ControlError as exc:
         print(f"Error:\n{exc}", file=err)
-        return exc.exit_code or EXIT_REFUSED
-    return _print_result(args, command, result, as_json, out)
+        return None, exc.exit_code or EXIT_REFUSED
 
 
 def _print_result(args: argparse.Namespace, command: str, result: Any, as_json: bool,
