@@ -30,7 +30,7 @@ from tests.conftest import BrokerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "console"
 WAIT = 10.0
 # Chromium logs a failed fetch (a 401/404 the page expected and shows in place) as a
 # console error "Failed to load resource"; those are the page's business, not JS errors.

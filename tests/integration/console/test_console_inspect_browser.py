@@ -10,44 +10,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 
 import pika
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.conftest import BrokerProcess
-
-from .browser import Console, console_session, own_broker
+from .browser import Console
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """This module's own broker (the session one is shared with tests that count users)."""
-    yield from own_broker(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def ui(broker) -> Iterator[Console]:
-    yield from console_session(broker.api_url)
-
-
-@pytest.fixture
-def channel(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
-    conn = pika.BlockingConnection(pika.ConnectionParameters(
-        "127.0.0.1", broker.port, "/", pika.PlainCredentials("guest", "guest")))
-    yield conn.channel()
-    if conn.is_open:
-        conn.close()
-
-
-@pytest.fixture(autouse=True)
-def no_js_errors(ui: Console) -> Iterator[None]:
-    ui.js_errors()
-    yield
-    assert ui.js_errors() == []
 
 
 def _name(prefix: str) -> str:
