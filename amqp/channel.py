@@ -337,13 +337,17 @@ class Channel(Publisher):
 
     def recover(self) -> None:
         """basic.recover(requeue=true): every unacked delivery goes back to its queue."""
-        self.requeue_all()
+        self.requeue_all("basic.recover")
         self._resume_consumers()
 
-    def requeue_all(self) -> None:
+    def requeue_all(self, reason: str) -> None:
         touched = set()
+        tracer = self.vhost.tracer
         # Requeue newest first is irrelevant: queues restore order by sequence number.
         for entry, queue, consumer in self._unacked.take_all():
+            if tracer is not None:
+                tracer.requeued(queue.name, entry.message, self.number,
+                                consumer.tag if consumer is not None else "", reason)
             queue.requeue(entry)
             touched.add(queue)
             if consumer is not None:
@@ -392,7 +396,7 @@ class Channel(Publisher):
         for consumer in consumers:
             self.consumers.pop(consumer.tag, None)
             consumer.queue.remove_consumer(consumer)
-        self.requeue_all()
+        self.requeue_all("channel closed")
         for consumer in consumers:
             queue = consumer.queue
             if queue.auto_delete and queue.had_consumer and queue.is_unused() and not queue.deleted:

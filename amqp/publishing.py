@@ -197,8 +197,10 @@ class Publisher(HeldOutput):
         name = message.exchange
         tracer = vhost.tracer
         if tracer is not None:  # tracing off: this test is all it costs (queues/tracing.py)
-            tracer.published(message, [q.name for q in queues], self.connection.user or "",
-                             self.number, mandatory, self.confirms is not None)
+            tracer.published(message, queues, self.connection.user or "",
+                             self.number, mandatory, self.confirms is not None,
+                             vhost.explain_route(message, extra_routing_keys)
+                             if message.exchange else None)
         stats = self.stats
         stats.publish += 1
         confirms = self.confirms

@@ -12,9 +12,12 @@ handshakes and shutdown cancel out.
 
     python bench/icount.py --scenario transient --messages 20000
     PYTHONPATH=/tmp/pkg-base python bench/icount.py ...   # another build of leveret
+    python bench/icount.py --scenario transient --trace   # with message tracing on (issue 13)
 
 The broker is started as ``python -m leveret serve`` with this process's environment,
-so ``PYTHONPATH`` chooses the build. Only the broker's own instructions are counted
+so ``PYTHONPATH`` chooses the build. ``--trace`` turns message tracing on for vhost
+"/" (``PUT /api/traces/%2F``, every queue, capacity 10,000) before the workload, so the
+difference is what tracing costs per message. Only the broker's own instructions are counted
 (``--trace-children=no``); its group-commit thread is included.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import re
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -117,7 +122,19 @@ async def transient(port: int, messages: int, confirmed: bool) -> None:
     await cconn.close(timeout=60)
 
 
-def run_once(messages: int, scenario: str, out_dir: Path) -> int:
+def start_tracing(port: int, proc: subprocess.Popen[bytes]) -> None:
+    """``PUT /api/traces/%2F`` on the broker's management listener (waits for it)."""
+    wait_for_port(port, proc, START_TIMEOUT)
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/traces/%2F", method="PUT",
+        data=json.dumps({"capacity": 10_000}).encode(),
+        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
+                 "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        resp.read()
+
+
+def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -> int:
     """Instructions the broker executed from start to exit, for ``messages``."""
     port = free_port()
     data_dir = out_dir / f"data-{messages}-{uuid.uuid4().hex[:6]}"
@@ -127,15 +144,19 @@ def run_once(messages: int, scenario: str, out_dir: Path) -> int:
     (shim / "sitecustomize.py").write_text(LMDB_CAP)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    mgmt_port = free_port()
     broker = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
          "--dump-instr=no", "--trace-children=no", sys.executable, "-m", "leveret", "serve",
          "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
-         "--log-level", "warning"],
+         "--log-level", "warning", "--prometheus-port", "0",
+         "--management-port", str(mgmt_port)],
         stdout=subprocess.DEVNULL, stderr=open(out_dir / "broker.log", "ab"),
         cwd=out_dir, env=env, start_new_session=True)
     try:
         wait_for_port(port, broker, START_TIMEOUT)
+        if trace:
+            start_tracing(mgmt_port, broker)
         asyncio.run(transient(port, messages, scenario == "confirmed"))
     finally:
         broker.send_signal(signal.SIGTERM)
@@ -150,15 +171,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=("transient", "confirmed"), default="transient")
     parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--trace", action="store_true",
+                        help="message tracing on for vhost / during the workload")
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (N, 2N)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="leveret-icount-") as tmp:
         per_message = []
         for _ in range(args.repeat):
-            small = run_once(args.messages, args.scenario, Path(tmp))
-            large = run_once(2 * args.messages, args.scenario, Path(tmp))
+            small = run_once(args.messages, args.scenario, Path(tmp), args.trace)
+            large = run_once(2 * args.messages, args.scenario, Path(tmp), args.trace)
             per_message.append((large - small) / args.messages)
-            print(json.dumps({"scenario": args.scenario, "messages": args.messages,
+            print(json.dumps({"scenario": args.scenario, "trace": args.trace, "messages": args.messages,
                               "instructions_small": small, "instructions_large": large,
                               "instructions_per_message": round(per_message[-1])}),
                   flush=True)

@@ -22,6 +22,7 @@ from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_e
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange, route
+from leveret.exchanges.router import Step, explain
 from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -231,15 +232,20 @@ class VirtualHost:
             raise ChannelError(
                 ACCESS_REFUSED,
                 f"cannot publish to internal exchange '{name}' in vhost '{self.name}'")
-        headers = None
-        if (exchange.type == "headers" or exchange.matcher.exchange_bindings
-                or "alternate-exchange" in exchange.arguments
-                or exchange.policy_alternate_exchange is not None):
-            headers = message.headers
+        headers = _routing_headers(exchange, message)
         # Matchers hold whatever was bound: in a vhost, queues and exchanges; the router
         # resolves exchanges, so what comes back are queues.
         return cast("list[Queue]", route(exchange, message.routing_key, headers,
                                          self.exchanges.get, extra_routing_keys))
+
+    def explain_route(self, message: Message,
+                      extra_routing_keys: tuple[str, ...] = ()) -> tuple[Step, ...]:
+        """How ``route`` got there (after a successful ``route`` of the same message; message
+        tracing only): the exchanges walked, how each was reached, what each matched."""
+        exchange = self.exchanges[message.exchange]
+        headers = _routing_headers(exchange, message)
+        return explain(exchange, message.routing_key, headers, self.exchanges.get,
+                       extra_routing_keys)
 
     def _route_default(self, message: Message, extra: tuple[str, ...]) -> list[Queue]:
         """The default exchange with CC/BCC keys or direct reply-to names: each queue once."""
@@ -411,3 +417,13 @@ class VirtualHost:
             if exchange is not self.default_exchange:  # no AE on the default exchange
                 exchange.policy_alternate_exchange = alternate_exchange(
                     self.policies.for_exchange(exchange.name))
+
+
+def _routing_headers(exchange: Exchange, message: Message) -> dict[str, Any] | None:
+    """The message's headers when an exchange on the way may match on them, else None:
+    decoding them is work the commonest routes don't need."""
+    if (exchange.type == "headers" or exchange.matcher.exchange_bindings
+            or "alternate-exchange" in exchange.arguments
+            or exchange.policy_alternate_exchange is not None):
+        return message.headers
+    return None

@@ -14,6 +14,7 @@ publishes what where, not message bodies.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -40,14 +41,20 @@ async def put_trace(req: Request) -> web.Response:
         tracer = Tracer(capacity, queue or None)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    created = vhost.tracer is None
+    old = vhost.tracer
+    if old is not None:
+        old.stop_clock()
     vhost.tracer = tracer
+    tracer.start_clock(asyncio.get_running_loop(), lambda: vhost.tracer is tracer)
+    created = old is None
     return web.Response(status=201 if created else 204)
 
 
 async def delete_trace(req: Request) -> web.Response:
     """Stop tracing the vhost and forget its ring."""
     vhost = read.vhost_of(req)
+    if vhost.tracer is not None:
+        vhost.tracer.stop_clock()
     vhost.tracer = None
     return web.Response(status=204)
 

@@ -228,6 +228,10 @@ async def publish(req: Request) -> web.Response:
     raw_props = encode_json_properties(_dict_arg(body, "properties"))
     message = Message(exchange.name, str(body["routing_key"]), raw_props, data)
     queues = vhost.route(message)
+    tracer = vhost.tracer
+    if tracer is not None:  # channel None: published over HTTP
+        tracer.published(message, queues, req.user, None, False, False,
+                         vhost.explain_route(message) if message.exchange else None)
     stats = vhost.closed_channel_stats  # the vhost's counters of channel-less work
     stats.publish += 1
     if not queues:
@@ -284,12 +288,21 @@ async def get(req: Request) -> web.Response:
             stats.redeliver += 1
         stats.get += 1
         entry.delivery_count += 1
+        if vhost.tracer is not None:  # channel None: got over HTTP
+            vhost.tracer.delivered(queue.name, entry.message, "", redelivered, None,
+                                   req.user, True)
         taken.append(entry)
         out.append(_message_json(entry.message, redelivered, queue.message_count, encoding,
                                  truncate))
     # RabbitMQ gets them all on one channel, then settles: requeued ones come back in order.
     requeue = ackmode.endswith("requeue_true")
+    tracer = vhost.tracer
     for entry in taken:
+        if tracer is not None and requeue:
+            tracer.requeued(queue.name, entry.message, None, "", "get " + ackmode)
+        elif tracer is not None:
+            tracer.settled("ack" if ackmode.startswith("ack") else "reject", queue.name,
+                           entry.message, None, "", None if ackmode.startswith("ack") else False)
         if requeue:
             if entry.stored:
                 queue.note_delivered(entry)

@@ -95,6 +95,69 @@ def test_reject_dead_letter_expire_and_return(api, broker, qname):
         api.delete(T)
 
 
+def test_route_shows_exchange_chain_bindings_and_alternate_exchange(api, broker, qname):
+    """A topic exchange bound to a direct one whose alternate exchange catches the message:
+    the route event names each exchange, how it was reached, and the bindings that matched."""
+    assert api.put(T, {})[0] in (201, 204)
+    x, inner, ae = qname + "-x", qname + "-inner", qname + "-ae"
+    conn, ch = _channel(broker)
+    try:
+        ch.exchange_declare(ae, "fanout")
+        ch.exchange_declare(inner, "direct", arguments={"alternate-exchange": ae})
+        ch.exchange_declare(x, "topic")
+        ch.exchange_bind(inner, x, "orders.#")
+        ch.queue_declare(qname)
+        ch.queue_bind(qname, ae)
+        ch.basic_publish(x, "orders.eu", b"x", pika.BasicProperties(message_id=qname + "-c"))
+        ch.basic_publish(x, "nowhere", b"x", pika.BasicProperties(message_id=qname + "-u"))
+        route = next(e for e in _wait_events(api, qname + "-c", "enqueue")
+                     if e["event"] == "route")
+        assert route["exchanges"] == [{"name": x, "via": "published"},
+                                      {"name": inner, "via": "exchange-binding"},
+                                      {"name": ae, "via": "alternate-exchange"}]
+        assert route["bindings"] == [
+            {"source": x, "destination": inner, "destination_type": "exchange"},
+            {"source": ae, "destination": qname, "destination_type": "queue"}]
+        assert route["alternate_exchange"] == ae and route["queues"] == [qname]
+        lost = _wait_events(api, qname + "-u", "route")
+        assert [e["event"] for e in lost] == ["publish", "route"]
+        assert lost[1]["unroutable"] is True and lost[1]["routed"] is False
+    finally:
+        for name in (x, inner, ae):
+            ch.exchange_delete(name)
+        conn.close()
+        api.delete(T)
+
+
+def test_http_publish_get_and_requeue_on_close_are_traced(api, broker, qname):
+    assert api.put(T, {})[0] in (201, 204)
+    try:
+        conn, ch = _channel(broker)
+        ch.queue_declare(qname)
+        status, _, out = api.post("/exchanges/%2F/amq.default/publish", {
+            "routing_key": qname, "payload": "hi", "payload_encoding": "string",
+            "properties": {"message_id": qname + "-h"}})
+        assert status == 200 and out == {"routed": True}
+        status, _, got = api.post(f"/queues/%2F/{qname}/get", {
+            "count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+        assert status == 200 and len(got) == 1
+        method, _, _ = next(ch.consume(qname, inactivity_timeout=5))
+        assert method is not None
+        conn.close()  # the unacked delivery goes back to the queue
+        events = _wait_events(api, qname + "-h", "nack")
+        assert [e["event"] for e in events] == ["publish", "route", "enqueue", "deliver",
+                                                "nack", "deliver", "nack"]
+        publish, _, _, http_get, http_requeue, deliver, closed = events
+        assert publish["via"] == "http" and publish["user"] == "guest"
+        assert http_get["channel"] is None and http_get["user"] == "guest"
+        assert http_requeue["requeue"] is True and http_requeue["reason"].startswith("get ")
+        assert deliver["redelivered"] is True
+        assert closed["reason"] == "channel closed" and closed["requeue"] is True
+        assert closed["consumer_tag"] == deliver["consumer_tag"]
+    finally:
+        api.delete(T)
+
+
 def test_ring_is_capped_and_filtered_by_queue(api, broker, qname):
     assert api.put(T, {"capacity": 6, "queue": "^" + qname + "-a$"})[0] in (201, 204)
     try:

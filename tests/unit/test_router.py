@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leveret.exchanges import Exchange, route
+from leveret.exchanges.router import explain
 
 
 class Q:
@@ -207,3 +208,26 @@ def test_fast_path_result_is_a_fresh_list(with_ae):
     out = g.route("x", "")
     out.append("junk")
     assert g.route("x", "") == [q]
+
+
+def test_explain_walks_the_same_graph_as_route():
+    """``explain`` (message tracing) reports each exchange, how it was reached and what it
+    matched; the queues it ends on are the ones ``route`` returns."""
+    g = Graph()
+    src = g.x("src", "fanout")
+    inner = g.x("inner", "direct", ae="inner-ae")
+    src.matcher.bind(inner, "", {})
+    inner.matcher.bind(Q("hit"), "k", {})
+    g.x("inner-ae", "fanout").matcher.bind(Q("spill"), "", {})
+    for key, queues in (("k", ["hit"]), ("miss", ["spill"])):
+        steps = explain(g.exchanges["src"], key, None, g.lookup)
+        reached = sorted(dest for _, _, matched in steps for kind, dest in matched
+                         if kind == "queue")
+        assert reached == names(g.route("src", key)) == queues
+    assert explain(g.exchanges["src"], "miss", None, g.lookup) == (
+        ("src", "published", (("exchange", "inner"),)),
+        ("inner", "exchange-binding", ()),
+        ("inner-ae", "alternate-exchange", (("queue", "spill"),)),
+    )
+    assert explain(g.exchanges["inner-ae"], "x", None, g.lookup) == (
+        ("inner-ae", "published", (("queue", "spill"),)),)

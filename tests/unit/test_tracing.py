@@ -4,6 +4,8 @@ every kind of record, and subscribers see events as they are recorded."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from pamqp import commands
 
@@ -18,10 +20,15 @@ def _message(mid: str, rk: str = "q") -> Message:
     return Message("x", rk, props, b"body")
 
 
+def _queues(*names: str) -> tuple[SimpleNamespace, ...]:
+    """Stand-ins for the queues a publish reached: the tracer reads their names."""
+    return tuple(SimpleNamespace(name=n) for n in names)
+
+
 def test_a_life_reads_back_in_order() -> None:
     t = Tracer(100)
     m = _message("m1")
-    t.published(m, ["q"], "guest", 1, False, True)
+    t.published(m, _queues("q"), "guest", 1, False, True)
     t.delivered("q", m, "ctag", False, 1, "guest", True)
     t.settled("reject", "q", m, 1, "ctag", False)
     tracing.dropped(t, "q", m, "rejected", "dlx")
@@ -30,8 +37,12 @@ def test_a_life_reads_back_in_order() -> None:
                                             "dead-letter"]
     assert events[0] | {"timestamp": 0} == {
         "event": "publish", "timestamp": 0, "message_id": "m1", "exchange": "x",
-        "routing_key": "q", "user": "guest", "channel": 1, "mandatory": False, "confirm": True}
+        "routing_key": "q", "user": "guest", "channel": 1, "mandatory": False, "confirm": True,
+        "via": "amqp"}
     assert events[1]["queues"] == ["q"] and events[2]["queue"] == "q"
+    assert events[1]["exchanges"] == [{"name": "x", "via": "published"}]
+    assert events[1]["bindings"] == [{"source": "x", "destination": "q",
+                                      "destination_type": "queue"}]
     assert events[4]["requeue"] is False and events[5]["dead_letter_exchange"] == "dlx"
 
 
@@ -39,7 +50,7 @@ def test_auto_ack_and_unroutable_mandatory_expand() -> None:
     t = Tracer(10)
     m = _message("m2")
     t.delivered("q", m, "c", True, 2, None, False)
-    t.published(_message("m3"), [], "u", 1, True, False)
+    t.published(_message("m3"), (), "u", 1, True, False)
     assert [(e["event"], e.get("auto")) for e in t.events_of("m2")] == [
         ("deliver", None), ("ack", True)]
     assert [e["event"] for e in t.events_of("m3")] == ["publish", "route", "return"]
@@ -58,12 +69,12 @@ def test_the_ring_is_capped_and_counts_evictions() -> None:
 def test_the_queue_filter_applies_to_every_record() -> None:
     t = Tracer(10, "^keep")
     m = _message("m")
-    t.published(m, ["other"], "u", 1, False, False)
+    t.published(m, _queues("other"), "u", 1, False, False)
     t.delivered("other", m, "c", False, 1, "u", True)
     t.settled("ack", "other", m, 1, "c", None)
     tracing.dropped(t, "other", m, "expired", None)
     assert list(t.events()) == []
-    t.published(m, ["other", "keep-1"], "u", 1, False, False)
+    t.published(m, _queues("other", "keep-1"), "u", 1, False, False)
     enqueued = [e["queue"] for e in t.events() if e["event"] == "enqueue"]
     assert enqueued == ["keep-1"]
 
@@ -72,7 +83,7 @@ def test_subscribers_get_events_as_recorded() -> None:
     t = Tracer(10)
     seen: list[str] = []
     t.subscribers.append(lambda e: seen.append(e["event"]))
-    t.published(_message("m"), ["q"], "u", 1, False, False)
+    t.published(_message("m"), _queues("q"), "u", 1, False, False)
     assert seen == ["publish", "route", "enqueue"]
 
 
@@ -81,3 +92,34 @@ def test_subscribers_get_events_as_recorded() -> None:
 def test_bad_settings_are_value_errors(capacity: int, queue: str | None) -> None:
     with pytest.raises(ValueError):
         Tracer(capacity, queue)
+
+
+def test_route_details_show_the_exchange_chain_and_the_alternate_exchange() -> None:
+    t = Tracer(10)
+    steps = (("x", "published", ()), ("ae", "alternate-exchange", (("exchange", "x2"),)),
+             ("x2", "exchange-binding", (("queue", "q"),)))
+    t.published(_message("m"), _queues("q"), "u", 1, False, False, steps)
+    route = t.events_of("m")[1]
+    assert route["exchanges"] == [{"name": "x", "via": "published"},
+                                  {"name": "ae", "via": "alternate-exchange"},
+                                  {"name": "x2", "via": "exchange-binding"}]
+    assert route["alternate_exchange"] == "ae" and route["unroutable"] is False
+    assert [(b["source"], b["destination"]) for b in route["bindings"]] == [("ae", "x2"),
+                                                                           ("x2", "q")]
+    t.published(_message("lost"), (), "u", 1, False, False, (("x", "published", ()),))
+    lost = t.events_of("lost")
+    assert [e["event"] for e in lost] == ["publish", "route"]  # not mandatory: no return
+    assert lost[1]["unroutable"] is True and lost[1]["bindings"] == []
+
+
+def test_http_publish_and_requeue_on_close_read_back() -> None:
+    t = Tracer(10)
+    m = _message("h")
+    t.published(m, _queues("q"), "admin", None, False, False)
+    t.requeued("q", m, 3, "ctag", "channel closed")
+    publish, *_, requeue = t.events_of("h")
+    assert publish["via"] == "http" and publish["channel"] is None
+    assert requeue | {"timestamp": 0} == {
+        "event": "nack", "timestamp": 0, "message_id": "h", "exchange": "x", "routing_key": "q",
+        "queue": "q", "channel": 3, "consumer_tag": "ctag", "reason": "channel closed",
+        "requeue": True}

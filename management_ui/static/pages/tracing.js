@@ -48,8 +48,20 @@ function parse(data) {
 function eventRow(e) {
   const { event, timestamp, ...rest } = e;
   const when = typeof timestamp === "number" ? new Date(timestamp * (timestamp > 1e12 ? 1 : 1000)).toISOString().slice(11, 23) : String(timestamp ?? "");
-  return h("tr", { dataset: { event } }, h("td", when), h("td", h("span.badge", event)),
-    h("td", h("code", JSON.stringify(rest))));
+  const detail = h("td");
+  if (event === "route" && Array.isArray(rest.exchanges)) {
+    detail.append(h("div.route-chain", routeChain(rest)));
+  }
+  detail.append(h("code", JSON.stringify(rest)));
+  return h("tr", { dataset: { event } }, h("td", when), h("td", h("span.badge", event)), detail);
+}
+
+// "orders → eu (exchange-binding) → spill (alternate-exchange) ⇒ q1, q2": how a message went.
+function routeChain(route) {
+  const hops = route.exchanges.map((x) => (x.name || "(default)") +
+    (x.via === "published" ? "" : ` (${x.via})`));
+  const end = route.queues.length ? route.queues.join(", ") : "unroutable";
+  return `${hops.join(" → ")} ⇒ ${end}`;
 }
 
 export async function renderTrace(page) {

@@ -127,6 +127,9 @@ def test_trace_one_message_from_publish_to_ack(ui: Console, channel) -> None:
     events = [b.text for b in ui.all("table.trace .badge")]
     assert events[0] == "publish" and events[-1] == "ack", events
     assert "deliver" in events
+    # The route event reads as a chain: the default exchange, then the queue it reached.
+    chains = [c.text for c in ui.all("table.trace .route-chain")]
+    assert chains == [f"(default) ⇒ {queue}"], chains
     # The ring's fill as the API reports it (a wrong field name once showed "undefined").
     ui.wait(lambda d: re.search(r"\b\d+ of 10000 events \(0 evicted\)",
                                 d.find_element(By.TAG_NAME, "body").text), "ring fill")
