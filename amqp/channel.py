@@ -202,10 +202,11 @@ class Channel(Publisher):
             self._held.append(frame)
         stats = self.stats
         tracer = self.vhost.tracer
-        if tracer is not None:
-            tracer.delivered(consumer.queue.name, message, consumer.tag,
-                             entry.delivery_count > 0, self.number, conn.user,
-                             not consumer.no_ack)
+        if tracer is not None:  # a "deliver" record (queues/tracing.py), built here: cheaper
+            tracer.record(("deliver", next(tracer.seq), tracer.now, message.raw_properties,
+                           message.exchange, message.routing_key, consumer.queue.name,
+                           consumer.tag, entry.delivery_count > 0, self.number, conn.user,
+                           not consumer.no_ack))
         if entry.delivery_count:
             stats.redeliver += 1
         entry.delivery_count += 1
@@ -262,10 +263,12 @@ class Channel(Publisher):
     def _trace_settled(self, event: str, taken: list[Delivery], requeue: bool | None) -> None:
         tracer = self.vhost.tracer
         assert tracer is not None
-        number = self.number
-        for entry, queue, consumer in taken:
-            tracer.settled(event, queue.name, entry.message, number,
-                           consumer.tag if consumer is not None else "", requeue)
+        number, record, seq, now = self.number, tracer.record, tracer.seq, tracer.now
+        for entry, queue, consumer in taken:  # "ack"/"nack"/"reject" records, built here
+            message = entry.message
+            record((event, next(seq), now, message.raw_properties, message.exchange,
+                    message.routing_key, queue.name, number,
+                    consumer.tag if consumer is not None else "", requeue))
 
     def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
         """This channel's unacked deliveries from ``queue``, oldest first, with the consumer

@@ -80,8 +80,8 @@ async def stream_trace(req: Request) -> web.StreamResponse:
     if tracer is None:
         raise bad_request(f"tracing is off in vhost '{vhost.name}'")
     feed = sse.Feed()
-    tracer.subscribers.append(feed)
+    tracer.subscribe(feed)
     try:
         return await sse.stream(req.http, feed, lambda: vhost.tracer is tracer, "trace")
     finally:
-        tracer.subscribers.remove(feed)
+        tracer.unsubscribe(feed)

@@ -10,21 +10,27 @@ delivery, settlement, a queue dropping it) tests that one attribute and does
 nothing more when it is ``None``.
 
 When on, each step appends one flat tuple to a ring of ``capacity`` records:
-its kind, a timestamp (``now``, refreshed every ``CLOCK_TICK`` by a loop timer
-while tracing is on: one float shared by the records of a millisecond, not a
-clock call and a float per record, which measurably mattered), the message's property bytes (shared with the message,
-not copied; the body is not kept), exchange, routing key, queue and the
-step's details. Memory is bounded (the oldest records go first; ``evicted``
-counts them) and shown by ``describe``. Records become the API's events
-(dicts with ``event``, ``timestamp`` in seconds since the epoch,
-``message_id``, ``exchange``, ``routing_key`` and the details) only when read:
-a publish record reads as its ``publish``, ``route``, ``enqueue`` (one per
-traced queue) and, if unroutable and mandatory, ``return`` events, all with
-the same timestamp; an automatic-ack delivery as ``deliver`` and ``ack``. So
-recording costs a tuple and a deque append per step, and decoding the
-message id (``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing to the queues it matches
-(``re.search``, as policies match names): queue events of other queues are
-not recorded, and a publish only if it reached a matching queue.
+its kind, a sequence number, a timestamp, the message's property bytes (shared
+with the message, not copied; the body is not kept), exchange, routing key,
+queue and the step's details. Memory is bounded (the oldest records go first;
+``evicted`` counts them, from the sequence numbers) and shown by ``describe``.
+
+What tracing on costs is what a step costs, so a step is made cheap
+(``bench/trace_cost.py``, ``bench/icount.py --trace``): the channel builds the
+tuple for a delivery or an ack itself and hands it to ``Tracer.record``, which
+is the ring's own ``append`` (a C call) unless a queue filter or a subscriber
+needs a look at it; the timestamp is ``now``, one float refreshed every
+``CLOCK_TICK`` by a loop timer, not a clock call and a float per record. Records
+become the API's events (dicts with ``event``, ``timestamp`` in seconds since the
+epoch, ``message_id``, ``exchange``, ``routing_key`` and the details) only when
+read: a publish record reads as its ``publish``, ``route`` (with the exchange
+chain, ``exchanges.router.explain``), ``enqueue`` (one per traced queue) and, if
+unroutable and mandatory, ``return`` events, all with the same timestamp; an
+automatic-ack delivery as ``deliver`` and ``ack``. Decoding the message id
+(``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing
+to the queues it matches (``re.search``, as policies match names): queue events
+of other queues are not recorded, and a publish only if it reached a matching
+queue.
 
 Subscribers (the SSE stream) are callables fed each event as it is recorded;
 they must not block (the HTTP side queues them with a bound).
@@ -36,6 +42,7 @@ events (expire, dead-letter, drop) through it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections import deque
@@ -56,11 +63,14 @@ CLOCK_TICK = 0.001
 EVENTS = ("publish", "route", "enqueue", "deliver", "ack", "nack", "reject", "expire",
           "dead-letter", "drop", "return")
 
-# A record, one flat tuple (one allocation): (kind, timestamp, raw properties, exchange,
-# routing key, queue, *details).
+# A record, one flat tuple (one allocation): (kind, sequence number, timestamp, raw
+# properties, exchange, routing key, queue, *details); a publish's queue is "" and its
+# details end with the names of the queues it reached (at _QUEUES) and its route steps.
 Record = tuple[Any, ...]
 Event = dict[str, Any]
 Subscriber = Callable[[Event], None]
+_QUEUE = 6
+_QUEUES = 11
 
 
 class Named(Protocol):
@@ -71,7 +81,7 @@ class Named(Protocol):
 
 # Detail names of each record kind, in the order its tuple holds them.
 _DETAILS: dict[str, tuple[str, ...]] = {
-    "publish": ("user", "channel", "mandatory", "confirm", "queues", "traced", "steps"),
+    "publish": ("user", "channel", "mandatory", "confirm", "queues", "steps"),
     "deliver": ("consumer_tag", "redelivered", "channel", "user", "ack_required"),
     "ack": ("channel", "consumer_tag", "requeue"),  # requeue: None, not shown
     "nack": ("channel", "consumer_tag", "requeue"),
@@ -85,8 +95,13 @@ _now = time.time
 
 
 class Tracer:
-    __slots__ = ("_timer", "capacity", "evicted", "now", "pattern", "ring", "started",
-                 "subscribers")
+    """A vhost's trace ring. ``record`` appends one record (the layout above); call sites on
+    the hot path build the tuple themselves and call it: while there is no queue filter and
+    no subscriber it is the ring's own ``append``, so tracing a step costs one tuple, one
+    ``next(seq)`` and one C call. The methods below build records for everyone else."""
+
+    __slots__ = ("_skipped", "_skipped_at_last", "_timer", "capacity", "now", "pattern",
+                 "record", "ring", "seq", "started", "subscribers")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY, queue: str | None = None) -> None:
         """``ValueError`` for a capacity out of range or a pattern that is not a regex."""
@@ -98,10 +113,30 @@ class Tracer:
         except re.error as exc:
             raise ValueError(f"queue is not a regular expression: {exc}") from None
         self.ring: deque[Record] = deque(maxlen=capacity)
-        self.evicted = 0
+        self.seq = itertools.count(1)  # numbers records: how many the ring let go (evicted)
+        self._skipped = self._skipped_at_last = 0  # records the queue filter turned away
         self.started = self.now = time.time()
         self.subscribers: list[Subscriber] = []
         self._timer: asyncio.TimerHandle | None = None
+        self.record: Callable[[Record], None] = self.ring.append
+        self._choose_record()
+
+    def _choose_record(self) -> None:
+        plain = self.pattern is None and not self.subscribers
+        self.record = self.ring.append if plain else self._record_checked
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.append(subscriber)
+        self._choose_record()
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.remove(subscriber)
+        self._choose_record()
+
+    @property
+    def evicted(self) -> int:
+        ring = self.ring
+        return ring[-1][1] - len(ring) - self._skipped_at_last if ring else 0
 
     def start_clock(self, loop: asyncio.AbstractEventLoop, on: Callable[[], bool]) -> None:
         """Refresh ``now`` every ``CLOCK_TICK`` while ``on()`` (this tracer is the vhost's)."""
@@ -122,56 +157,41 @@ class Tracer:
         pattern = self.pattern
         return pattern is None or pattern.search(queue) is not None
 
-    def _add(self, record: Record) -> None:
-        """Append ``record``; the hooks below inline this (the cost of tracing on)."""
-        ring = self.ring
-        if len(ring) == self.capacity:
-            self.evicted += 1
-        ring.append(record)
+    def _record_checked(self, record: Record) -> None:
+        """``record`` with a queue filter or subscribers: a queue step of another queue, or
+        a publish that reached none of the filter's queues, is not kept."""
+        pattern = self.pattern
+        if pattern is not None:
+            if record[0] == "publish":
+                keep = any(pattern.search(q) is not None for q in record[_QUEUES])
+            else:
+                keep = pattern.search(record[_QUEUE]) is not None
+            if not keep:
+                self._skipped += 1
+                return
+        self._skipped_at_last = self._skipped
+        self.ring.append(record)
         if self.subscribers:
-            self._feed(record)
-
-    def _feed(self, record: Record) -> None:
-        for event in expand(record, {}):
-            for subscriber in self.subscribers:
-                subscriber(event)
+            for event in expand(record, {}, pattern):
+                for subscriber in self.subscribers:
+                    subscriber(event)
 
     def queue_event(self, kind: str, queue: str, message: Message, *details: Any) -> None:
         """A step in one queue's life of the message (``_DETAILS[kind]``, in order)."""
-        if self.pattern is None or self.pattern.search(queue) is not None:
-            self._add((kind, self.now, message.raw_properties, message.exchange,
-                       message.routing_key, queue, *details))
-
-    # The three hooks below run per message while tracing is on: explicit arguments, one
-    # flat tuple each, the append inlined (what tracing costs when on: bench/trace_cost.py).
+        self.record((kind, next(self.seq), self.now, message.raw_properties,
+                     message.exchange, message.routing_key, queue, *details))
 
     def delivered(self, queue: str, message: Message, consumer_tag: str, redelivered: bool,
                   channel: int | None, user: str | None, ack_required: bool) -> None:
-        if self.pattern is not None and self.pattern.search(queue) is None:
-            return
-        ring = self.ring
-        if len(ring) == self.capacity:
-            self.evicted += 1
-        record = ("deliver", self.now, message.raw_properties, message.exchange,
-                  message.routing_key, queue, consumer_tag, redelivered, channel, user,
-                  ack_required)
-        ring.append(record)
-        if self.subscribers:
-            self._feed(record)
+        self.record(("deliver", next(self.seq), self.now, message.raw_properties,
+                     message.exchange, message.routing_key, queue, consumer_tag, redelivered,
+                     channel, user, ack_required))
 
     def settled(self, kind: str, queue: str, message: Message, channel: int | None,
                 consumer_tag: str, requeue: bool | None) -> None:
         """ack (``requeue`` None), nack or reject of one delivery."""
-        if self.pattern is not None and self.pattern.search(queue) is None:
-            return
-        ring = self.ring
-        if len(ring) == self.capacity:
-            self.evicted += 1
-        record = (kind, self.now, message.raw_properties, message.exchange,
-                  message.routing_key, queue, channel, consumer_tag, requeue)
-        ring.append(record)
-        if self.subscribers:
-            self._feed(record)
+        self.record((kind, next(self.seq), self.now, message.raw_properties, message.exchange,
+                     message.routing_key, queue, channel, consumer_tag, requeue))
 
     def published(self, message: Message, queues: Sequence[Named], user: str,
                   channel: int | None, mandatory: bool, confirm: bool,
@@ -185,20 +205,9 @@ class Tracer:
         # Tuples of strings only: the garbage collector stops tracking such records, so a
         # ring of them is not traversed over and over as it churns.
         names = (queues[0].name,) if len(queues) == 1 else tuple([q.name for q in queues])
-        traced = names
-        if self.pattern is not None:
-            traced = tuple(q for q in names if self.pattern.search(q) is not None)
-            if not traced:
-                return
-        ring = self.ring
-        if len(ring) == self.capacity:
-            self.evicted += 1
-        record = ("publish", self.now, message.raw_properties, message.exchange,
-                  message.routing_key, "", user, channel, mandatory, confirm, names,
-                  traced, steps)
-        ring.append(record)
-        if self.subscribers:
-            self._feed(record)
+        self.record(("publish", next(self.seq), self.now, message.raw_properties,
+                     message.exchange, message.routing_key, "", user, channel, mandatory,
+                     confirm, names, steps))
 
     def requeued(self, queue: str, message: Message, channel: int | None, consumer_tag: str,
                  reason: str) -> None:
@@ -210,7 +219,7 @@ class Tracer:
         """Every event in the ring, oldest first."""
         ids: dict[bytes, str | None] = {}
         for record in list(self.ring):
-            yield from expand(record, ids)
+            yield from expand(record, ids, self.pattern)
 
     def events_of(self, message_id_: str) -> list[Event]:
         return [e for e in self.events() if e["message_id"] == message_id_]
@@ -223,10 +232,12 @@ class Tracer:
                 "started": round(self.started, 3), "subscribers": len(self.subscribers)}
 
 
-def expand(record: Record, ids: dict[bytes, str | None]) -> Iterator[Event]:
-    """The API's events of one record (see the module docstring); ``ids`` caches ids."""
-    kind, ts, props, exchange, routing_key, queue = record[:6]
-    details = record[6:]
+def expand(record: Record, ids: dict[bytes, str | None],
+           pattern: re.Pattern[str] | None = None) -> Iterator[Event]:
+    """The API's events of one record (see the module docstring); ``ids`` caches ids, and
+    ``pattern`` (the queue filter) says which of a publish's queues get an enqueue event."""
+    kind, _seq, ts, props, exchange, routing_key, queue = record[:7]
+    details = record[7:]
     if props in ids:
         mid = ids[props]
     else:
@@ -235,7 +246,8 @@ def expand(record: Record, ids: dict[bytes, str | None]) -> Iterator[Event]:
             "routing_key": routing_key}
     named = dict(zip(_DETAILS[kind], details))
     if kind == "publish":
-        queues, traced, steps = named.pop("queues"), named.pop("traced"), named.pop("steps")
+        queues, steps = named.pop("queues"), named.pop("steps")
+        traced = queues if pattern is None else [q for q in queues if pattern.search(q)]
         named["via"] = "amqp" if named["channel"] is not None else "http"
         yield {"event": "publish", **base, **named}
         yield {"event": "route", **base, "queues": list(queues), "routed": bool(queues),

@@ -82,7 +82,7 @@ def test_the_queue_filter_applies_to_every_record() -> None:
 def test_subscribers_get_events_as_recorded() -> None:
     t = Tracer(10)
     seen: list[str] = []
-    t.subscribers.append(lambda e: seen.append(e["event"]))
+    t.subscribe(lambda e: seen.append(e["event"]))
     t.published(_message("m"), _queues("q"), "u", 1, False, False)
     assert seen == ["publish", "route", "enqueue"]
 
@@ -123,3 +123,26 @@ def test_http_publish_and_requeue_on_close_read_back() -> None:
         "event": "nack", "timestamp": 0, "message_id": "h", "exchange": "x", "routing_key": "q",
         "queue": "q", "channel": 3, "consumer_tag": "ctag", "reason": "channel closed",
         "requeue": True}
+
+
+def test_evictions_are_counted_with_a_filter_and_with_subscribers() -> None:
+    """The ring's eviction count holds whichever way a record is kept: plain appends, the
+    queue filter turning records away, or a subscriber being fed."""
+    t = Tracer(2, "^keep")
+    for i in range(3):
+        t.settled("ack", "keep", _message(f"k{i}"), 1, "c", None)
+        t.settled("ack", "other", _message(f"o{i}"), 1, "c", None)
+    assert [e["message_id"] for e in t.events()] == ["k1", "k2"] and t.evicted == 1
+    plain = Tracer(2)
+    seen: list[str] = []
+    plain.settled("ack", "q", _message("a"), 1, "c", None)
+    def feed(e: dict[str, object]) -> None:
+        seen.append(str(e["message_id"]))
+
+    assert plain.record == plain.ring.append  # no filter, nobody listening: the C append
+    plain.subscribe(feed)
+    plain.settled("ack", "q", _message("b"), 1, "c", None)
+    plain.settled("ack", "q", _message("c"), 1, "c", None)
+    assert seen == ["b", "c"] and plain.evicted == 1
+    plain.unsubscribe(feed)
+    assert plain.record == plain.ring.append
