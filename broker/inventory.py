@@ -80,8 +80,8 @@ def queue_record(queue: Any, stats: bool = True) -> dict[str, Any]:
     paged_out = queue.paged_out
     out.update({
         "consumers": len(consumers),
-        "consumer_capacity": 1.0 if consumers else 0.0,
-        "consumer_utilisation": 1.0 if consumers else 0.0,
+        "consumer_capacity": queue.consumer_utilisation,
+        "consumer_utilisation": queue.consumer_utilisation,
         "exclusive_consumer_tag": (queue.consumers[0].tag
                                    if queue.exclusive_consumer and queue.consumers else None),
         "single_active_consumer_tag": (queue.consumers[0].tag

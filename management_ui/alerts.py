@@ -13,9 +13,8 @@ Each item of ``/api/queues`` (and ``/api/queues/{vhost}/{name}``) gains
   ``NO_ACK_SECONDS``): consumers stuck or holding messages forever.
 * ``low_consumer_utilisation``: ready messages wait although consumers are
   attached, some of them out of credit (prefetch full): the consumers are the
-  bottleneck. ``consumer_utilisation`` is the share of consumers with credit
-  (1.0 when none waits on its prefetch), RabbitMQ's field, here an instant
-  value rather than RabbitMQ's time average.
+  bottleneck. ``consumer_utilisation`` is RabbitMQ's field: the recent share
+  of time the queue could deliver at once (``queues/consumer_ring.py``).
 
 ``AckWatch`` remembers, per queue, the ack count and since when it has not
 moved; it is updated by every sampling round and by every listing, and forgets
@@ -77,15 +76,6 @@ def dead_letter_targets(vhost: Any) -> set[str]:
     return targets
 
 
-def consumer_utilisation(queue: Any) -> float:
-    """Share of the active consumers with prefetch room (no-ack ones always have it)."""
-    consumers = queue.consumers
-    if not consumers:
-        return 0.0
-    free = sum(1 for c in consumers if c.no_ack or not c.prefetch or c.unacked < c.prefetch)
-    return round(free / len(consumers), 2)
-
-
 def hints(queue: Any, ready_rate: float, is_dead_letter_target: bool, stalled: float,
           no_ack_seconds: float, utilisation: float) -> list[dict[str, str]]:
     out = []
@@ -117,7 +107,7 @@ class Annotator:
         targets = self.targets.get(vhost.name)
         if targets is None:
             targets = self.targets[vhost.name] = dead_letter_targets(vhost)
-        utilisation = consumer_utilisation(queue)
+        utilisation = queue.consumer_utilisation
         out["consumer_utilisation"] = utilisation
         ready_rate = out.get("messages_ready_details", {}).get("rate", 0.0)
         out["alerts"] = hints(queue, ready_rate, queue.name in targets,

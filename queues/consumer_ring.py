@@ -23,6 +23,14 @@ to a queue with 1,000 consumers costs what it costs with one. Only
 ``unpark_all`` (credit may have changed anywhere: qos, channel flow, the
 socket writable again), ``members`` and ``remove`` (a cancel) walk them.
 
+Consumer utilisation (RabbitMQ's ``consumer_utilisation``, "consumer capacity"):
+the share of time the queue could hand a message to a consumer at once, as a
+moving average with a half-life of ``USE_HALF_LIFE``. The queue is *blocked*
+from the moment ``take_turn`` finds every active consumer without credit while a
+message waits, until a consumer is unparked or added. Only those transitions
+read the clock, so consumers that keep up cost nothing; a consumer at prefetch
+1 behind a backlog costs two clock reads per message, as in RabbitMQ.
+
 Single active consumer: when ``add`` is told so and a consumer is already
 active, the newcomer waits in ``standby`` (arrival order); when the last
 active consumer is removed the longest-waiting one becomes active.
@@ -31,8 +39,13 @@ active consumer is removed the longest-waiting one becomes active.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
+
+# Seconds over which consumer utilisation's average halves the weight of the past.
+USE_HALF_LIFE = 1.0
 
 
 class Member(Protocol):
@@ -45,10 +58,38 @@ class Member(Protocol):
 C = TypeVar("C", bound=Member)
 
 
-class ConsumerRing(Generic[C]):
-    __slots__ = ("_by_priority", "_keys", "_levels", "_members", "active", "parked", "standby")
+class Utilisation:
+    """A time-weighted moving average of "could deliver at once" (1) vs "blocked" (0)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("average", "blocked", "clock", "since")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.average = 1.0
+        self.blocked = False
+        self.since = clock()
+
+    def _averaged(self, now: float) -> float:
+        """The average with the current state folded in up to ``now``."""
+        weight = 0.5 ** (max(now - self.since, 0.0) / USE_HALF_LIFE)
+        return (0.0 if self.blocked else 1.0) * (1.0 - weight) + self.average * weight
+
+    def set_blocked(self, blocked: bool) -> None:
+        if blocked is not self.blocked:
+            now = self.clock()
+            self.average = self._averaged(now)
+            self.since = now
+            self.blocked = blocked
+
+    def value(self) -> float:
+        return self._averaged(self.clock())
+
+
+class ConsumerRing(Generic[C]):
+    __slots__ = ("_by_priority", "_keys", "_levels", "_members", "active", "parked", "standby",
+                 "use")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._levels: list[deque[C]] = []  # ready consumers, highest priority first
         self._keys: list[int] = []  # -priority of each level (ascending, for bisect)
         self._by_priority: dict[int, deque[C]] = {}
@@ -56,6 +97,7 @@ class ConsumerRing(Generic[C]):
         self.parked: dict[C, None] = {}  # read-only outside
         self.standby: list[C] = []
         self.active = 0  # ready + parked
+        self.use = Utilisation(clock)
 
     def __len__(self) -> int:
         return self.active
@@ -77,7 +119,10 @@ class ConsumerRing(Generic[C]):
             self._members[p] = 0
         level.append(consumer)
         self._members[p] += 1
+        if not self.active:  # the first consumer: a fresh average
+            self.use = Utilisation(self.use.clock)
         self.active += 1
+        self.use.set_blocked(False)
         return True
 
     def remove(self, consumer: C) -> C | None:
@@ -146,6 +191,8 @@ class ConsumerRing(Generic[C]):
                     return consumer
                 level.popleft()
                 self.parked[consumer] = None
+        if self.active:  # a message waits and every consumer is out of credit
+            self.use.set_blocked(True)
         return None
 
     def unpark(self, consumer: C) -> bool:
@@ -154,6 +201,7 @@ class ConsumerRing(Generic[C]):
             return False
         del self.parked[consumer]
         self._by_priority[consumer.priority].append(consumer)
+        self.use.set_blocked(False)
         return True
 
     def unpark_all(self) -> bool:
@@ -163,4 +211,5 @@ class ConsumerRing(Generic[C]):
         parked, self.parked = self.parked, {}
         for consumer in parked:
             self._by_priority[consumer.priority].append(consumer)
+        self.use.set_blocked(False)
         return True

@@ -49,7 +49,7 @@ class Dispatcher:
     flow_waiters: set[Any]
 
     def __init__(self) -> None:
-        self._ring: ConsumerRing[Consumer] = ConsumerRing()
+        self._ring: ConsumerRing[Consumer] = ConsumerRing(self.time.clock)
         self._dispatching = False
         self._continuation: Any = None  # the scheduled rest of a loop over budget
         self.had_consumer = False
@@ -63,6 +63,13 @@ class Dispatcher:
     def consumers(self) -> list[Consumer]:
         """Active consumers in priority order (not single-active-consumer standby)."""
         return self._ring.members()
+
+    @property
+    def consumer_utilisation(self) -> float:
+        """RabbitMQ's consumer_utilisation: the recent share of time a message could go to a
+        consumer at once (``consumer_ring.Utilisation``); 0.0 without consumers."""
+        ring = self._ring
+        return round(ring.use.value(), 4) if ring.active else 0.0
 
     @property
     def consumer_count(self) -> int:

@@ -100,17 +100,39 @@ def test_no_acks_and_consumer_utilisation(api, broker, qname):
     deadline = time.monotonic() + 5
     while len(held) < 2 and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)
+    # Utilisation is a time average (half-life 1 s, as RabbitMQ's): just blocked, it is
+    # still high; 1.5 s of a full prefetch with messages waiting bring it under 0.5.
+    assert api.ok(Q + qname)["consumer_utilisation"] > 0.5
+    time.sleep(1.5)
     assert _alerts(api, qname) == ["low_consumer_utilisation"]  # 3 ready, prefetch full
     item = api.ok(Q + qname)
-    assert item["consumer_utilisation"] == 0.0 and item["alerts"][0]["reason"].startswith(
+    assert 0.0 < item["consumer_utilisation"] < 0.5 and item["alerts"][0]["reason"].startswith(
         "3 ready")
-    time.sleep(1.2)
+    assert item["consumer_capacity"] < 0.5
     assert "no_acks" in _alerts(api, qname, no_ack_seconds=1)
     assert "no_acks" not in _alerts(api, qname)  # default threshold: 60 s
     ch.basic_ack(held[-1].delivery_tag, multiple=True)
     conn.process_data_events(time_limit=0.3)
     assert "no_acks" not in _alerts(api, qname, no_ack_seconds=1)  # acks moved
     assert api.get("/queues/%2F?no_ack_seconds=soon")[0] == 400
+    conn.close()
+
+
+def test_a_consumer_that_keeps_up_has_full_utilisation(api, broker, qname):
+    """Unlimited prefetch, a backlog drained as fast as it comes: never blocked, 1.0."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    ch = conn.channel()
+    ch.queue_declare(qname)
+    got: list[bytes] = []
+    ch.basic_consume(qname, lambda c, m, p, b: got.append(b), auto_ack=True)
+    for i in range(500):
+        ch.basic_publish("", qname, b"m%d" % i)
+    deadline = time.monotonic() + 10
+    while len(got) < 500 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    assert len(got) == 500
+    item = api.ok(Q + qname)
+    assert item["consumer_utilisation"] == 1.0 and _alerts(api, qname) == []
     conn.close()
 
 

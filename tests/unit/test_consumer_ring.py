@@ -9,10 +9,11 @@ block/unblock). The ring must pick exactly the same consumers.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.queues.consumer_ring import ConsumerRing
+from leveret.queues.consumer_ring import USE_HALF_LIFE, ConsumerRing
 
 
 class C:
@@ -181,3 +182,33 @@ def test_ring_picks_what_the_naive_model_picks(ops: list[tuple]) -> None:
         assert [c.priority for c in members] == sorted((c.priority for c in members), reverse=True)
         assert len(ring) == len(model.ready) + len(model.parked)
         assert {c.name for c in ring.parked} == {c.name for c in model.parked}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_utilisation_is_a_time_average_of_could_deliver_at_once() -> None:
+    """Blocked (every consumer out of credit while a message waits) counts 0, otherwise 1,
+    averaged with a half-life of USE_HALF_LIFE; a fresh first consumer starts at 1.0."""
+    clock = _Clock()
+    ring: ConsumerRing[C] = ConsumerRing(clock)
+    c = C("c")
+    ring.add(c)
+    clock.now += 10
+    assert ring.use.value() == 1.0
+    c.credit = 0
+    assert ring.take_turn() is None  # a message waits, no credit: blocked from now
+    clock.now += USE_HALF_LIFE
+    assert ring.use.value() == pytest.approx(0.5)
+    c.credit = 1
+    assert ring.unpark(c)  # an ack gave credit back
+    clock.now += USE_HALF_LIFE
+    assert ring.use.value() == pytest.approx(0.75)
+    ring.remove(c)
+    ring.add(c)
+    assert ring.use.value() == 1.0
