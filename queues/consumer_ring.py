@@ -71,7 +71,7 @@ class Utilisation:
 
     def _averaged(self, now: float) -> float:
         """The average with the current state folded in up to ``now``."""
-        weight = 0.5 ** (max(now - self.since, 0.0) / USE_HALF_LIFE)
+        weight: float = 0.5 ** (max(now - self.since, 0.0) / USE_HALF_LIFE)
         return (0.0 if self.blocked else 1.0) * (1.0 - weight) + self.average * weight
 
     def set_blocked(self, blocked: bool) -> None:
