@@ -6,8 +6,8 @@ RabbitMQ needs the shovel plugin and hand-typed names to get dead letters
 home. Here a selection of ready messages, either the first ``count`` (taken
 from the head through the ready store's ``pop``, so a paged queue reads its
 tail in as a consumer would) or given ``positions`` (as ``browse.peek``
-numbers them; only messages held in memory can be picked by position, a
-paged-out one is skipped with ``paged_out``), is:
+numbers them, in memory or paged out: a paged-out one is read from the store
+and taken out of the queue's tail, ``ready.Tail.take``), is:
 
 * **redriven**: republished to the exchange and routing keys recorded in
   the message's first (newest) ``x-death`` entry, properties and body
@@ -40,12 +40,12 @@ from leveret.broker.permissions import Access
 from leveret.broker.vhost import VirtualHost
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
+from leveret.persistence.store import StoredEntry
 from leveret.queues import browse
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.queue import Queue
 
 # Skip reasons, as the API reports them.
-PAGED_OUT = "paged_out"
 NO_X_DEATH = "not_dead_lettered"
 EXCHANGE_GONE = "exchange_not_found"
 UNROUTABLE = "unroutable"
@@ -79,6 +79,7 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
     out = Outcome()
     store = queue.ready
     picked: list[tuple[int, QueueEntry]] = []
+    from_tail: set[int] = set()  # seqs of picked entries that were paged out
     if selection.positions:
         wanted = set(selection.positions)
         at: dict[int, int] = {}
@@ -86,10 +87,12 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
             if position in wanted:
                 if isinstance(item, QueueEntry):
                     at[item.seq] = position
-                else:
-                    out.skipped.append((position, PAGED_OUT))
-        picked = [(at[e.seq], e) for e in store.take(list(at))]
-        seen = {p for p, _ in picked} | {p for p, _ in out.skipped}
+                elif isinstance(item, StoredEntry):  # paged out: taken out of the tail
+                    store.tail.take(item.seq)
+                    from_tail.add(item.seq)
+                    picked.append((position, _entry_of(item)))
+        picked += [(at[e.seq], e) for e in store.take(list(at))]
+        seen = {p for p, _ in picked}
         out.skipped.extend((p, NOT_FOUND) for p in sorted(wanted - seen))
     else:
         for position in range(max(selection.count, 0)):
@@ -107,8 +110,11 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
             if entry.stored and log is not None:
                 log.remove(queue.qid, entry.seq, entry.message)  # same turn: same transaction
         else:
-            back.append(entry)
             out.skipped.append((position, str(result)))
+            if entry.seq in from_tail:
+                store.tail.untake(entry.seq)  # still in the store, back in the tail
+            else:
+                back.append(entry)
     for entry in back:
         store.requeue(entry)  # to its original place
     store.after_change()
@@ -117,6 +123,16 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
         queue.deliver_ready()
     out.skipped.sort()
     return out
+
+
+def _entry_of(stored: StoredEntry) -> QueueEntry:
+    """A paged-out entry as the queue would hold it once read back from its tail."""
+    entry = QueueEntry(stored.seq, stored.message)
+    entry.delivery_count = stored.delivery_count
+    entry.stored = True
+    if stored.expires_at:
+        entry.expires_at = stored.expires_at
+    return entry
 
 
 def _text(value: Any) -> str:

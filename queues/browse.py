@@ -117,8 +117,10 @@ def walk(queue: Walked, visit: int) -> Iterator[Item]:
         batch = log.read_queue(queue.qid, first, min(BROWSE_BATCH, left))
         if not batch:
             return  # the rest is not committed yet
-        yield from batch
         first = batch[-1].seq + 1
+        if tail.removed:  # taken out by position, not yet forgotten by the store
+            batch = [e for e in batch if e.seq not in tail.removed]
+        yield from batch
         left -= len(batch)
 
 

@@ -25,6 +25,10 @@ and clocks for TTL and limits, and ``drop`` to dead-letter what it discards.
 ``count`` entries from sequence ``first`` on, read back in order as the
 in-memory head drains. The disk store only returns committed entries, so a
 read that comes up short waits for the next commit and then wakes the queue.
+Single entries can be taken out of the middle of the tail (the console's
+redrive, move and delete by position): they are set aside in ``removed`` until
+reads have passed them, since the disk store forgets them only at the next
+commit and a read before it would still return them.
 """
 
 from __future__ import annotations
@@ -119,13 +123,25 @@ class ReadyStore(Protocol):
 class Tail:
     """The paged-out part of a durable queue (see the module docstring)."""
 
-    __slots__ = ("_owner", "count", "first", "waiting")
+    __slots__ = ("_owner", "count", "first", "removed", "waiting")
 
     def __init__(self, owner: Owner) -> None:
         self._owner = owner
         self.count = 0
         self.first = 0
         self.waiting = False  # a short read waits for the next commit
+        self.removed: set[int] = set()  # taken out of the middle, not yet passed by a read
+
+    def take(self, seq: int) -> None:
+        """Take the entry ``seq`` (read by the caller, at or after ``first``) out of the tail;
+        its removal from the store is the caller's (in the same turn as what replaces it)."""
+        self.removed.add(seq)
+        self.count -= 1
+
+    def untake(self, seq: int) -> None:
+        """Put back an entry ``take`` took (its removal was not recorded)."""
+        self.removed.discard(seq)
+        self.count += 1
 
     def append(self, seq: int) -> None:
         if not self.count:
@@ -138,10 +154,14 @@ class Tail:
         log = owner.log
         assert log is not None  # only durable queues have a tail
         stored: list[StoredEntry] = log.read_queue(owner.qid, self.first, want)
+        short = len(stored) < want
         if stored:
-            self.count -= len(stored)
             self.first = stored[-1].seq + 1
-        if self.count and len(stored) < want and not self.waiting:
+            if self.removed:
+                stored = [e for e in stored if e.seq not in self.removed]
+                self.removed = {seq for seq in self.removed if seq >= self.first}
+            self.count -= len(stored)
+        if self.count and short and not self.waiting:
             self.waiting = True
             log.after_commit(self._committed)
         return stored
@@ -170,6 +190,7 @@ def purge_ready(owner: Owner, fresh: deque[QueueEntry], returned: list[QueueEntr
         if tail.count:
             log.purge(owner.qid, tail.first)
             tail.count = 0
+        tail.removed.clear()
     fresh.clear()
     returned.clear()
 

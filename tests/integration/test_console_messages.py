@@ -129,6 +129,40 @@ def test_peek_in_the_middle_of_a_paged_queue(api, broker, qname):
     conn.close()
 
 
+def test_move_and_delete_by_position_reach_paged_out_messages(api, broker, qname):
+    """Positions past PAGE_HIGH are in the store only: they are moved and deleted all the
+    same, and the queue then delivers everything else once, in order."""
+    total = 12_500
+    conn, ch = _channel(broker)
+    ch.queue_declare(qname, durable=True)
+    ch.queue_declare(qname + "-to", durable=True)
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for i in range(total - 1):
+        ch.basic_publish("", qname, f"m{i}".encode(), persistent)
+    ch.confirm_delivery()
+    ch.basic_publish("", qname, f"m{total - 1}".encode(), persistent)
+    moved = _ok(api, "POST", Q + qname + "/move",
+                {"destination": qname + "-to", "positions": [5, 11_000, 12_499]})
+    assert moved == {"moved": 3, "skipped": []}
+    # Positions renumber after the move: 11,000 is now m11002, 12,000 m12002.
+    page = _ok(api, "POST", Q + qname + "/peek", {"offset": 10_999, "count": 2})
+    assert [m["payload"] for m in page] == ["m11001", "m11002"]
+    deleted = _ok(api, "DELETE", Q + qname + "/messages", {"positions": [11_000, 12_000]})
+    assert deleted == {"deleted": 2, "skipped": []}
+    gone = {5, 11_000, 12_499, 11_002, 12_002}
+    expected = [f"m{i}".encode() for i in range(total) if i not in gone]
+    assert ch.queue_declare(qname, durable=True, passive=True).method.message_count == len(
+        expected)
+    got = _consume_all(conn, ch, qname, len(expected))
+    assert [b for b, _ in got] == expected
+    assert ch.queue_declare(qname, durable=True, passive=True).method.message_count == 0
+    moved_out = _consume_all(conn, ch, qname + "-to", 3)
+    assert [b for b, _ in moved_out] == [b"m5", b"m11000", b"m12499"]
+    ch.queue_delete(qname)
+    ch.queue_delete(qname + "-to")
+    conn.close()
+
+
 def test_search_matches_only(api, broker, qname):
     conn, ch = _channel(broker)
     ch.queue_declare(qname)
