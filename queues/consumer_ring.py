@@ -33,7 +33,8 @@ read the clock, so consumers that keep up cost nothing; a consumer at prefetch
 
 Single active consumer: when ``add`` is told so and a consumer is already
 active, the newcomer waits in ``standby`` (arrival order); when the last
-active consumer is removed the longest-waiting one becomes active.
+active consumer is removed the longest-waiting one becomes active (when the
+queue then delivers to it is the queue's business: ``Queue.remove_consumer``).
 """
 
 from __future__ import annotations

@@ -98,10 +98,14 @@ class Dispatcher:
             self.exclusive_consumer = False
         promoted = self._ring.remove(consumer)
         if promoted is not None:
-            # Single active consumer: failed over to the longest-waiting one.
+            # Single active consumer: failed over to the longest-waiting one. If the old one
+            # still holds unacked messages, RabbitMQ 3.10 delivers nothing to the new one
+            # until something else runs the queue (a publish, a requeue, the old channel
+            # closing, which requeues them first, so they go out first, redelivered).
             if promoted.exclusive:
                 self.exclusive_consumer = True
-            self._dispatch()
+            if not consumer.unacked:
+                self._dispatch()
             return
         if not self._ring.active:
             self.release_flow()

@@ -249,15 +249,16 @@ class Queue(Dispatcher):
         assert log is not None  # stored entries belong to durable queues
         log.mark_delivered(self.qid, entry.seq, entry.message, entry.delivery_count)
 
-    def settle(self, entry: QueueEntry) -> None:
-        """A delivered entry was acked: it is gone; its consumer may take another."""
+    def settle(self, entry: QueueEntry, resume: bool = True) -> None:
+        """A delivered entry was acked: it is gone; its consumer may take another (unless
+        ``resume`` is false: the caller resumes consumers itself, ``Channel._settle_many``)."""
         self._unacked -= 1
         self._acked += 1
         if entry.stored and not self.deleted:
             log = self.log
             assert log is not None  # stored entries belong to durable queues
             log.remove(self.qid, entry.seq, entry.message)
-        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
+        if resume and entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
             self._dispatch()
 
     def reject(self, entry: QueueEntry) -> None:
