@@ -218,3 +218,30 @@ def test_amq_rabbitmq_trace_is_predeclared_and_reserved(target: Target) -> None:
         conn.channel().exchange_declare("amq.rabbitmq.trace", "fanout", durable=True,
                                         internal=True)
     assert err.value.reply_code == 406
+
+
+def test_confirms_of_refused_and_unroutable_publishes_per_tag(target: Target) -> None:
+    """A burst into a full ``reject-publish`` queue, with unroutable publishes among them:
+    each delivery tag is acked or nacked the same way on both brokers. The order and
+    batching of the frames differ (README, "Differences from RabbitMQ"): RabbitMQ acks the
+    unroutable ones at once and the queue's ones when the queue answers; Leveret nacks a
+    refused publish at once and acks the rest, ``multiple``, at the end of the read."""
+    conn = target.connect()
+    ch = conn.channel()
+    q = _name("confirm-full")
+    ch.queue_declare(q, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+    frames: list[tuple[str, int, bool]] = []
+    impl = ch._impl
+    impl.confirm_delivery(
+        lambda frame: frames.append((type(frame.method).__name__, frame.method.delivery_tag,
+                                     frame.method.multiple)))
+    keys = [q, "nowhere", q, q, "nowhere", q, q]
+    for key in keys:
+        impl.basic_publish("", key, b"x")
+    _pump(conn, lambda: False, 1.0)
+    outcome: dict[int, str] = {}
+    for kind, tag, multiple in frames:
+        for t in (range(1, tag + 1) if multiple else (tag,)):
+            outcome.setdefault(t, kind)
+    assert outcome == {1: "Ack", 2: "Ack", 3: "Ack", 4: "Nack", 5: "Ack", 6: "Nack", 7: "Nack"}
+    ch.queue_delete(q)
