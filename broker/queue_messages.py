@@ -88,7 +88,7 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
                 if isinstance(item, QueueEntry):
                     at[item.seq] = position
                 elif isinstance(item, StoredEntry):  # paged out: taken out of the tail
-                    store.tail.take(item.seq)
+                    store.tail.take(item.seq, len(item.message.body))
                     from_tail.add(item.seq)
                     picked.append((position, _entry_of(item)))
         picked += [(at[e.seq], e) for e in store.take(list(at))]
@@ -112,7 +112,7 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
         else:
             out.skipped.append((position, str(result)))
             if entry.seq in from_tail:
-                store.tail.untake(entry.seq)  # still in the store, back in the tail
+                store.tail.untake(entry.seq, len(entry.message.body))  # still stored: back
             else:
                 back.append(entry)
     for entry in back:

@@ -17,11 +17,15 @@ is exempt until its publish completes: a TTL of 0 delivers it if a consumer
 can take it at once and expires it otherwise (RabbitMQ's replacement for
 ``immediate``).
 
-Entries stay in memory (the head and the byte count must be known): a
-featured store is not paged. A plain store that becomes featured hands over
-its tail, which is read back whole; only entries not committed yet stay
-there, and new entries go behind them until they are read (their bytes are
-not counted meanwhile).
+A durable featured store pages like the plain one: at most ``PAGE_HIGH`` ready
+entries in memory, the rest only in the disk store (its ``Tail``), read back
+``PAGE_BATCH`` at a time as the head drains. That is enough for TTL and limits
+because both act at the head only: expiry is lazy there (a paged entry keeps its
+absolute expiry, stored with it), ``drop-head`` drops from the head (reading the
+tail in when the head runs dry), and the limits need only the totals, the tail's
+count and body bytes (``Tail.byte_total``). A plain store that becomes featured
+(its first message with an expiration) hands over its tail as it is. A priority
+store is not paged (``paged`` False): its order is not the tail's.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections import deque
 from collections.abc import Collection
 
 from leveret.model.message import FLAG_EXPIRATION, Message
-from leveret.queues import dead_letter, limits, ttl
+from leveret.queues import dead_letter, limits, plain_store, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.ready import Owner, Tail, purge_ready, take_entries
 
@@ -43,6 +47,7 @@ _REFUSED = PublishResult.REFUSED
 
 class FeaturedStore:
     expires = True
+    paged = True  # durable: entries past PAGE_HIGH live in the tail (not a priority store)
 
     __slots__ = ("_exempt", "_expiry", "_owner", "bytes", "fresh", "returned", "tail")
 
@@ -57,7 +62,7 @@ class FeaturedStore:
         self._exempt: QueueEntry | None = None
         for entry in entries or ():
             self._push(entry, False)
-        if self.tail.count:
+        if self.tail.count and not self.fresh and not self.returned:
             self._refill()
 
     def __len__(self) -> int:
@@ -80,6 +85,8 @@ class FeaturedStore:
             self.fresh.append(entry)
 
     def _head(self) -> QueueEntry | None:
+        if not self.fresh and not self.returned and self.tail.count:
+            self._refill()
         if self.returned:
             return self.returned[0]
         return self.fresh[0] if self.fresh else None
@@ -101,7 +108,7 @@ class FeaturedStore:
     def enqueue(self, seq: int, message: Message) -> PublishResult:
         owner = self._owner
         settings = owner.settings
-        if limits.refuses(settings, len(self), self.bytes, len(message.body)):
+        if limits.refuses(settings, len(self), self._bytes(), len(message.body)):
             owner.refuse(message)
             return _REFUSED
         entry = self._new_entry(seq, message)
@@ -110,10 +117,10 @@ class FeaturedStore:
         if expiration >= 0 or settings.message_ttl is not None:
             entry.expires_at = ttl.expiry_of(settings, expiration, ttl.now_ms(owner.time))
         log = owner.log
-        if self.tail.count:
-            assert log is not None  # only durable queues have a tail
-            # Behind entries not committed yet when the queue became featured (see above).
-            self.tail.append(seq)
+        if log is not None and (self.tail.count or (
+                self.paged and len(self.fresh) >= plain_store.PAGE_HIGH)):
+            # Paging: the entry lives only in the store until the head needs it.
+            self.tail.append(seq, len(message.body))
             log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0)
             owner.written(seq)
             return _HELD if message.persistent else _ACCEPTED
@@ -146,7 +153,7 @@ class FeaturedStore:
         self._expire_head()
         settings = self._owner.settings
         dropped = False
-        while limits.drops_head(settings, len(self), self.bytes):
+        while limits.drops_head(settings, len(self), self._bytes()):
             entry = self._pop_head()
             if entry is None:
                 break
@@ -172,14 +179,22 @@ class FeaturedStore:
             self._expire_head()
 
     def _refill(self) -> None:
-        """Read everything committed of the tail (a featured store is not paged)."""
-        for item in self.tail.read(self.tail.count):
+        """Read the next committed tail entries into the head (all of them if not paged)."""
+        tail = self.tail
+        want = (min(plain_store.PAGE_BATCH, max(plain_store.PAGE_HIGH - len(self.fresh), 1),
+                    tail.count) if self.paged else tail.count)
+        for item in tail.read(want):
             entry = self._new_entry(item.seq, item.message)
             entry.delivery_count = item.delivery_count
             entry.stored = True
             if item.expires_at:
                 entry.expires_at = item.expires_at
             self._push(entry, False)
+
+    def _bytes(self) -> int:
+        """Body bytes of every ready entry, in memory and paged out (the byte limit's)."""
+        tail = self.tail
+        return self.bytes + tail.byte_total() if tail.count else self.bytes
 
     def purge(self) -> int:
         count = len(self)
@@ -196,6 +211,7 @@ class FeaturedStore:
     def recover(self, count: int, first_seq: int) -> None:
         self.tail.count = count
         self.tail.first = first_seq
+        self.tail.bytes = None  # not stored: counted when a byte limit first needs it
         if count:
             self._refill()
             head = self._head()

@@ -67,7 +67,7 @@ class PlainStore:
         tail = self.tail
         if tail.count or len(self.fresh) >= PAGE_HIGH:
             # Paging: the entry lives only in the store until the head needs it.
-            tail.append(seq)
+            tail.append(seq, len(message.body))
             log.enqueue(owner.qid, seq, message, not persistent)
             owner.written(seq)
             return _HELD if persistent else _ACCEPTED
@@ -141,6 +141,7 @@ class PlainStore:
     def recover(self, count: int, first_seq: int) -> None:
         self.tail.count = count
         self.tail.first = first_seq
+        self.tail.bytes = None  # not stored: counted if a byte limit ever needs it
 
     def forget(self, start: int, end: int) -> int:
         def failed(e: QueueEntry) -> bool:

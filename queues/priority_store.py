@@ -21,6 +21,7 @@ from leveret.queues.featured_store import FeaturedStore
 
 class PriorityStore(FeaturedStore):
     __slots__ = ()
+    paged = False  # priority order is not the tail's sequence order: all in memory
 
     def _new_entry(self, seq: int, message: Message) -> QueueEntry:
         return PriorityEntry(seq, message, self._owner.settings.max_priority or 0)

@@ -123,7 +123,7 @@ class ReadyStore(Protocol):
 class Tail:
     """The paged-out part of a durable queue (see the module docstring)."""
 
-    __slots__ = ("_owner", "count", "first", "removed", "waiting")
+    __slots__ = ("_owner", "bytes", "count", "first", "removed", "waiting")
 
     def __init__(self, owner: Owner) -> None:
         self._owner = owner
@@ -131,22 +131,49 @@ class Tail:
         self.first = 0
         self.waiting = False  # a short read waits for the next commit
         self.removed: set[int] = set()  # taken out of the middle, not yet passed by a read
+        # Body bytes of the tail's entries; None when not known (after a restart or a failed
+        # write): ``byte_total`` then counts them once from the store.
+        self.bytes: int | None = 0
 
-    def take(self, seq: int) -> None:
+    def take(self, seq: int, size: int) -> None:
         """Take the entry ``seq`` (read by the caller, at or after ``first``) out of the tail;
         its removal from the store is the caller's (in the same turn as what replaces it)."""
         self.removed.add(seq)
         self.count -= 1
+        if self.bytes is not None:
+            self.bytes -= size
 
-    def untake(self, seq: int) -> None:
+    def untake(self, seq: int, size: int) -> None:
         """Put back an entry ``take`` took (its removal was not recorded)."""
         self.removed.discard(seq)
         self.count += 1
+        if self.bytes is not None:
+            self.bytes += size
 
-    def append(self, seq: int) -> None:
+    def append(self, seq: int, size: int) -> None:
         if not self.count:
             self.first = seq
         self.count += 1
+        if self.bytes is not None:
+            self.bytes += size
+
+    def byte_total(self) -> int:
+        """Body bytes of the tail (read from the store, in batches, when not known)."""
+        if self.bytes is None:
+            owner = self._owner
+            log = owner.log
+            assert log is not None  # only durable queues have a tail
+            total, first, left = 0, self.first, self.count
+            while left > 0:
+                batch = log.read_queue(owner.qid, first, min(left, 2_000))
+                if not batch:
+                    break
+                first = batch[-1].seq + 1
+                kept = [e for e in batch if e.seq not in self.removed]
+                total += sum(len(e.message.body) for e in kept)
+                left -= len(kept)
+            self.bytes = total
+        return self.bytes
 
     def read(self, want: int) -> list[StoredEntry]:
         """Up to ``want`` committed entries from the front of the tail (removed from it)."""
@@ -161,6 +188,8 @@ class Tail:
                 stored = [e for e in stored if e.seq not in self.removed]
                 self.removed = {seq for seq in self.removed if seq >= self.first}
             self.count -= len(stored)
+            if self.bytes is not None:
+                self.bytes -= sum(len(e.message.body) for e in stored)
         if self.count and short and not self.waiting:
             self.waiting = True
             log.after_commit(self._committed)
@@ -175,6 +204,8 @@ class Tail:
         """Entries of a failed write: the tail holds consecutive sequence numbers."""
         lost = max(0, min(end, self.first + self.count) - max(start, self.first))
         self.count -= lost
+        if lost:
+            self.bytes = None
         return lost
 
 
@@ -191,6 +222,7 @@ def purge_ready(owner: Owner, fresh: deque[QueueEntry], returned: list[QueueEntr
             log.purge(owner.qid, tail.first)
             tail.count = 0
         tail.removed.clear()
+        tail.bytes = 0
     fresh.clear()
     returned.clear()
 

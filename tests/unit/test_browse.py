@@ -21,7 +21,8 @@ from leveret.persistence.store import QueueDef
 from leveret.queues import browse, plain_store
 from leveret.queues.queue import Queue
 
-KINDS = ("plain", "paged", "featured", "priority")
+# paged-ttl / paged-limit: durable featured stores, paged like the plain one (issue 15).
+KINDS = ("plain", "paged", "featured", "priority", "paged-ttl", "paged-limit")
 
 
 def _queue(kind: str) -> Queue:
@@ -30,8 +31,13 @@ def _queue(kind: str) -> Queue:
         arguments = {"x-max-length": 10_000}
     elif kind == "priority":
         arguments = {"x-max-priority": 5}
-    q = Queue(None, "q", durable=kind == "paged", arguments=arguments)
-    if kind == "paged":
+    elif kind == "paged-ttl":
+        arguments = {"x-message-ttl": 3_600_000}
+    elif kind == "paged-limit":
+        arguments = {"x-max-length": 10_000, "x-max-length-bytes": 1_000_000}
+    durable = kind.startswith("paged")
+    q = Queue(None, "q", durable=durable, arguments=arguments)
+    if durable:
         log = GroupCommit(MemoryStore())  # no loop: every write is committed at once
         q.qid = log.put_queue(QueueDef("/", "q", True, False, {}))
         q.log = log
