@@ -759,6 +759,7 @@ class Config:
     multi_ack_every: int = 0  # PerfTest default: 0 = ack every message, multiple=false
     no_ack: bool = False
     max_backlog: int = 0  # 0 = publisher unthrottled (PerfTest default)
+    queue_args: str = ""  # backlog: the queue's arguments, JSON ("" = none)
     broker_pid: int | None = None
     window: int = 1000  # confirm scenarios: max unconfirmed publishes
     messages: int = 1_000_000  # backlog: messages to publish then drain
@@ -1019,9 +1020,10 @@ async def delete_queue(conn: Conn, qname: str, ch: int, timeout: float = 300.0) 
         return f"not deleted: {exc}"
 
 
-async def declare_durable(conn: Conn, qname: str, ch: int = 1) -> None:
+async def declare_durable(conn: Conn, qname: str, ch: int = 1,
+                          arguments: dict | None = None) -> None:
     conn.send(cmd.Queue.Declare(queue=qname, durable=True, exclusive=False,
-                                auto_delete=False), ch)
+                                auto_delete=False, arguments=arguments or {}), ch)
     await conn.expect(cmd.Queue.DeclareOk)
 
 
@@ -1145,7 +1147,9 @@ async def scenario_backlog(cfg: Config) -> dict:
     try:
         await open_channel(cconn, 1)
         res["queue_delete_before"] = await delete_queue(cconn, qname, 2)
-        await declare_durable(cconn, qname)
+        queue_args = json.loads(cfg.queue_args) if cfg.queue_args else {}
+        res["queue_args"] = queue_args
+        await declare_durable(cconn, qname, arguments=queue_args)
         res["data_dir"] = cfg.data_dir
         res["data_dir_before"] = dir_size(cfg.data_dir)
         res["broker_vmrss_before_kib"] = rss_kib()
@@ -1981,6 +1985,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-backlog", type=int, default=None,
                    help="pause publishing while published-consumed exceeds N; 0 = off "
                         "(default 0; fanout 20,000 and topic 10,000 deliveries owed)")
+    p.add_argument("--queue-args", default="",
+                   help="backlog: the queue's arguments as JSON, e.g. '{\"x-message-ttl\": 86400000}'")
     p.add_argument("--broker-pid", type=int, default=None,
                    help="broker pid for CPU/RSS accounting (its descendants are included)")
     p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
