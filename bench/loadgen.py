@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import json
 import os
 import resource
@@ -396,13 +397,14 @@ class ConfirmPublisher:
     last message.  One sample per batch keeps it cheap.
     """
 
-    def __init__(self, conn: Conn, one_msg: bytes, batch: int, window: int,
+    def __init__(self, conn: Conn, one_msg: bytes | list[bytes], batch: int, window: int,
                  limit: int | None = None, stall_timeout: float = 60.0) -> None:
         batch = min(batch, window)
         self.conn = conn
-        self.one_msg = one_msg
+        # One pre-encoded publish, or several sent in turn (e.g. one per priority).
+        self.cycle = [one_msg] if isinstance(one_msg, bytes) else one_msg
         self.batch = batch
-        self.payload = one_msg * batch
+        self.payload = self._frames(batch)
         self.window = window
         self.limit = limit  # stop after this many publishes (None = until stopped)
         self.stall_timeout = stall_timeout
@@ -468,6 +470,10 @@ class ConfirmPublisher:
             self._wake(force=True)
         else:
             self.conn.slow_frame(raw)  # Blocked/Unblocked, heartbeats, ...
+
+    def _frames(self, n: int) -> bytes:
+        """``n`` publishes, cycling through ``self.cycle`` (a batch starts at its start)."""
+        return b"".join(itertools.islice(itertools.cycle(self.cycle), n))
 
     def _settle(self, tag: int, multiple: bool, nack: bool) -> None:
         low, ooo = self.low, self.ooo
@@ -550,7 +556,7 @@ class ConfirmPublisher:
                     raise BrokerClosed("publisher connection lost")
                 if self.error:
                     raise BrokerClosed(self.error)
-                write(self.payload if n == batch else self.one_msg * n)
+                write(self.payload if n == batch else self._frames(n))
                 self.published += n
                 self.batches.append((self.published, perf()))
                 await sleep(0)
@@ -760,6 +766,7 @@ class Config:
     no_ack: bool = False
     max_backlog: int = 0  # 0 = publisher unthrottled (PerfTest default)
     queue_args: str = ""  # backlog: the queue's arguments, JSON ("" = none)
+    priorities: int = 0  # confirm publishers: cycle through priorities 0..N-1 (0 = none set)
     broker_pid: int | None = None
     window: int = 1000  # confirm scenarios: max unconfirmed publishes
     messages: int = 1_000_000  # backlog: messages to publish then drain
@@ -1036,8 +1043,11 @@ async def confirm_publisher(cfg: Config, qname: str, limit: int | None = None):
     pconn.send(cmd.Confirm.Select(), 1)
     await pconn.expect(cmd.Confirm.SelectOk)
     body = (b"leveret-bench" * (cfg.size // 13 + 1))[: cfg.size]
-    one = encode_publish("", qname, body, properties=cmd.Basic.Properties(delivery_mode=2))
-    return pconn, ConfirmPublisher(pconn, one, cfg.batch, cfg.window, limit=limit,
+    # --priorities N: publishes cycle through priorities 0..N-1 (a priority queue's levels).
+    props = [cmd.Basic.Properties(delivery_mode=2, priority=p) for p in range(cfg.priorities)]
+    msgs = [encode_publish("", qname, body, properties=pr)
+            for pr in props or [cmd.Basic.Properties(delivery_mode=2)]]
+    return pconn, ConfirmPublisher(pconn, msgs, cfg.batch, cfg.window, limit=limit,
                                    stall_timeout=cfg.stall_timeout)
 
 
@@ -1149,6 +1159,7 @@ async def scenario_backlog(cfg: Config) -> dict:
         res["queue_delete_before"] = await delete_queue(cconn, qname, 2)
         queue_args = json.loads(cfg.queue_args) if cfg.queue_args else {}
         res["queue_args"] = queue_args
+        res["priorities"] = cfg.priorities
         await declare_durable(cconn, qname, arguments=queue_args)
         res["data_dir"] = cfg.data_dir
         res["data_dir_before"] = dir_size(cfg.data_dir)
@@ -1987,6 +1998,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 0; fanout 20,000 and topic 10,000 deliveries owed)")
     p.add_argument("--queue-args", default="",
                    help="backlog: the queue's arguments as JSON, e.g. '{\"x-message-ttl\": 86400000}'")
+    p.add_argument("--priorities", type=int, default=d.priorities,
+                   help="confirmed/backlog: publishes cycle through priorities 0..N-1 (0: none)")
     p.add_argument("--broker-pid", type=int, default=None,
                    help="broker pid for CPU/RSS accounting (its descendants are included)")
     p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")

@@ -224,7 +224,7 @@ def run_loadgen(host: str, port: int, broker_pid: int | None, args,
            "--warmup", str(args.warmup), "--size", str(args.size), "--batch", str(args.batch),
            "--prefetch", str(args.prefetch), "--multi-ack-every", str(args.multi_ack_every),
            "--max-backlog", str(args.max_backlog), "--loop", args.loop,
-           "--queue-args", args.queue_args,
+           "--queue-args", args.queue_args, "--priorities", str(args.priorities),
            "--window", str(args.window), "--messages", str(args.messages),
            "--stall-timeout", str(args.stall_timeout),
            "--queues", str(args.queues), "--consumer-conns", str(args.consumer_conns),
@@ -843,6 +843,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-args", default="",
                    help="backlog: the durable queue's arguments as JSON, e.g. "
                         "'{\"x-message-ttl\": 86400000}' or '{\"x-max-length\": 20000000}'")
+    p.add_argument("--priorities", type=int, default=0,
+                   help="backlog/confirmed: publishes cycle through priorities 0..N-1, e.g. "
+                        "--priorities 10 --queue-args '{\"x-max-priority\": 9}'")
     p.add_argument("--queues", type=int, default=10, help="fanout/topic: queues, 1 consumer each")
     p.add_argument("--consumers", type=int, default=1000,
                    help="consumers: consumers of the one queue")

@@ -44,6 +44,7 @@ from leveret.persistence.store import StoredEntry
 from leveret.queues import browse
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.queue import Queue
+from leveret.queues.ready import Tail
 
 # Skip reasons, as the API reports them.
 NO_X_DEATH = "not_dead_lettered"
@@ -79,7 +80,7 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
     out = Outcome()
     store = queue.ready
     picked: list[tuple[int, QueueEntry]] = []
-    from_tail: set[int] = set()  # seqs of picked entries that were paged out
+    tails: dict[int, Tail] = {}  # seq -> the tail each picked paged-out entry came from
     if selection.positions:
         wanted = set(selection.positions)
         at: dict[int, int] = {}
@@ -88,8 +89,8 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
                 if isinstance(item, QueueEntry):
                     at[item.seq] = position
                 elif isinstance(item, StoredEntry):  # paged out: taken out of the tail
-                    store.tail.take(item.seq, len(item.message.body))
-                    from_tail.add(item.seq)
+                    tail = tails[item.seq] = store.tail_of(item)
+                    tail.take(item.seq, len(item.message.body))
                     picked.append((position, _entry_of(item)))
         picked += [(at[e.seq], e) for e in store.take(list(at))]
         seen = {p for p, _ in picked}
@@ -111,8 +112,8 @@ def _apply(queue: Queue, selection: Selection, step: Step) -> Outcome:
                 log.remove(queue.qid, entry.seq, entry.message)  # same turn: same transaction
         else:
             out.skipped.append((position, str(result)))
-            if entry.seq in from_tail:
-                store.tail.untake(entry.seq, len(entry.message.body))  # still stored: back
+            if entry.seq in tails:
+                tails[entry.seq].untake(entry.seq, len(entry.message.body))  # still stored
             else:
                 back.append(entry)
     for entry in back:

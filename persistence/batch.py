@@ -186,7 +186,7 @@ class Recorder:
         self._delivered[key] = op
         self._add(op)
 
-    def remove(self, qid: int, seq: int, message: Message) -> None:
+    def remove(self, qid: int, seq: int, message: Message | None = None) -> None:
         """The entry is gone (acked, rejected, dropped); the message goes with its last entry."""
         key = (qid, seq)
         if key in self._enqueued:

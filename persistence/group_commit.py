@@ -38,7 +38,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from leveret.persistence.batch import Batch, Recorder
@@ -101,6 +101,10 @@ class GroupCommit(Recorder):
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         """Committed entries (queues page their tails back through here)."""
         return self.store.read_queue(qid, from_seq, limit)
+
+    def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
+        """Committed entries by sequence number (a priority queue's paged tails)."""
+        return self.store.read_entries(qid, seqs)
 
     # -- waiting for durability ---------------------------------------------------
 

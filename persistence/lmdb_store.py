@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
 from struct import error as struct_error
@@ -317,6 +318,26 @@ class LmdbStore:
                                            expires_at))
                     if len(out) >= limit:
                         break
+        except _DATA_ERRORS as exc:
+            raise self._error(f"cannot read queue {qid}", exc) from exc
+        return out
+
+    def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
+        out: list[StoredEntry] = []
+        messages, index = self._dbs[b"messages"], self._dbs[b"index"]
+        try:
+            with self._require_env().begin(buffers=True) as txn:
+                for seq in seqs:
+                    value = txn.get(INDEX_KEY.pack(qid, seq), db=index)
+                    if value is None:
+                        continue
+                    msg_id, deliveries, _, expires_at = decode_index_value(value)
+                    record = txn.get(U64.pack(msg_id), db=messages)
+                    if record is None:
+                        raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing "
+                                          f"message {msg_id}")
+                    out.append(StoredEntry(seq, deliveries, decode_message(record, msg_id),
+                                           expires_at))
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc
         return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from leveret.model.message import Message
 from leveret.persistence.apply import apply_batch
@@ -132,6 +132,19 @@ class MemoryStore:
                 out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
                 if len(out) >= limit:
                     break
+        return out
+
+    def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
+        out: list[StoredEntry] = []
+        with self._lock:
+            entries = self._entries.get(qid)
+            if entries is None:
+                return out
+            for seq in seqs:
+                found = entries.by_seq.get(seq)
+                if found is not None:
+                    msg_id, deliveries, _, expires_at = found
+                    out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
         return out
 
     # -- writes ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ on disk because its queue paged it out; it is dropped at the next start).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -159,6 +160,10 @@ class Store(Protocol):
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         """Up to ``limit`` committed entries with seq >= from_seq, in order."""
+        ...
+
+    def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
+        """The committed entries among ``seqs`` (in their order; absent ones left out)."""
         ...
 
     # -- writes --

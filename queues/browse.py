@@ -7,10 +7,11 @@ which sets ``redelivered`` and may reorder them. Browsing here walks the ready
 store in delivery order and touches nothing: no delivery count, no requeue,
 no expiry, no store write.
 
-Delivery order is the stores' (``ready.py``): the requeued entries first (a
-heap, walked in heap order: sequence, or priority then sequence), then the
-fresh deque, then the paged-out ``Tail`` of a durable queue, read from the
-disk store ``BROWSE_BATCH`` entries at a time and dropped after use, so memory
+Delivery order is the stores' (``ready.py``, ``ReadyStore.segments``): the
+requeued entries first (a heap, walked in heap order), then the fresh deque,
+then the paged-out ``Tail`` of a durable queue; a priority queue gives each
+priority level's entries in memory, then that level's tail. Tails are read from
+the disk store ``BROWSE_BATCH`` entries at a time and dropped after use, so memory
 stays bounded however deep the queue and wherever the page starts. The tail's
 entries not committed yet are not visible to reads: a browse shows the
 committed part of the tail only (as a consumer would see it a moment later).
@@ -25,9 +26,7 @@ it, batch by batch, but never holds more than one batch).
 
 from __future__ import annotations
 
-import heapq
 import struct
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -66,11 +65,9 @@ class Item(Protocol):
 
 
 class Browsable(Protocol):
-    """The parts of a ready store (plain, featured, priority) a walk reads."""
+    """The part of a ready store (plain, featured, priority) a walk reads."""
 
-    returned: list[QueueEntry]
-    fresh: deque[QueueEntry]
-    tail: Tail
+    def segments(self, visit: int) -> Iterator[QueueEntry | Tail]: ...
 
 
 class Walked(Protocol):
@@ -94,34 +91,16 @@ class Browsed:
 
 def walk(queue: Walked, visit: int) -> Iterator[Item]:
     """The first ``visit`` ready entries in delivery order (see the module docstring)."""
-    if visit <= 0:
-        return
-    store = queue.ready
-    returned = store.returned
-    if returned:
-        if len(returned) > visit:
-            yield from heapq.nsmallest(visit, returned)
+    for part in queue.ready.segments(visit):
+        if visit <= 0:
             return
-        yield from sorted(returned)
-        visit -= len(returned)
-    fresh = store.fresh
-    if fresh:
-        yield from islice(fresh, visit)
-        visit -= min(visit, len(fresh))
-    tail = store.tail
-    log = queue.log
-    if not visit or not tail.count or log is None:
-        return
-    first, left = tail.first, min(tail.count, visit)
-    while left > 0:
-        batch = log.read_queue(queue.qid, first, min(BROWSE_BATCH, left))
-        if not batch:
-            return  # the rest is not committed yet
-        first = batch[-1].seq + 1
-        if tail.removed:  # taken out by position, not yet forgotten by the store
-            batch = [e for e in batch if e.seq not in tail.removed]
-        yield from batch
-        left -= len(batch)
+        if isinstance(part, Tail):
+            for item in part.walk(visit, BROWSE_BATCH):
+                yield item
+                visit -= 1
+        else:
+            yield part
+            visit -= 1
 
 
 def peek(queue: Walked, offset: int, count: int) -> list[Browsed]:

@@ -25,19 +25,19 @@ absolute expiry, stored with it), ``drop-head`` drops from the head (reading the
 tail in when the head runs dry), and the limits need only the totals, the tail's
 count and body bytes (``Tail.byte_total``). A plain store that becomes featured
 (its first message with an expiration) hands over its tail as it is. A priority
-store is not paged (``paged`` False): its order is not the tail's.
+store pages one tail per priority level (``priority_store.py``).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues import dead_letter, limits, plain_store, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail, purge_ready, take_entries
+from leveret.queues.ready import Owner, Tail, fifo_segments, purge_ready, take_entries
 
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
 _ACCEPTED = PublishResult.ACCEPTED
@@ -47,7 +47,6 @@ _REFUSED = PublishResult.REFUSED
 
 class FeaturedStore:
     expires = True
-    paged = True  # durable: entries past PAGE_HIGH live in the tail (not a priority store)
 
     __slots__ = ("_exempt", "_expiry", "_owner", "bytes", "fresh", "returned", "tail")
 
@@ -72,7 +71,17 @@ class FeaturedStore:
     def backlog(self) -> int:
         return len(self.fresh) + self.tail.count
 
-    # -- the containers (PriorityStore overrides these two) -------------------------
+    @property
+    def paged_out(self) -> int:
+        return self.tail.count
+
+    def segments(self, visit: int) -> Iterator[QueueEntry | Tail]:
+        return fifo_segments(self.returned, self.fresh, self.tail, visit)
+
+    def tail_of(self, entry: object) -> Tail:
+        return self.tail
+
+    # -- the containers (PriorityStore overrides these) -------------------------------
 
     def _new_entry(self, seq: int, message: Message) -> QueueEntry:
         return QueueEntry(seq, message)
@@ -83,6 +92,11 @@ class FeaturedStore:
             heapq.heappush(self.returned, entry)
         else:
             self.fresh.append(entry)
+
+    def _page_to(self, entry: QueueEntry) -> Tail | None:
+        """The tail a new entry of a durable queue goes to, or None to keep it in memory."""
+        tail = self.tail
+        return tail if tail.count or len(self.fresh) >= plain_store.PAGE_HIGH else None
 
     def _head(self) -> QueueEntry | None:
         if not self.fresh and not self.returned and self.tail.count:
@@ -117,10 +131,11 @@ class FeaturedStore:
         if expiration >= 0 or settings.message_ttl is not None:
             entry.expires_at = ttl.expiry_of(settings, expiration, ttl.now_ms(owner.time))
         log = owner.log
-        if log is not None and (self.tail.count or (
-                self.paged and len(self.fresh) >= plain_store.PAGE_HIGH)):
+        tail = self._page_to(entry) if log is not None else None
+        if tail is not None:
             # Paging: the entry lives only in the store until the head needs it.
-            self.tail.append(seq, len(message.body))
+            assert log is not None
+            tail.append(seq, len(message.body))
             log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0)
             owner.written(seq)
             return _HELD if message.persistent else _ACCEPTED
@@ -179,20 +194,27 @@ class FeaturedStore:
             self._expire_head()
 
     def _refill(self) -> None:
-        """Read the next committed tail entries into the head (all of them if not paged)."""
-        tail = self.tail
-        want = (min(plain_store.PAGE_BATCH, max(plain_store.PAGE_HIGH - len(self.fresh), 1),
-                    tail.count) if self.paged else tail.count)
-        for item in tail.read(want):
+        """Read the next committed tail entries into the head."""
+        self._refill_from(self.tail, max(plain_store.PAGE_HIGH - len(self.fresh), 1))
+
+    def _refill_from(self, tail: Tail, room: int) -> bool:
+        """Read up to ``room`` (at most PAGE_BATCH) committed entries of ``tail`` into memory;
+        False if none came (not committed yet)."""
+        stored = tail.read(min(plain_store.PAGE_BATCH, room, tail.count))
+        for item in stored:
             entry = self._new_entry(item.seq, item.message)
             entry.delivery_count = item.delivery_count
             entry.stored = True
             if item.expires_at:
                 entry.expires_at = item.expires_at
             self._push(entry, False)
+        return bool(stored)
 
     def _bytes(self) -> int:
-        """Body bytes of every ready entry, in memory and paged out (the byte limit's)."""
+        """Body bytes of every ready entry, in memory and paged out, when a byte limit needs
+        them (0 otherwise: counting a tail after a restart reads it from the store)."""
+        if self._owner.settings.max_length_bytes is None:
+            return 0
         tail = self.tail
         return self.bytes + tail.byte_total() if tail.count else self.bytes
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from leveret.model.message import Message
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail, purge_ready, take_entries
+from leveret.queues.ready import Owner, Tail, fifo_segments, purge_ready, take_entries
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,
 # and how many it reads back at once when its in-memory head runs dry.
@@ -56,6 +56,16 @@ class PlainStore:
     @property
     def backlog(self) -> int:
         return len(self.fresh) + self.tail.count
+
+    @property
+    def paged_out(self) -> int:
+        return self.tail.count
+
+    def segments(self, visit: int) -> Iterator[QueueEntry | Tail]:
+        return fifo_segments(self.returned, self.fresh, self.tail, visit)
+
+    def tail_of(self, entry: object) -> Tail:
+        return self.tail
 
     def enqueue(self, seq: int, message: Message) -> PublishResult:
         owner = self._owner

@@ -13,10 +13,8 @@ descending, sequence ascending): the queue's ``_returned`` heap, which then
 holds every ready entry (the fresh-entry deque stays empty). A requeued entry
 keeps its sequence number and priority, hence its place.
 
-Priority queues are not paged: all their ready entries stay in memory (a
-paged tail is read back in sequence order, which is not delivery order). A
-durable priority queue reads all its entries back when it is recovered.
-RabbitMQ pages them; this is a deliberate simplification.
+A durable priority queue pages its backlog one tail per level, as RabbitMQ's
+keeps one backing queue per priority (``priority_store.py``).
 """
 
 from __future__ import annotations

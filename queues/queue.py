@@ -157,7 +157,7 @@ class Queue(Dispatcher):
     @property
     def paged_out(self) -> int:
         """Ready messages only the disk store holds (the paged-out tail), not in memory."""
-        return self._store.tail.count
+        return self._store.paged_out
 
     unacked = _counter("_unacked", "Delivered (to a consumer or basic.get), not yet settled.")
     published = _counter("_published", "Messages accepted (refused ones are not counted).")

@@ -8,9 +8,10 @@ in one store, chosen once from its settings (``Queue._choose_store``):
 * ``PlainStore`` (``plain_store.py``): no per-message features; a durable
   queue pages its tail out to the disk store.
 * ``FeaturedStore`` (``featured_store.py``): message TTL and length limits;
-  entries stay in memory (the head and the byte count must be known).
+  pages like the plain store (both act at the head, on totals).
 * ``PriorityStore`` (``priority_store.py``): ``x-max-priority``; a featured
-  store whose entries are ordered by priority first.
+  store whose entries are ordered by priority first, paged one tail per
+  priority level (``IndexedTail``).
 
 A plain queue switches once to a featured store when it first meets a message
 with an ``expiration`` (or a policy gives it a TTL or a limit), as LavinMQ's
@@ -23,7 +24,8 @@ and clocks for TTL and limits, and ``drop`` to dead-letter what it discards.
 
 ``Tail`` is the part of a durable queue that lives only in the disk store:
 ``count`` entries from sequence ``first`` on, read back in order as the
-in-memory head drains. The disk store only returns committed entries, so a
+in-memory head drains (``IndexedTail``: entries that are not consecutive, read
+by their sequence numbers). The disk store only returns committed entries, so a
 read that comes up short waits for the next commit and then wakes the queue.
 Single entries can be taken out of the middle of the tail (the console's
 redrive, move and delete by position): they are set aside in ``removed`` until
@@ -34,8 +36,11 @@ commit and a read before it would still return them.
 from __future__ import annotations
 
 import heapq
+from array import array
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.queues.host import QueueLog
@@ -106,6 +111,17 @@ class ReadyStore(Protocol):
     def purge(self) -> int:
         """Drop every ready entry (and its stored copy); returns how many."""
 
+    @property
+    def paged_out(self) -> int:
+        """Ready entries only the disk store holds (the paged-out tails)."""
+
+    def segments(self, visit: int) -> Iterator[QueueEntry | Tail]:
+        """The ready entries in delivery order (at most ``visit`` of those in memory), a
+        paged-out tail standing for its entries (``browse.walk`` reads them)."""
+
+    def tail_of(self, entry: QueueEntry | StoredEntry) -> Tail:
+        """The tail holding a paged-out entry (to take it out by position)."""
+
     def take(self, seqs: Collection[int]) -> list[QueueEntry]:
         """Remove the in-memory ready entries with these sequence numbers (the management
         operations: ``broker/queue_messages.py``); the caller removes their stored copies."""
@@ -175,6 +191,23 @@ class Tail:
             self.bytes = total
         return self.bytes
 
+    def walk(self, visit: int, batch: int) -> Iterator[StoredEntry]:
+        """The first ``visit`` committed entries, read ``batch`` at a time; changes nothing."""
+        log = self._owner.log
+        if log is None:
+            return
+        qid = self._owner.qid
+        first, left = self.first, min(self.count, visit)
+        while left > 0:
+            stored = log.read_queue(qid, first, min(batch, left))
+            if not stored:
+                return  # the rest is not committed yet
+            first = stored[-1].seq + 1
+            if self.removed:  # taken out by position, not yet forgotten by the store
+                stored = [e for e in stored if e.seq not in self.removed]
+            yield from stored
+            left -= len(stored)
+
     def read(self, want: int) -> list[StoredEntry]:
         """Up to ``want`` committed entries from the front of the tail (removed from it)."""
         owner = self._owner
@@ -207,6 +240,154 @@ class Tail:
         if lost:
             self.bytes = None
         return lost
+
+
+class SeqIndex:
+    """Ascending sequence numbers in about 4 bytes each: chunks of offsets from a base."""
+
+    __slots__ = ("_chunks", "_len", "_pos")
+    CHUNK = 8_192
+
+    def __init__(self) -> None:
+        self._chunks: deque[tuple[int, array[int]]] = deque()
+        self._pos = 0  # consumed offsets of the first chunk
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def append(self, seq: int) -> None:
+        chunks = self._chunks
+        if chunks:
+            base, offsets = chunks[-1]
+            offset = seq - base
+            if offset <= 0xFFFF_FFFF and len(offsets) < self.CHUNK:
+                offsets.append(offset)
+                self._len += 1
+                return
+        chunks.append((seq, array("I", [0])))
+        self._len += 1
+
+    def __iter__(self) -> Iterator[int]:
+        pos = self._pos
+        for base, offsets in self._chunks:
+            for offset in islice(offsets, pos, None):
+                yield base + offset
+            pos = 0
+
+    def first(self, n: int) -> list[int]:
+        return list(islice(self, n))
+
+    def drop(self, n: int) -> None:
+        """Forget the first ``n`` sequence numbers."""
+        n = min(n, self._len)
+        self._len -= n
+        chunks = self._chunks
+        while n:
+            left = len(chunks[0][1]) - self._pos
+            if n < left:
+                self._pos += n
+                return
+            n -= left
+            chunks.popleft()
+            self._pos = 0
+
+    def discard(self, start: int, end: int) -> list[int]:
+        """Remove and return the sequence numbers in ``[start, end)`` (a failed write)."""
+        kept: list[int] = []
+        gone: list[int] = []
+        for seq in self:
+            (gone if start <= seq < end else kept).append(seq)
+        if gone:
+            self._chunks, self._pos, self._len = deque(), 0, 0
+            for seq in kept:
+                self.append(seq)
+        return gone
+
+
+class IndexedTail(Tail):
+    """A tail whose entries are not consecutive in the queue's sequence: one priority level
+    of a priority queue (``priority_store.py``). It keeps their sequence numbers
+    (``SeqIndex``, about 4 bytes an entry) and reads them from the store by number."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, owner: Owner) -> None:
+        super().__init__(owner)
+        self.index = SeqIndex()
+
+    def append(self, seq: int, size: int) -> None:
+        super().append(seq, size)
+        self.index.append(seq)
+
+    def _read(self, seqs: Sequence[int]) -> list[StoredEntry]:
+        log = self._owner.log
+        assert log is not None  # only durable queues have a tail
+        removed = self.removed
+        return log.read_entries(self._owner.qid, [s for s in seqs if s not in removed])
+
+    def walk(self, visit: int, batch: int) -> Iterator[StoredEntry]:
+        left = min(self.count, visit)
+        seqs = iter(self.index)
+        while left > 0:
+            wanted = [s for s in islice(seqs, batch) if s not in self.removed][:left]
+            if not wanted:
+                return
+            stored = self._read(wanted)
+            yield from stored
+            if len(stored) < len(wanted):
+                return  # the rest is not committed yet
+            left -= len(stored)
+
+    def read(self, want: int) -> list[StoredEntry]:
+        log = self._owner.log
+        assert log is not None
+        index, removed = self.index, self.removed
+        peek = index.first(want + len(removed))
+        stored = self._read(peek)[:want]
+        # Committed entries are a prefix of the live ones: consume up to the last one read,
+        # and the removed ones met on the way.
+        consumed = (bisect_right(peek, stored[-1].seq) if stored
+                    else next((i for i, s in enumerate(peek) if s not in removed), len(peek)))
+        if removed:
+            removed.difference_update(peek[:consumed])
+        index.drop(consumed)
+        self.first = next(iter(index), 0)
+        self.count -= len(stored)
+        if self.bytes is not None:
+            self.bytes -= sum(len(e.message.body) for e in stored)
+        if self.count and len(stored) < want and not self.waiting:
+            self.waiting = True
+            log.after_commit(self._committed)
+        return stored
+
+    def byte_total(self) -> int:
+        if self.bytes is None:
+            seqs, total = iter(self.index), 0
+            while batch := list(islice(seqs, 2_000)):
+                total += sum(len(e.message.body) for e in self._read(batch))
+            self.bytes = total
+        return self.bytes
+
+    def forget(self, start: int, end: int) -> int:
+        gone = self.index.discard(start, end)
+        lost = len([s for s in gone if s not in self.removed])
+        self.removed.difference_update(gone)
+        self.count -= lost
+        self.first = next(iter(self.index), 0)
+        if lost:
+            self.bytes = None
+        return lost
+
+
+def fifo_segments(returned: list[QueueEntry], fresh: deque[QueueEntry], tail: Tail,
+                  visit: int) -> Iterator[QueueEntry | Tail]:
+    """``ReadyStore.segments`` of the first-in-first-out stores (plain, featured)."""
+    if returned:
+        yield from heapq.nsmallest(visit, returned) if len(returned) > visit else sorted(returned)
+    yield from islice(fresh, visit)
+    if tail.count:
+        yield tail
 
 
 def purge_ready(owner: Owner, fresh: deque[QueueEntry], returned: list[QueueEntry],

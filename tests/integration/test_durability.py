@@ -7,12 +7,14 @@ transient messages and non-durable queues do not survive, as in RabbitMQ.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pika
 import pytest
@@ -156,6 +158,54 @@ def test_backlog_beyond_memory_window_is_paged_and_kept_in_order(make_broker, qn
             ch.basic_ack(method.delivery_tag, multiple=True)
             break
     assert seen == count
+    conn.close()
+
+
+def test_a_deep_priority_queue_pages_and_keeps_priority_order_across_a_kill(make_broker, qname):
+    """A durable priority queue deeper than its memory window: every priority level pages
+    to disk, and deliveries stay highest priority first, oldest first, before and after
+    the broker is killed and restarted (its levels rebuilt from the store)."""
+    from leveret.queues.queue import PAGE_HIGH
+
+    count = PAGE_HIGH + 5000
+    b = make_broker()
+    conn = connect(b)
+    ch = conn.channel()
+    ch.queue_declare(qname, durable=True, arguments={"x-max-priority": 9})
+    ch.confirm_delivery()
+    for i in range(count):
+        props = pika.BasicProperties(delivery_mode=2, priority=i % 10)
+        ch.basic_publish("", qname, b"%08d" % i, props)
+    expected = [b"%08d" % i for i in sorted(range(count), key=lambda i: (-(i % 10), i))]
+    with urllib.request.urlopen(urllib.request.Request(
+            f"{b.api_url}/api/queues/%2F/{qname}",
+            headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})) as response:  # guest:guest
+        assert json.load(response)["messages_paged_out"] >= count - PAGE_HIGH
+    ch.basic_qos(prefetch_count=500)
+    seen = []
+    for method, _, body in ch.consume(qname, inactivity_timeout=5):
+        assert method is not None, f"stalled after {len(seen)}"
+        seen.append(body)
+        ch.basic_ack(method.delivery_tag)
+        if len(seen) == 2000:  # past the in-memory priority 9 messages, into its tail
+            break
+    assert seen == expected[:2000]
+    conn.close()
+    b.stop(kill=True)
+    b.start()
+    conn = connect(b)
+    ch = conn.channel()
+    assert ch.queue_declare(qname, passive=True, arguments={"x-max-priority": 9}
+                            ).method.message_count == count - 2000
+    ch.basic_qos(prefetch_count=1000)
+    for method, _, body in ch.consume(qname, inactivity_timeout=5):
+        assert method is not None, f"stalled after {len(seen)}"
+        seen.append(body)
+        if len(seen) % 100 == 0 or len(seen) == count:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+        if len(seen) == count:
+            break
+    assert seen == expected
     conn.close()
 
 

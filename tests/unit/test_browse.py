@@ -21,15 +21,16 @@ from leveret.persistence.store import QueueDef
 from leveret.queues import browse, plain_store
 from leveret.queues.queue import Queue
 
-# paged-ttl / paged-limit: durable featured stores, paged like the plain one (issue 15).
-KINDS = ("plain", "paged", "featured", "priority", "paged-ttl", "paged-limit")
+# paged-ttl / paged-limit: durable featured stores, paged like the plain one; paged-priority:
+# one tail per priority level (issue 15).
+KINDS = ("plain", "paged", "featured", "priority", "paged-ttl", "paged-limit", "paged-priority")
 
 
 def _queue(kind: str) -> Queue:
     arguments: dict[str, Any] = {}
     if kind == "featured":
         arguments = {"x-max-length": 10_000}
-    elif kind == "priority":
+    elif kind in ("priority", "paged-priority"):
         arguments = {"x-max-priority": 5}
     elif kind == "paged-ttl":
         arguments = {"x-message-ttl": 3_600_000}

@@ -119,3 +119,18 @@ def test_a_plain_queue_meeting_an_expiration_keeps_its_backlog_paged() -> None:
     clock.advance(2)
     got = drain(q)
     assert got == [b"%03d" % i for i in range(40)]  # the expiring one is gone
+
+
+def test_a_restarted_ttl_queue_does_not_count_its_tail_bytes_to_publish() -> None:
+    """Without a byte limit nothing needs the tail's bytes: a publish after a restart must
+    not read the whole paged-out tail from the store to count them."""
+    vhost = FakeVhost(FakeClock())
+    args = {"x-message-ttl": 60_000, "x-max-length": 1_000}
+    q = _durable(vhost, "q", **args)
+    _publish(q, 30)
+    stats = vhost.log.store.queue_stats(q.qid)
+    again = Queue(vhost, "q", durable=True, arguments=args)
+    again.qid, again.log = q.qid, vhost.log
+    again.recover(stats.count, stats.first_seq, stats.next_seq)
+    _publish(again, 2, start=30)
+    assert again.ready.tail.bytes is None and again.message_count == 32

@@ -230,6 +230,10 @@ def test_enqueue_read_remove(stores: Stores) -> None:
     commit(store)
     assert [e.seq for e in store.read_queue(qid, 0, 100)] == [0, 2, 4]
     assert message_count(store) == 3
+    # By number (a priority queue's per-level tails): in the order asked, absent ones left out.
+    by_seq = store.read_entries(qid, [4, 1, 0, 9])
+    assert [(e.seq, e.message.body) for e in by_seq] == [(4, b"m4"), (0, b"m0")]
+    assert store.read_entries(qid + 1, [0]) == [] and store.read_entries(qid, []) == []
 
 
 def test_message_in_three_queues_is_stored_once(stores: Stores) -> None:
