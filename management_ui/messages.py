@@ -27,7 +27,7 @@ from aiohttp import web
 from leveret.broker import queue_messages
 from leveret.broker.permissions import READ, Access
 from leveret.broker.queue_messages import Outcome, Selection
-from leveret.management_ui import read, views, write
+from leveret.management_ui import read, rights, views, write
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
 from leveret.model.message import Message
 from leveret.queues import browse
@@ -63,7 +63,7 @@ def _target(req: Request, right: str = READ) -> tuple[Any, Queue, Access]:
     queue = vhost.queues.get(req.params["name"])
     if queue is None:
         raise not_found()
-    access: Access = req.state.broker.accounts.access_for(req.user, vhost.name)
+    access = rights.access_of(req, vhost.name)
     access.check(right, "queue", queue.name)
     return vhost, queue, access
 

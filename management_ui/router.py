@@ -13,7 +13,8 @@ model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
        empty body when no credentials were sent (as RabbitMQ)
 400    ``{"error":"bad_request","reason":...}``; AMQP texts as they are
 401    ``{"error":"not_authorised","reason":"Access refused."}`` for an AMQP
-       ACCESS_REFUSED (declaring ``amq.*``), RabbitMQ 3.10's answer
+       ACCESS_REFUSED (declaring ``amq.*``, a resource permission refused:
+       ``rights.py``, which also has publish's and get's other shapes)
 404    ``{"error":"Object Not Found","reason":"Not Found"}``
 405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
        (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)
@@ -180,7 +181,7 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
         except ChannelError as exc:
             if exc.code == NOT_FOUND:
                 return error_response(404, "Object Not Found", "Not Found")
-            if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 (e.g. declaring "amq.x")
+            if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 ("amq.x", permissions)
                 return error_response(401, "not_authorised", "Access refused.")
             return error_response(400, "bad_request", exc.detail)
         except Exception as exc:  # a bug: the client still gets RabbitMQ's JSON shape

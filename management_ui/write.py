@@ -3,7 +3,8 @@ connection, publish and get over HTTP, policies.
 
 Every change goes through the broker model's operations API
 (``broker/vhost.py``), so the rules and texts are AMQP's: an inequivalent
-redeclare is a 400 with the text a channel.close would carry. Input is
+redeclare is a 400 with the text a channel.close would carry, and the user's
+configure / write / read permissions apply as on AMQP (``rights.py``). Input is
 lenient as RabbitMQ's is: ``"durable": "true"``, ``"count": "1"``, and the
 ``vhost``/``name`` keys rabbitmqadmin repeats in the body are accepted.
 """
@@ -21,7 +22,7 @@ from pamqp import commands
 
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import auth, read, views
+from leveret.management_ui import auth, read, rights, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
 from leveret.model.errors import ChannelError
@@ -67,22 +68,24 @@ async def put_exchange(req: Request) -> web.Response:
     type_ = str(body.get("type", "direct"))
     if type_ not in EXCHANGE_TYPES:
         raise bad_request(f"unknown exchange type '{type_}'")
-    if name.startswith("amq.") and name not in vhost.exchanges:
-        raise ApiError(401, "not_authorised", "Access refused.")
+    arguments = _dict_arg(body, "arguments")
     existed = name in vhost.exchanges
+    rights.check_declare(req, vhost, "exchange", name, arguments.get("alternate-exchange"),
+                         existed)
+    if name.startswith("amq.") and not existed:
+        raise ApiError(401, "not_authorised", "Access refused.")
     vhost.declare_exchange(name, type_, truthy(body.get("durable", False)),
                            truthy(body.get("auto_delete", False)),
-                           truthy(body.get("internal", False)), _dict_arg(body, "arguments"))
+                           truthy(body.get("internal", False)), arguments)
     return _no_content() if existed else _created()
 
 
 async def delete_exchange(req: Request) -> web.Response:
     vhost = read.vhost_of(req)
-    exchange = vhost.exchanges.get(req.params["name"])
-    if exchange is None or exchange.name == "":
-        raise not_found()
-    if exchange.name.startswith("amq."):
+    exchange = read.exchange_of(req, vhost, req.params["name"])  # amq.default is ""
+    if exchange.name == "" or exchange.name.startswith("amq."):
         raise ApiError(401, "not_authorised", "Access refused.")
+    rights.check_configure(req, vhost, "exchange", exchange.name)
     vhost.delete_exchange(exchange, truthy(req.query.get("if-unused", "false")))
     return _no_content()
 
@@ -94,9 +97,11 @@ async def put_queue(req: Request) -> web.Response:
     arguments = dict(_dict_arg(body, "arguments"))
     if body.get("queue_type") and "x-queue-type" not in arguments:  # rabbitmqadmin's option
         arguments["x-queue-type"] = str(body["queue_type"])
+    existing = vhost.queues.get(name)
+    rights.check_declare(req, vhost, "queue", name, arguments.get("x-dead-letter-exchange"),
+                         existing is not None)
     if name.startswith("amq."):
         raise ApiError(401, "not_authorised", "Access refused.")
-    existing = vhost.queues.get(name)
     if existing is not None and existing.exclusive:
         vhost.check_exclusive(existing, object())  # 405 text, as another connection
     _, created = vhost.declare_queue(name, durable=truthy(body.get("durable", False)),
@@ -109,6 +114,7 @@ async def put_queue(req: Request) -> web.Response:
 async def delete_queue(req: Request) -> web.Response:
     vhost = read.vhost_of(req)
     queue = read.queue_of(req, vhost)
+    rights.check_configure(req, vhost, "queue", queue.name)
     vhost.check_exclusive(queue, None)  # another connection's exclusive queue: 400, as RabbitMQ
     vhost.delete_queue_checked(queue, truthy(req.query.get("if-unused", "false")),
                                truthy(req.query.get("if-empty", "false")))
@@ -117,17 +123,24 @@ async def delete_queue(req: Request) -> web.Response:
 
 async def purge_queue(req: Request) -> web.Response:
     vhost = read.vhost_of(req)
-    vhost.purge_queue(vhost.queue_for(req.params["name"], None))  # 404; 400 if exclusive
+    queue = read.queue_of(req, vhost)
+    rights.check_read(req, vhost, queue.name)
+    vhost.purge_queue(vhost.queue_for(queue.name, None))  # 400 if exclusive
     return _no_content()
 
 
 # -- bindings ----------------------------------------------------------------------------------
 
 async def post_binding(req: Request) -> web.Response:
+    params = req.params
+    # Refused before the lookups: a missing source or destination is refused too.
+    access = rights.check_binding(req, read.vhost_of(req), params["kind"], params["dest"],
+                                  params["source"])
     vhost, source, dest, _ = read.bindings_between(req)
     body = await req.body()
     routing_key = str(body.get("routing_key", ""))
     arguments = _dict_arg(body, "arguments")
+    rights.check_topic_binding(access, source, routing_key)
     vhost.bind(source, dest, routing_key, arguments)
     location = f"{req.params['dest']}/{views.properties_key(routing_key, arguments)}"
     return web.Response(status=201, headers={"Location": location})
@@ -139,6 +152,9 @@ async def delete_binding(req: Request) -> web.Response:
         if views.same_properties_key(b["properties_key"], req.params["props"]):
             for d, rk, args in list(source.matcher.bindings()):
                 if d is dest and views.properties_key(rk, args) == b["properties_key"]:
+                    access = rights.check_binding(req, vhost, req.params["kind"], dest.name,
+                                                  source.name)
+                    rights.check_topic_binding(access, source, rk)
                     vhost.unbind(source, dest, rk, args)
                     return _no_content()
     raise not_found()
@@ -209,7 +225,6 @@ def encode_json_properties(props: dict[str, Any]) -> bytes:
 
 async def publish(req: Request) -> web.Response:
     vhost = read.vhost_of(req)
-    exchange = read.exchange_of(req, vhost, req.params["name"])
     body = await req.body()
     for key in ("routing_key", "payload", "payload_encoding", "properties"):
         if key not in body:
@@ -226,6 +241,9 @@ async def publish(req: Request) -> web.Response:
     else:
         raise bad_request(f"invalid payload_encoding '{encoding}'")
     raw_props = encode_json_properties(_dict_arg(body, "properties"))
+    access = rights.check_publish(req, vhost, req.params["name"])  # before the lookup
+    exchange = read.exchange_of(req, vhost, req.params["name"])
+    rights.check_topic_publish(access, exchange, str(body["routing_key"]))
     message = Message(exchange.name, str(body["routing_key"]), raw_props, data)
     queues = vhost.route(message)
     tracer = vhost.tracer
@@ -269,6 +287,7 @@ async def get(req: Request) -> web.Response:
     count = _int(body["count"], "count")
     truncate = _int(body["truncate"], "truncate") if body.get("truncate") not in (None, "") else None
     name = req.params["name"]
+    rights.check_get(req, vhost, name)  # before the lookup, as basic.get
     if name not in vhost.queues:
         raise not_found()
     try:
