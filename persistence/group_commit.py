@@ -51,6 +51,9 @@ Waiter = Callable[[bool], None]
 
 # Operations recorded for the next batch while one is being written, before clients wait.
 MAX_PENDING = 50_000
+# Body bytes read back from the store (paged queues draining) between releases of its
+# mapped pages (``release_memory``).
+RELEASE_AFTER_READ = 32 << 20
 
 
 class ConfirmSink(Protocol):
@@ -78,6 +81,7 @@ class GroupCommit(Recorder):
         self.batch_sizes = Histogram(BATCH_BOUNDS)
         self.write_seconds = Histogram(WRITE_BOUNDS)
         self._recorded_ops = 0  # operations recorded since the last batch was taken
+        self._read_bytes = 0  # body bytes read from the store since the last release
         # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
         # and is released (its after_commit callbacks run) with that batch's ``ok``.
         self.batch = 0
@@ -100,11 +104,21 @@ class GroupCommit(Recorder):
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         """Committed entries (queues page their tails back through here)."""
-        return self.store.read_queue(qid, from_seq, limit)
+        return self._read(self.store.read_queue(qid, from_seq, limit))
 
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         """Committed entries by sequence number (a priority queue's paged tails)."""
-        return self.store.read_entries(qid, seqs)
+        return self._read(self.store.read_entries(qid, seqs))
+
+    def _read(self, entries: list[StoredEntry]) -> list[StoredEntry]:
+        # A queue draining a deep backlog maps the store's pages faster than the once a
+        # second release (amqp/server.py) gives them back: give them back every
+        # RELEASE_AFTER_READ bytes too, so that RSS stays what the broker really holds.
+        self._read_bytes += sum(len(e.message.body) for e in entries)
+        if self._read_bytes >= RELEASE_AFTER_READ:
+            self._read_bytes = 0
+            self.release_memory()
+        return entries
 
     # -- waiting for durability ---------------------------------------------------
 
