@@ -151,3 +151,24 @@ async def test_compaction_runs_between_batches_and_recording_goes_on(tmp_path):
     assert ch.settled == [(1, True)]
     assert [e.seq for e in store.read_queue(1, 0, 10)] == [5000]
     log.close()
+
+
+def test_reading_a_backlog_back_releases_mapped_pages_every_so_many_bytes(monkeypatch):
+    """A queue draining its paged-out tail reads the store's pages into the broker's RSS:
+    they are given back every RELEASE_AFTER_READ body bytes read, not only once a second."""
+    from leveret.persistence import group_commit
+
+    class Releasing(MemoryStore):
+        released = 0
+
+        def release_memory(self) -> None:
+            self.released += 1
+
+    monkeypatch.setattr(group_commit, "RELEASE_AFTER_READ", 20)
+    store = Releasing()
+    log = GroupCommit(store)  # no loop: written at once
+    for seq in range(10):
+        log.enqueue(1, seq, message(seq))  # 6-byte bodies
+    assert len(log.read_queue(1, 0, 3)) == 3 and store.released == 0  # 18 bytes
+    assert len(log.read_entries(1, [3, 4])) == 2 and store.released == 1  # 30
+    assert len(log.read_queue(1, 5, 5)) == 5 and store.released == 2
