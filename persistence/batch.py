@@ -119,6 +119,10 @@ class Batch:
     seq: int = 0  # 1, 2, 3... per non-empty batch (0: empty, nothing to apply)
 
 
+# Message ids: a 56-bit counter under a one-byte cluster (``Recorder.enqueue``).
+CLUSTER_SHIFT = 56
+
+
 class Recorder:
     """Builds the pending batch (loop thread only); ``take_batch`` detaches it.
 
@@ -163,10 +167,14 @@ class Recorder:
     # -- queue entries (the hot path) ------------------------------------------------
 
     def enqueue(self, qid: int, seq: int, message: Message, transient: bool = False,
-                expires_at: int = 0) -> None:
-        """Add entry (qid, seq) for ``message``, assigning its ``store_id`` if new."""
+                expires_at: int = 0, cluster: int = 0) -> None:
+        """Add entry (qid, seq) for ``message``, assigning its ``store_id`` if new.
+
+        ``cluster`` (0-255) goes in the id's top byte: the store keeps message records in
+        id order, so a priority queue clusters each level's messages (``priority_store``)
+        and draining a level empties whole pages instead of rewriting one page a message."""
         if message.store_id == 0:
-            message.store_id = self.next_msg_id
+            message.store_id = (cluster << CLUSTER_SHIFT) | self.next_msg_id
             self.next_msg_id += 1
         key = (qid, seq)
         if key in self._enqueued or key in self._delivered:

@@ -53,7 +53,9 @@ Waiter = Callable[[bool], None]
 MAX_PENDING = 50_000
 # Body bytes read back from the store (paged queues draining) between releases of its
 # mapped pages (``release_memory``).
-RELEASE_AFTER_READ = 32 << 20
+RELEASE_AFTER_READ = 16 << 20
+# ... and operations written between releases (the writer thread's pages).
+RELEASE_AFTER_OPS = 4_096
 
 
 class ConfirmSink(Protocol):
@@ -82,6 +84,7 @@ class GroupCommit(Recorder):
         self.write_seconds = Histogram(WRITE_BOUNDS)
         self._recorded_ops = 0  # operations recorded since the last batch was taken
         self._read_bytes = 0  # body bytes read from the store since the last release
+        self._written_ops = 0  # operations written since the last release (writer thread)
         # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
         # and is released (its after_commit callbacks run) with that batch's ``ok``.
         self.batch = 0
@@ -159,7 +162,14 @@ class GroupCommit(Recorder):
         """Write ``batch`` (on the writer thread); returns the seconds it took."""
         start = time.perf_counter()
         self.store.write_batch(batch)
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        # The write maps every page it changes (LMDB copies pages it reads through the map):
+        # a drain's removes touch a page or two each, more than the bodies it reads.
+        self._written_ops += batch.live
+        if self._written_ops >= RELEASE_AFTER_OPS:
+            self._written_ops = 0
+            self.release_memory()  # safe from this thread (mapped_memory.py)
+        return seconds
 
     def _write_now(self) -> None:
         ok = True

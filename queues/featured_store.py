@@ -98,6 +98,10 @@ class FeaturedStore:
         tail = self.tail
         return tail if tail.count or len(self.fresh) >= plain_store.PAGE_HIGH else None
 
+    def _cluster(self, entry: QueueEntry) -> int:
+        """Where the store keeps the entry's message among others (``Recorder.enqueue``)."""
+        return 0
+
     def _head(self) -> QueueEntry | None:
         if not self.fresh and not self.returned and self.tail.count:
             self._refill()
@@ -136,13 +140,15 @@ class FeaturedStore:
             # Paging: the entry lives only in the store until the head needs it.
             assert log is not None
             tail.append(seq, len(message.body))
-            log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0)
+            log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0,
+                        self._cluster(entry))
             owner.written(seq)
             return _HELD if message.persistent else _ACCEPTED
         result = _ACCEPTED
         if log is not None and message.persistent:
             entry.stored = True
-            log.enqueue(owner.qid, seq, message, False, entry.expires_at or 0)
+            log.enqueue(owner.qid, seq, message, False, entry.expires_at or 0,
+                        self._cluster(entry))
             owner.written(seq)
             result = _HELD
         self._push(entry, False)

@@ -76,6 +76,11 @@ class PriorityStore(FeaturedStore):
             return None
         return tail or self._new_tail(entry.priority)
 
+    def _cluster(self, entry: QueueEntry) -> int:
+        # Each level's messages together in the store, highest level first: a level drains
+        # page by page (a one-page-a-message rewrite made a 10M drain write ~40x its size).
+        return 255 - entry.priority  # type: ignore[attr-defined, no-any-return]
+
     def _new_tail(self, level: int) -> IndexedTail:
         tail = self.tails[level] = IndexedTail(self._owner)
         self._levels.append(level)

@@ -172,3 +172,26 @@ def test_reading_a_backlog_back_releases_mapped_pages_every_so_many_bytes(monkey
     assert len(log.read_queue(1, 0, 3)) == 3 and store.released == 0  # 18 bytes
     assert len(log.read_entries(1, [3, 4])) == 2 and store.released == 1  # 30
     assert len(log.read_queue(1, 5, 5)) == 5 and store.released == 2
+
+
+def test_writing_releases_mapped_pages_every_so_many_operations(monkeypatch):
+    """The writer maps the pages it changes: released every RELEASE_AFTER_OPS operations."""
+    from leveret.persistence import group_commit
+
+    class Releasing(MemoryStore):
+        released = 0
+
+        def release_memory(self) -> None:
+            self.released += 1
+
+    monkeypatch.setattr(group_commit, "RELEASE_AFTER_OPS", 4)
+    store = Releasing()
+    log = GroupCommit(store)  # no loop: each operation is written at once
+    for seq in range(3):
+        log.enqueue(1, seq, message(seq))
+    assert store.released == 0
+    log.enqueue(1, 3, message(3))
+    assert store.released == 1
+    for seq in range(4):
+        log.remove(1, seq)
+    assert store.released == 2

@@ -193,3 +193,20 @@ def test_seq_index_is_a_list_of_ascending_numbers(gaps: list[int], drops: list[i
         mid = seqs[len(seqs) // 2]
         assert index.discard(mid, mid + (1 << 33)) == [s for s in seqs if mid <= s < mid + (1 << 33)]
         assert list(index) == [s for s in seqs if not mid <= s < mid + (1 << 33)]
+
+
+def test_each_levels_messages_are_clustered_in_the_store() -> None:
+    """Message ids carry the level (top byte): the store keeps records in id order, so a
+    level drains page by page, not one rewritten page per message."""
+    from leveret.persistence.batch import CLUSTER_SHIFT
+
+    vhost = FakeVhost(FakeClock())
+    q = _durable(vhost)
+    messages = [msg(b"%03d" % i, persistent=True, priority=i % 12) for i in range(40)]
+    for m in messages:
+        q.publish(m)
+    for i, m in enumerate(messages):
+        assert m.store_id >> CLUSTER_SHIFT == 255 - min(i % 12, MAX_PRIORITY)
+    by_id = sorted(messages, key=lambda m: m.store_id)
+    assert [m.body for m in by_id] == _expected([(min(i % 12, MAX_PRIORITY), i)
+                                                 for i in range(40)])
