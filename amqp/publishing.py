@@ -32,7 +32,6 @@ from leveret.broker.permissions import WRITE, Access
 from leveret.model.errors import (
     FRAME_ERROR,
     NOT_FOUND,
-    PRECONDITION_FAILED,
     ChannelCrash,
     ChannelError,
     ConnectionError_,
@@ -43,7 +42,6 @@ from leveret.model.message import (
     FLAG_REPLY_TO,
     FLAG_USER_ID,
     Message,
-    parse_expiration,
 )
 from leveret.model.properties import check_properties
 from leveret.model.stats import MessageStats
@@ -121,9 +119,11 @@ class Publisher(HeldOutput):
         if not (props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW):
             return message, ()
         if message.has_user_id:
-            self._check_user_id(message)
+            connection = self.connection
+            publish_props.check_user_id(decoded_properties(message).user_id, connection.user,
+                                        connection.broker.users)
         if message.has_expiration:
-            self._check_expiration(message)
+            publish_props.check_expiration(decoded_properties(message).expiration)
         if publish_props.needs_work(message.raw_properties):
             return publish_props.prepare(
                 message, lambda: self.vhost.reply_to.reply_name(cast("Channel", self)))
@@ -144,32 +144,6 @@ class Publisher(HeldOutput):
             except ChannelError as exc:
                 exc.method = (60, 40)
                 raise
-
-    def _check_expiration(self, message: Message) -> None:
-        """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
-        expiration = decoded_properties(message).expiration
-        error = parse_expiration(expiration or "")
-        if isinstance(error, str):
-            raise ChannelError(PRECONDITION_FAILED,
-                               f"invalid expiration '{expiration}': {error}", (60, 40))
-
-    def _check_user_id(self, message: Message) -> None:
-        """Validated user-id: a set ``user_id`` must name the authenticated user.
-
-        As RabbitMQ (rabbit_channel ``check_user_id_header``), users tagged
-        ``impersonator`` are exempt.
-        """
-        user_id = decoded_properties(message).user_id
-        user = self.connection.user
-        if user_id is not None and user_id != user:
-            record = self.connection.broker.users.get(user or "")
-            if record is not None and "impersonator" in record.tags:
-                return
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"user_id property set to '{user_id}' but authenticated user was '{user}'",
-                (60, 40),
-            )
 
     def vhost_exchange(self, name: str) -> Any:
         exchange = self.vhost.exchanges.get(name)

@@ -13,6 +13,10 @@ array elements of other types are ignored; a header of any other type is
 against 3.10: a single string is *not* accepted). ``BCC`` is removed from
 the headers (an empty table stays) before routing, so neither queues nor a
 basic.return see it.
+
+The validated user-id and ``expiration`` checks live here too, so that a
+channel (``amqp/publishing.py``) and the management API's HTTP publish
+(``management_ui/basic.py``) refuse the same messages with the same texts.
 """
 
 from __future__ import annotations
@@ -23,17 +27,46 @@ from typing import TYPE_CHECKING, Any
 from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.model.errors import FRAME_ERROR, PRECONDITION_FAILED, ChannelError, ConnectionError_
 from leveret.model.field_table import type_name
-from leveret.model.message import FLAG_HEADERS, FLAG_REPLY_TO, Message
+from leveret.model.message import FLAG_HEADERS, FLAG_REPLY_TO, Message, parse_expiration
 from leveret.model.properties import decode_properties, encode_properties
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
+
+    from leveret.broker.users import User
 
 _u16 = struct.Struct(">H")
 _CC_KEY = b"\x02CC"  # shortstr table keys, as they appear in the raw headers table
 _BCC_KEY = b"\x03BCC"
 _REPLY_TO = bytes([len(PSEUDO_QUEUE)]) + PSEUDO_QUEUE.encode()
 ROUTING_HEADERS = ("CC", "BCC")
+
+
+IMPERSONATOR = "impersonator"  # the tag that may publish any user_id
+
+
+def check_user_id(user_id: str | None, user: str | None, users: Mapping[str, User]) -> None:
+    """Validated user-id: a set ``user_id`` must name the authenticated user, else 406.
+
+    As RabbitMQ (rabbit_channel ``check_user_id_header``), users tagged
+    ``impersonator`` are exempt; an empty ``user_id`` is set, and checked.
+    """
+    if user_id is None or user_id == user:
+        return
+    record = users.get(user or "")
+    if record is not None and IMPERSONATOR in record.tags:
+        return
+    raise ChannelError(
+        PRECONDITION_FAILED,
+        f"user_id property set to '{user_id}' but authenticated user was '{user}'", (60, 40))
+
+
+def check_expiration(expiration: str | None) -> None:
+    """An ``expiration`` must be a TTL in ms (rabbit_channel check_expiration_header)."""
+    error = parse_expiration(expiration or "")
+    if isinstance(error, str):
+        raise ChannelError(PRECONDITION_FAILED, f"invalid expiration '{expiration}': {error}",
+                           (60, 40))
 
 
 def needs_work(raw: bytes) -> bool:

@@ -37,6 +37,12 @@ from leveret.model.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
 from leveret.model.message import Message
 
 
+def no_reply_consumer() -> ChannelError:
+    """406 for a publish asking for a direct reply from a channel without a reply
+    consumer (an HTTP publish never has one)."""
+    return ChannelError(PRECONDITION_FAILED, "fast reply consumer does not exist", (60, 40))
+
+
 class Channel(Protocol):
     """What reply-to needs from an AMQP channel: identity, state, and a way to deliver."""
 
@@ -94,8 +100,7 @@ class ReplyTo:
         """What ``reply_to = amq.rabbitmq.reply-to`` becomes on a publish from ``channel``."""
         consumer = self.by_channel.get(channel)
         if consumer is None:
-            raise ChannelError(PRECONDITION_FAILED, "fast reply consumer does not exist",
-                               (60, 40))
+            raise no_reply_consumer()
         return consumer.name
 
     def exists(self, name: str) -> bool:

@@ -229,14 +229,19 @@ class VirtualHost:
         if exchange is None:
             raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
         if exchange.internal:
-            raise ChannelError(
-                ACCESS_REFUSED,
-                f"cannot publish to internal exchange '{name}' in vhost '{self.name}'")
+            self.check_not_internal(exchange)
         headers = _routing_headers(exchange, message)
         # Matchers hold whatever was bound: in a vhost, queues and exchanges; the router
         # resolves exchanges, so what comes back are queues.
         return cast("list[Queue]", route(exchange, message.routing_key, headers,
                                          self.exchanges.get, extra_routing_keys))
+
+    def check_not_internal(self, exchange: Exchange) -> None:
+        """An internal exchange takes no publishes: 403 (rabbit_channel check_internal_exchange)."""
+        if exchange.internal:
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"cannot publish to internal exchange '{exchange.name}' in vhost '{self.name}'")
 
     def explain_route(self, message: Message,
                       extra_routing_keys: tuple[str, ...] = ()) -> tuple[Step, ...]:

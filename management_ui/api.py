@@ -14,6 +14,7 @@ from aiohttp import web
 
 from leveret.management_ui import (
     admin,
+    basic,
     definitions,
     health,
     log_stream,
@@ -56,7 +57,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("PUT", "exchanges/{vhost}/{name}", write.put_exchange, M),
     ("DELETE", "exchanges/{vhost}/{name}", write.delete_exchange, M),
     ("GET", "exchanges/{vhost}/{name}/bindings/{side}", read.exchange_bindings, M),
-    ("POST", "exchanges/{vhost}/{name}/publish", write.publish, M),
+    ("POST", "exchanges/{vhost}/{name}/publish", basic.publish, M),
     ("GET", "queues", read.queues, M),
     ("GET", "queues/{vhost}", read.queues, M),
     ("GET", "queues/{vhost}/{name}", read.queue, M),
@@ -64,7 +65,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("DELETE", "queues/{vhost}/{name}", write.delete_queue, M),
     ("GET", "queues/{vhost}/{name}/bindings", read.queue_bindings, M),
     ("DELETE", "queues/{vhost}/{name}/contents", write.purge_queue, M),
-    ("POST", "queues/{vhost}/{name}/get", write.get, M),
+    ("POST", "queues/{vhost}/{name}/get", basic.get, M),
     ("POST", "queues/{vhost}/{name}/peek", messages.peek, M),
     ("POST", "queues/{vhost}/{name}/search", messages.search, M),
     ("POST", "queues/{vhost}/{name}/redrive", messages.redrive, M),

@@ -27,7 +27,7 @@ from aiohttp import web
 from leveret.broker import queue_messages
 from leveret.broker.permissions import READ, Access
 from leveret.broker.queue_messages import Outcome, Selection
-from leveret.management_ui import read, rights, views, write
+from leveret.management_ui import basic, read, rights, views
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
 from leveret.model.message import Message
 from leveret.queues import browse
@@ -82,7 +82,7 @@ def message_json(position: int, message: Message, redelivered: bool,
     if payload_encoding == "base64":
         payload = base64.b64encode(body).decode()
     return {"position": position, "payload": payload, "payload_encoding": payload_encoding,
-            "payload_bytes": len(body), "properties": write.properties_json(message, keep=False),
+            "payload_bytes": len(body), "properties": basic.properties_json(message, keep=False),
             "exchange": message.exchange, "routing_key": message.routing_key,
             "redelivered": redelivered}
 

@@ -36,8 +36,9 @@ def array(name: str) -> dict[str, Any]:
 RATE = obj({"rate": NUM})
 
 SCHEMAS: dict[str, Any] = {
-    # Every error: {"error": ..., "reason": ...} (rabbit_mgmt_util's shape).
-    "Error": obj({"error": STR, "reason": STR}),
+    # Every error: {"error": ..., "reason": ...} (rabbit_mgmt_util's shape). A reason is
+    # text, or an Erlang term as a list, as publish's ["not_int","priority"] (basic.py).
+    "Error": obj({"error": STR, "reason": {"oneOf": [STR, {"type": "array"}]}}),
     "Health": obj({"status": {"type": "string", "enum": ["ok", "failed"]}}, reason=STR),
     "Overview": obj({"management_version": STR, "rabbitmq_version": STR, "cluster_name": STR,
                      "node": STR, "product_name": STR, "product_version": STR,

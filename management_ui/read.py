@@ -12,7 +12,9 @@ from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import alerts, views
 from leveret.management_ui.listing import respond_list, truthy
+from leveret.management_ui.rights import DEST_KIND
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
+from leveret.model.errors import ChannelError
 
 EXCHANGE_TYPE_DESCRIPTIONS = {
     "direct": "AMQP direct exchange, as per the AMQP specification",
@@ -318,29 +320,49 @@ async def bindings(req: Request) -> web.Response:
     return json_response(respond_list(req.query, found, lambda b: b))
 
 
+def binding_ends(vhost: Any, params: dict[str, str]) -> tuple[Any, Any]:
+    """The source exchange and the destination of a ``bindings/{vhost}/e/{source}/{kind}/
+    {dest}`` route; ChannelError NOT_FOUND for the first one missing, the source first (as
+    RabbitMQ's HTTP bind names them). An unknown ``{kind}`` is 404."""
+    kind = params["kind"]
+    if kind not in DEST_KIND:
+        raise not_found()
+    source = vhost.get_exchange("" if params["source"] == "amq.default" else params["source"])
+    dest = (vhost.get_queue if kind == "q" else vhost.get_exchange)(params["dest"])
+    return source, dest
+
+
 def bindings_between(req: Request) -> tuple[Any, Any, Any, list[dict[str, Any]]]:
-    """/bindings/{vhost}/e/{source}/{q|e}/{destination}: (vhost, source, dest, bindings)."""
+    """/bindings/{vhost}/e/{source}/{q|e}/{destination}: (vhost, source, dest, bindings);
+    404 ``Object Not Found`` when one of them is missing."""
     vhost = vhost_of(req)
-    source = exchange_of(req, vhost, req.params["source"])
-    kind = req.params["kind"]
-    if kind == "q":
-        dest = vhost.queues.get(req.params["dest"])
-        dest_type = "queue"
-    elif kind == "e":
-        dest = vhost.exchanges.get(req.params["dest"])
-        dest_type = "exchange"
-    else:
-        raise not_found()
-    if dest is None:
-        raise not_found()
-    found = [b for b in views.vhost_bindings(vhost)
-             if b["source"] == source.name and b["destination"] == dest.name
-             and b["destination_type"] == dest_type]
-    return vhost, source, dest, found
+    try:
+        source, dest = binding_ends(vhost, req.params)
+    except ChannelError:
+        raise not_found() from None
+    return vhost, source, dest, _between(vhost, source, dest, req.params["kind"])
+
+
+def _between(vhost: Any, source: Any, dest: Any, kind: str) -> list[dict[str, Any]]:
+    dest_type = DEST_KIND[kind]
+    return [b for b in views.vhost_bindings(vhost)
+            if b["source"] == source.name and b["destination"] == dest.name
+            and b["destination_type"] == dest_type]
 
 
 async def bindings_list_between(req: Request) -> web.Response:
-    return json_response(respond_list(req.query, bindings_between(req)[3], lambda b: b))
+    """The bindings from one exchange to one queue or exchange: none (not 404) when the
+    vhost, the source or the destination does not exist, as RabbitMQ 3.10 answers."""
+    vhost = req.state.broker.vhosts.get(req.params["vhost"])
+    found: list[dict[str, Any]] = []
+    if vhost is not None:
+        try:
+            source, dest = binding_ends(vhost, req.params)
+        except ChannelError:
+            pass
+        else:
+            found = _between(vhost, source, dest, req.params["kind"])
+    return json_response(respond_list(req.query, found, lambda b: b))
 
 
 async def binding(req: Request) -> web.Response:

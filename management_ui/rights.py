@@ -31,7 +31,11 @@ POST /queues/{vh}/{q}/get                read q                           401 ``
 
 "404 first" is where RabbitMQ's ``resource_exists`` looks the object up
 before the operation runs; elsewhere a refused name is refused whether or
-not it exists, as on AMQP. Body validation (``not_json``, ``key_missing``,
+not it exists, as on AMQP, and a missing object allowed is answered after
+the check in the operation's own shape: bind 404 ``not_found`` ``no queue
+'q' in vhost '/'``, publish 400 ``404 NOT_FOUND - no exchange …``, get 404
+``not_found`` ``NOT_FOUND - no queue …`` (``write.post_binding``,
+``basic.py``). Body validation (``not_json``, ``key_missing``,
 an unknown exchange type) comes before the permission check, as in
 RabbitMQ. Administrators get no exemption: RabbitMQ's tags decide which
 routes a user may call, permissions what the operation may touch.
@@ -47,7 +51,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.broker.permissions import CONFIGURE, READ, WRITE, Access
-from leveret.management_ui.router import ApiError, Request, bad_request, not_found
+from leveret.management_ui.router import ApiError, Request, channel_closed, not_found
 from leveret.model.errors import ChannelError
 
 DEST_KIND = {"q": "queue", "e": "exchange"}  # a binding route's {kind} -> resource kind
@@ -108,7 +112,7 @@ def check_publish(req: Request, vhost: Any, exchange: str) -> Access:
     try:
         access.check(WRITE, "exchange", exchange)
     except ChannelError as exc:
-        raise bad_request(f"{int(exc.code)} {exc.reply_text}") from None
+        raise channel_closed(exc) from None
     return access
 
 
@@ -120,7 +124,7 @@ def check_topic_publish(access: Access, exchange: Any, routing_key: str) -> None
     try:
         access.check_topic(WRITE, exchange.name, routing_key)
     except ChannelError as exc:
-        raise bad_request(f"{int(exc.code)} {exc.reply_text}") from None
+        raise channel_closed(exc) from None
 
 
 def check_get(req: Request, vhost: Any, name: str) -> None:

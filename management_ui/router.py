@@ -11,11 +11,16 @@ model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
 401    ``{"error":"not_authorized","reason":"Login failed"}`` +
        ``WWW-Authenticate: Basic realm="RabbitMQ Management"``;
        empty body when no credentials were sent (as RabbitMQ)
-400    ``{"error":"bad_request","reason":...}``; AMQP texts as they are
+400    ``{"error":"bad_request","reason":...}``; AMQP texts as they are.
+       Publish (and get's exclusive-queue refusal) answer with the
+       channel's close reason, code first (``channel_closed``):
+       ``404 NOT_FOUND - no exchange 'x' in vhost '/'``. A reason is
+       sometimes an Erlang term as a JSON list: ``["not_int","priority"]``
 401    ``{"error":"not_authorised","reason":"Access refused."}`` for an AMQP
        ACCESS_REFUSED (declaring ``amq.*``, a resource permission refused:
        ``rights.py``, which also has publish's and get's other shapes)
-404    ``{"error":"Object Not Found","reason":"Not Found"}``
+404    ``{"error":"Object Not Found","reason":"Not Found"}``; get and bind
+       name what is missing: ``{"error":"not_found","reason":"no queue …"}``
 405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
        (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)
 =====  ==========================================================
@@ -41,14 +46,14 @@ REALM = 'Basic realm="RabbitMQ Management"'
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
+    def __init__(self, status: int, error: str, reason: str | list[Any]) -> None:
         super().__init__(reason)
         self.status = status
         self.error = error
         self.reason = reason
 
 
-def bad_request(reason: str) -> ApiError:
+def bad_request(reason: str | list[Any]) -> ApiError:
     return ApiError(400, "bad_request", reason)
 
 
@@ -56,12 +61,18 @@ def not_found() -> ApiError:
     return ApiError(404, "Object Not Found", "Not Found")
 
 
+def channel_closed(exc: ChannelError) -> ApiError:
+    """400 with the close reason of the AMQP channel RabbitMQ's plugin ran the operation
+    on, code first: ``406 PRECONDITION_FAILED - …`` (publish's answer to every refusal)."""
+    return bad_request(f"{int(exc.code)} {exc.reply_text}")
+
+
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(body=json.dumps(data, separators=(",", ":"), default=str).encode(),
                         status=status, content_type="application/json", headers=headers)
 
 
-def error_response(status: int, error: str, reason: str,
+def error_response(status: int, error: str, reason: str | list[Any],
                    headers: dict[str, str] | None = None) -> web.Response:
     return json_response({"error": error, "reason": reason}, status, headers)
 

@@ -1,38 +1,28 @@
 """Write routes: declare/delete exchanges and queues, bindings, purge, close a
-connection, publish and get over HTTP, policies.
+connection, policies (publish and get over HTTP: ``basic.py``).
 
 Every change goes through the broker model's operations API
 (``broker/vhost.py``), so the rules and texts are AMQP's: an inequivalent
 redeclare is a 400 with the text a channel.close would carry, and the user's
 configure / write / read permissions apply as on AMQP (``rights.py``). Input is
-lenient as RabbitMQ's is: ``"durable": "true"``, ``"count": "1"``, and the
+lenient as RabbitMQ's is: ``"durable": "true"``, and the
 ``vhost``/``name`` keys rabbitmqadmin repeats in the body are accepted.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import datetime
 from typing import Any
 
 from aiohttp import web
-from pamqp import commands
 
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import auth, read, rights, views
 from leveret.management_ui.listing import truthy
-from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
+from leveret.management_ui.router import ApiError, Request, bad_request, not_found
 from leveret.model.errors import ChannelError
-from leveret.model.message import Message
-from leveret.model.properties import decode_properties, encode_properties
-from leveret.queues.entry import PublishResult
 from leveret.queues.policy import PolicyError, validate
 
-ACK_MODES = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false",
-             "reject_requeue_false")
 # RabbitMQ's default text when a connection is closed from the management UI.
 CLOSED_VIA_MANAGEMENT = "Closed via management plugin"
 
@@ -132,11 +122,22 @@ async def purge_queue(req: Request) -> web.Response:
 # -- bindings ----------------------------------------------------------------------------------
 
 async def post_binding(req: Request) -> web.Response:
+    """queue.bind / exchange.bind. As RabbitMQ 3.10: no such vhost is 404 ``not_found``
+    ``vhost_not_found``; then the permission checks, refused whether or not the ends
+    exist; then 404 ``not_found`` naming the missing end, the source first, without the
+    ``NOT_FOUND -`` of the channel's close reason; then 400 for another connection's
+    exclusive queue (unbinding too)."""
     params = req.params
-    # Refused before the lookups: a missing source or destination is refused too.
-    access = rights.check_binding(req, read.vhost_of(req), params["kind"], params["dest"],
-                                  params["source"])
-    vhost, source, dest, _ = read.bindings_between(req)
+    vhost = req.state.broker.vhosts.get(params["vhost"])
+    if vhost is None:
+        raise ApiError(404, "not_found", "vhost_not_found")
+    access = rights.check_binding(req, vhost, params["kind"], params["dest"], params["source"])
+    try:
+        source, dest = read.binding_ends(vhost, params)
+    except ChannelError as exc:
+        raise ApiError(404, "not_found", exc.detail) from None
+    if params["kind"] == "q":
+        vhost.check_exclusive(dest, None)  # another connection's exclusive queue: 400
     body = await req.body()
     routing_key = str(body.get("routing_key", ""))
     arguments = _dict_arg(body, "arguments")
@@ -155,6 +156,8 @@ async def delete_binding(req: Request) -> web.Response:
                     access = rights.check_binding(req, vhost, req.params["kind"], dest.name,
                                                   source.name)
                     rights.check_topic_binding(access, source, rk)
+                    if req.params["kind"] == "q":
+                        vhost.check_exclusive(dest, None)
                     vhost.unbind(source, dest, rk, args)
                     return _no_content()
     raise not_found()
@@ -192,187 +195,6 @@ async def delete_consumer(req: Request) -> web.Response:
                 conn.on_output()
             return _no_content()
     raise not_found()
-
-
-# -- publish and get ---------------------------------------------------------------------------
-
-PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
-                  "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
-                  "type", "user_id", "app_id", "cluster_id")
-
-
-def encode_json_properties(props: dict[str, Any]) -> bytes:
-    kwargs: dict[str, Any] = {}
-    for key, value in props.items():
-        if key not in PROPERTY_NAMES:
-            raise bad_request(f"invalid property '{key}'")
-        if key in ("delivery_mode", "priority", "timestamp"):
-            value = _int(value, key)
-        elif key == "headers":
-            if not isinstance(value, dict):
-                raise bad_request("headers must be an object")
-        else:
-            value = str(value)
-        kwargs[key] = value
-    if "timestamp" in kwargs:  # pamqp wants a datetime
-        kwargs["timestamp"] = datetime.datetime.fromtimestamp(kwargs["timestamp"],
-                                                              tz=datetime.UTC)
-    try:
-        return encode_properties(commands.Basic.Properties(**kwargs))
-    except (ValueError, TypeError) as exc:
-        raise bad_request(f"invalid properties: {exc}") from None
-
-
-async def publish(req: Request) -> web.Response:
-    vhost = read.vhost_of(req)
-    body = await req.body()
-    for key in ("routing_key", "payload", "payload_encoding", "properties"):
-        if key not in body:
-            raise bad_request(f"[{{key_missing,{key}}}]")
-    encoding = body["payload_encoding"]
-    payload = body["payload"]
-    if encoding == "string":
-        data = str(payload).encode()
-    elif encoding == "base64":
-        try:
-            data = base64.b64decode(str(payload), validate=True)
-        except binascii.Error:
-            raise bad_request("not_base64") from None
-    else:
-        raise bad_request(f"invalid payload_encoding '{encoding}'")
-    raw_props = encode_json_properties(_dict_arg(body, "properties"))
-    access = rights.check_publish(req, vhost, req.params["name"])  # before the lookup
-    exchange = read.exchange_of(req, vhost, req.params["name"])
-    rights.check_topic_publish(access, exchange, str(body["routing_key"]))
-    message = Message(exchange.name, str(body["routing_key"]), raw_props, data)
-    queues = vhost.route(message)
-    tracer = vhost.tracer
-    if tracer is not None:  # channel None: published over HTTP
-        tracer.published(message, queues, req.user, None, False, False,
-                         vhost.explain_route(message) if message.exchange else None)
-    stats = vhost.closed_channel_stats  # the vhost's counters of channel-less work
-    stats.publish += 1
-    if not queues:
-        stats.drop_unroutable += 1
-        return json_response({"routed": False})
-    held = False
-    for queue in queues:
-        if queue.publish(message) is PublishResult.HELD:
-            held = True
-    if held and vhost.log.deferred:
-        # As RabbitMQ's publish (confirm mode): answer once the store has the message.
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def committed(ok: bool) -> None:
-            if not done.done():
-                done.set_result(ok)
-
-        vhost.log.after_commit(committed)
-        await done
-    return json_response({"routed": True})
-
-
-async def get(req: Request) -> web.Response:
-    vhost = read.vhost_of(req)
-    body = await req.body()
-    for key in ("ackmode", "encoding", "count"):
-        if key not in body:
-            raise bad_request(f"[{{key_missing,{key}}}]")
-    ackmode = str(body["ackmode"])
-    if ackmode not in ACK_MODES:
-        raise bad_request(f"invalid ackmode '{ackmode}'")  # RabbitMQ 3.10 answers 500 here
-    encoding = str(body["encoding"])
-    if encoding not in ("auto", "base64"):
-        raise bad_request(f"invalid encoding '{encoding}'")
-    count = _int(body["count"], "count")
-    truncate = _int(body["truncate"], "truncate") if body.get("truncate") not in (None, "") else None
-    name = req.params["name"]
-    rights.check_get(req, vhost, name)  # before the lookup, as basic.get
-    if name not in vhost.queues:
-        raise not_found()
-    try:
-        queue = vhost.queue_for(name, None)
-    except ChannelError as exc:  # RabbitMQ's get reports the channel's close text with its code
-        raise bad_request(f"{int(exc.code)} {exc.reply_text}") from None
-    stats = vhost.closed_channel_stats
-    taken = []
-    out = []
-    for _ in range(max(count, 0)):
-        entry = queue.take()
-        if entry is None:
-            stats.get_empty += 1
-            break
-        redelivered = entry.delivery_count > 0  # take() counted it unacked and delivered
-        if redelivered:
-            stats.redeliver += 1
-        stats.get += 1
-        entry.delivery_count += 1
-        if vhost.tracer is not None:  # channel None: got over HTTP
-            vhost.tracer.delivered(queue.name, entry.message, "", redelivered, None,
-                                   req.user, True)
-        taken.append(entry)
-        out.append(_message_json(entry.message, redelivered, queue.message_count, encoding,
-                                 truncate))
-    # RabbitMQ gets them all on one channel, then settles: requeued ones come back in order.
-    requeue = ackmode.endswith("requeue_true")
-    tracer = vhost.tracer
-    for entry in taken:
-        if tracer is not None and requeue:
-            tracer.requeued(queue.name, entry.message, None, "", "get " + ackmode)
-        elif tracer is not None:
-            tracer.settled("ack" if ackmode.startswith("ack") else "reject", queue.name,
-                           entry.message, None, "", None if ackmode.startswith("ack") else False)
-        if requeue:
-            if entry.stored:
-                queue.note_delivered(entry)
-            queue.requeue(entry)
-        elif ackmode.startswith("ack"):
-            stats.ack += 1
-            queue.settle(entry)
-        else:
-            queue.reject(entry)
-    if requeue and taken:
-        queue.dispatch()
-    return json_response(out)
-
-
-def _message_json(message: Message, redelivered: bool, remaining: int, encoding: str,
-                  truncate: int | None) -> dict[str, Any]:
-    body = message.body
-    payload_bytes = len(body)
-    if truncate is not None:
-        body = body[:truncate]
-    payload: str
-    payload_encoding = "string"
-    if encoding == "auto":
-        try:
-            payload = body.decode("utf-8")
-        except UnicodeDecodeError:
-            payload, payload_encoding = base64.b64encode(body).decode(), "base64"
-    else:
-        payload, payload_encoding = base64.b64encode(body).decode(), "base64"
-    return {
-        "payload_bytes": payload_bytes, "redelivered": redelivered,
-        "exchange": message.exchange, "routing_key": message.routing_key,
-        "message_count": remaining, "properties": properties_json(message),
-        "payload": payload, "payload_encoding": payload_encoding,
-    }
-
-
-def properties_json(message: Message, keep: bool = True) -> dict[str, Any]:
-    """The message's properties as JSON; ``keep=False`` decodes without caching the result
-    on the message (a peek leaves messages as they were, memory included)."""
-    try:
-        props = message.properties if keep else decode_properties(message.raw_properties)
-    except ValueError:
-        return {}
-    out: dict[str, Any] = {}
-    for name in PROPERTY_NAMES:
-        value = getattr(props, name, None)
-        if value is None or value == "" or (name == "headers" and not value):
-            continue
-        out[name] = views.jsonable(value)
-    return out
 
 
 # -- policies ----------------------------------------------------------------------------------

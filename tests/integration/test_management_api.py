@@ -11,6 +11,9 @@ from typing import Any
 import pika
 import pytest
 
+from tests.integration import test_management_permissions as mp
+from tests.integration.conftest import HttpApi
+
 Q = "/queues/%2F/"
 X = "/exchanges/%2F/"
 
@@ -343,7 +346,8 @@ def test_publish_and_get_ack_modes(api, qname):
     status, _, body = api.post(get, {"count": 1, "ackmode": "bogus", "encoding": "auto"})
     assert status == 400
     assert api.post("/exchanges/%2F/no-such-x/publish", {"routing_key": "", "payload": "",
-                    "payload_encoding": "string", "properties": {}})[0] == 404
+                    "payload_encoding": "string", "properties": {}})[::2] == (400, {
+        "error": "bad_request", "reason": "404 NOT_FOUND - no exchange 'no-such-x' in vhost '/'"})
     api.delete(Q + qname)
 
 
@@ -434,22 +438,30 @@ def test_field_names_match_rabbitmq(api, rabbitmq_http, qname):
             target.delete(Q + qname)
 
 
-def test_exclusive_queue_is_locked_over_http(api, broker, qname):
+def test_exclusive_queue_is_locked_over_http(target, request, qname):
+    """Another connection's exclusive queue: get, purge, declare, delete, bind and unbind
+    are refused (400) over HTTP, listing its bindings is not. Runs against RabbitMQ too
+    (``target``), which is where the answers were recorded."""
+    api = request.getfixturevalue("rabbitmq_http" if target.name == "rabbitmq" else "api")
     locked = (f"cannot obtain exclusive access to locked queue '{qname}' in vhost '/'. It could "
               "be originally declared on another connection or the exclusive property value "
               "does not match that of the original declaration.")
-    conn = _conn(broker)
+    conn = target.connect()
     try:
         ch = conn.channel()
         ch.queue_declare(qname, exclusive=True)
+        ch.queue_bind(qname, "amq.direct", "k")
         ch.basic_publish("", qname, b"x")
         status, _, body = api.post(f"{Q}{qname}/get", {"count": 1, "ackmode": "ack_requeue_true",
                                                        "encoding": "auto"})
         assert (status, body["reason"]) == (400, f"405 RESOURCE_LOCKED - {locked}")
+        between = f"/bindings/%2F/e/amq.direct/q/{qname}"
         for status, _, body in (api.delete(f"{Q}{qname}/contents"), api.put(Q + qname),
-                                api.delete(Q + qname)):
+                                api.delete(Q + qname), api.post(between, {"routing_key": "k2"}),
+                                api.delete(between + "/k")):
             assert (status, body) == (400, {"error": "bad_request", "reason": locked})
         assert api.ok(Q + qname)["exclusive"] is True
+        assert [b["routing_key"] for b in api.ok(between)] == ["k"]
     finally:
         conn.close()
 
@@ -598,3 +610,189 @@ def test_users_vhosts_permissions_limits_crud(api, broker, qname):
     assert api.delete(f"/users/{user}")[0] == 404
     assert api.delete(f"/vhosts/{vh}")[0] == 204
     assert api.get(f"/vhosts/{vh}")[0] == 404
+
+
+# -- publish, get and bind on missing objects, and publish's checks: as RabbitMQ 3.10.8 --------
+# Each (status, body) was recorded from RabbitMQ 3.10.8 (management_ui/basic.py has the order
+# of the checks). The table runs with test_management_permissions.py's fixture and runner:
+# against a private Leveret always, and against RabbitMQ when its API answers on
+# 127.0.0.1:15672 (skipped otherwise); the user is mp.U (tagged management), with every
+# permission on "/", and what the cases create on RabbitMQ is deleted afterwards.
+
+guest = mp.guest  # the fixture: guest on a private Leveret, and on RabbitMQ when it answers
+NOVH = f"mp-novh-{mp.SUFFIX}"  # a vhost that does not exist
+MP_PUB = f"/exchanges/%2F/{mp.X}/publish"  # mp.X is bound to mp.Q with "k"
+MP_DEF = "/exchanges/%2F/amq.default/publish"
+MP_GET = f"/queues/%2F/{mp.Q}/get"
+INTERNAL = f"{mp.NEW}-x"  # deleted by the fixture
+NO_CHANNEL = {"error": "not_authorised", "reason": "Access refused."}
+
+
+def _bad(reason: Any) -> dict[str, Any]:
+    return {"error": "bad_request", "reason": reason}
+
+
+def _body(properties: dict[str, Any] | None = None, routing_key: str = "nowhere",
+          **kw: Any) -> dict[str, Any]:
+    return {**mp.publish_body(routing_key), "properties": properties or {}, **kw}
+
+
+def _to_q(properties: dict[str, Any]) -> dict[str, Any]:
+    return _body(properties, mp.Q)
+
+
+def _case(name: str, method: str, path: str, body: Any, status: int, reply: Any,
+          **kw: Any) -> mp.Case:
+    return mp.Case(name, mp.ALL, method, path, body, status, reply, **kw)
+
+
+def _user_id(value: str) -> dict[str, str]:
+    return _bad(f"406 PRECONDITION_FAILED - user_id property set to '{value}' but "
+                f"authenticated user was '{mp.U}'")
+
+
+def _no(kind: str, name: str) -> dict[str, str]:
+    return {"error": "not_found", "reason": f"no {kind} '{name}' in vhost '/'"}
+
+
+MISSING_X = _bad(f"404 NOT_FOUND - no exchange '{mp.MISSING}' in vhost '/'")
+REFUSED_INTERNAL = _bad(f"403 ACCESS_REFUSED - cannot publish to internal exchange "
+                        f"'{INTERNAL}' in vhost '/'")
+UNSUPPORTED = _bad("Unsupported encoding. Please use auto or base64.")
+BAD_GET = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "zz"}
+
+RABBITMQ_ANSWERS = [
+    # -- publish: the body, the vhost, properties and payload, then the channel's checks ---------
+    _case("publish, missing exchange", "POST", f"/exchanges/%2F/{mp.MISSING}/publish",
+          _body(), 400, MISSING_X),
+    _case("publish, missing exchange before user_id", "POST",
+          f"/exchanges/%2F/{mp.MISSING}/publish", _body({"user_id": "other"}), 400, MISSING_X),
+    _case("publish, missing vhost", "POST", f"/exchanges/{NOVH}/x/publish", _body(), 401,
+          NO_CHANNEL),
+    _case("publish, key missing before the vhost", "POST", f"/exchanges/{NOVH}/x/publish",
+          {"routing_key": "k", "payload": "m", "properties": {}}, 400,
+          _bad("[{key_missing,payload_encoding}]")),
+    _case("publish, payload not a string, before the vhost", "POST",
+          f"/exchanges/{NOVH}/x/publish", _body(payload=5), 400, _bad("payload_not_string")),
+    _case("publish, the vhost before properties", "POST", f"/exchanges/{NOVH}/x/publish",
+          _body({"priority": "x"}), 401, NO_CHANNEL),
+    _case("publish, not_int", "POST", MP_PUB, _body({"priority": "x"}), 400,
+          _bad(["not_int", "priority"])),
+    _case("publish, not_int for a numeric string", "POST", MP_PUB, _body({"delivery_mode": "2"}),
+          400, _bad(["not_int", "delivery_mode"])),
+    _case("publish, not_string, in wire order", "POST", MP_PUB,
+          _body({"priority": "x", "content_type": 5}), 400, _bad(["not_string", "content_type"])),
+    _case("publish, null in headers", "POST", MP_PUB, _body({"headers": {"a": [None]}}), 400,
+          _bad("null_not_allowed")),
+    _case("publish, unknown property ignored", "POST", MP_DEF, _to_q({"bogus": 1}), 200,
+          {"routed": True}),
+    _case("publish, unsupported encoding", "POST", MP_PUB, _body(payload_encoding="zz"), 400,
+          _bad(["unsupported_encoding", "zz"])),
+    _case("publish, properties before the payload", "POST", MP_PUB,
+          _body({"priority": "x"}, payload_encoding="zz"), 400, _bad(["not_int", "priority"])),
+    _case("publish, not base64", "POST", MP_PUB, _body(payload="eA", payload_encoding="base64"),
+          400, _bad(["not_base64", "eA"])),
+    _case("publish, base64 with a line break", "POST", MP_PUB,
+          _body(payload="eA==\n", payload_encoding="base64"), 200, {"routed": False}),
+    _case("publish, payload checked before the exchange", "POST",
+          f"/exchanges/%2F/{mp.MISSING}/publish", _body(payload_encoding="zz"), 400,
+          _bad(["unsupported_encoding", "zz"])),
+    _case("publish, internal exchange", "POST", f"/exchanges/%2F/{INTERNAL}/publish", _body(),
+          400, REFUSED_INTERNAL, setup=[
+              ("PUT", f"/exchanges/%2F/{INTERNAL}", {"type": "direct", "internal": True})]),
+    _case("publish, internal before user_id", "POST", f"/exchanges/%2F/{INTERNAL}/publish",
+          _body({"user_id": "other"}), 400, REFUSED_INTERNAL),
+    _case("publish, user_id", "POST", MP_DEF, _to_q({"user_id": "other"}), 400,
+          _user_id("other")),
+    _case("publish, empty user_id", "POST", MP_DEF, _to_q({"user_id": ""}), 400, _user_id("")),
+    _case("publish, user_id before expiration", "POST", MP_DEF,
+          _to_q({"user_id": "other", "expiration": "abc"}), 400, _user_id("other")),
+    _case("publish, user_id of the user", "POST", MP_DEF, _to_q({"user_id": mp.U}), 200,
+          {"routed": True}),
+    _case("publish, expiration", "POST", MP_DEF, _to_q({"expiration": "abc"}), 400,
+          _bad("406 PRECONDITION_FAILED - invalid expiration 'abc': no_integer")),
+    _case("publish, negative expiration", "POST", MP_DEF, _to_q({"expiration": "-1"}), 400,
+          _bad("406 PRECONDITION_FAILED - invalid expiration '-1': {value_negative,-1}")),
+    _case("publish, CC routes", "POST", MP_DEF, _body({"headers": {"CC": [mp.Q]}}), 200,
+          {"routed": True}),
+    _case("publish, BCC routes", "POST", MP_DEF, _body({"headers": {"BCC": [mp.Q]}}), 200,
+          {"routed": True}),
+    _case("publish, CC not an array", "POST", MP_DEF, _body({"headers": {"CC": mp.Q}}), 400,
+          _bad('406 PRECONDITION_FAILED - invalid message: '
+               '{unacceptable_type_in_header,"CC",longstr}')),
+    _case("publish, direct reply-to", "POST", MP_DEF,
+          _to_q({"reply_to": "amq.rabbitmq.reply-to"}), 400,
+          _bad("406 PRECONDITION_FAILED - fast reply consumer does not exist")),
+    # -- get -------------------------------------------------------------------------------------
+    _case("get, missing queue", "POST", f"/queues/%2F/{mp.MISSING}/get", mp.GET_BODY, 404,
+          {"error": "not_found", "reason": f"NOT_FOUND - no queue '{mp.MISSING}' in vhost '/'"}),
+    _case("get, missing vhost", "POST", f"/queues/{NOVH}/q/get", mp.GET_BODY, 401, NO_CHANNEL),
+    _case("get, key missing before the vhost", "POST", f"/queues/{NOVH}/q/get",
+          {"count": 1, "encoding": "auto"}, 400, _bad("[{key_missing,ackmode}]")),
+    _case("get, the vhost before the encoding", "POST", f"/queues/{NOVH}/q/get", BAD_GET, 401,
+          NO_CHANNEL),
+    _case("get, unsupported encoding", "POST", MP_GET, BAD_GET, 400, UNSUPPORTED),
+    _case("get, the encoding before the lookup", "POST", f"/queues/%2F/{mp.MISSING}/get",
+          BAD_GET, 400, UNSUPPORTED),
+    # -- bind: 404 not_found naming the missing end, the source first --------------------------
+    _case("bind, missing source", "POST", f"/bindings/%2F/e/{mp.MISSING}/q/{mp.Q}",
+          {"routing_key": "k9"}, 404, _no("exchange", mp.MISSING)),
+    _case("bind, missing queue", "POST", f"/bindings/%2F/e/{mp.X}/q/{mp.MISSING}",
+          {"routing_key": "k9"}, 404, _no("queue", mp.MISSING)),
+    _case("bind, both missing: the source", "POST",
+          f"/bindings/%2F/e/{mp.MISSING}/q/{mp.MISSING}-q", {}, 404, _no("exchange", mp.MISSING)),
+    _case("exchange bind, missing source", "POST", f"/bindings/%2F/e/{mp.MISSING}/e/{mp.T}", {},
+          404, _no("exchange", mp.MISSING)),
+    _case("exchange bind, missing destination", "POST",
+          f"/bindings/%2F/e/{mp.X}/e/{mp.MISSING}", {}, 404, _no("exchange", mp.MISSING)),
+    _case("exchange bind, both missing: the source", "POST",
+          f"/bindings/%2F/e/{mp.MISSING}/e/{mp.MISSING}-e", {}, 404, _no("exchange", mp.MISSING)),
+    _case("bind, missing vhost", "POST", f"/bindings/{NOVH}/e/x/q/q", {}, 404,
+          {"error": "not_found", "reason": "vhost_not_found"}),
+    _case("bind, the default exchange", "POST", f"/bindings/%2F/e/amq.default/q/{mp.Q}", {}, 401,
+          mp.ACCESS_REFUSED),
+    _case("bindings between, missing source: none", "GET",
+          f"/bindings/%2F/e/{mp.MISSING}/q/{mp.Q}", None, 200, []),
+    _case("bindings between, missing queue: none", "GET",
+          f"/bindings/%2F/e/{mp.X}/q/{mp.MISSING}", None, 200, []),
+    _case("bindings between, missing exchange: none", "GET",
+          f"/bindings/%2F/e/{mp.X}/e/{mp.MISSING}", None, 200, []),
+    _case("bindings between, missing vhost: none", "GET", f"/bindings/{NOVH}/e/x/q/q", None, 200,
+          []),
+    _case("binding, missing source", "GET", f"/bindings/%2F/e/{mp.MISSING}/q/{mp.Q}/k", None, 404,
+          mp.NOT_FOUND),
+    _case("unbind, missing source", "DELETE", f"/bindings/%2F/e/{mp.MISSING}/q/{mp.Q}/k", None,
+          404, mp.NOT_FOUND),
+    _case("unbind, missing queue", "DELETE", f"/bindings/%2F/e/{mp.X}/q/{mp.MISSING}/k", None,
+          404, mp.NOT_FOUND),
+    # -- last: the user becomes an impersonator, who may publish any user_id --------------------
+    _case("publish, user_id by an impersonator", "POST", MP_DEF, _to_q({"user_id": "other"}),
+          200, {"routed": True}, setup=[
+              ("PUT", f"/users/{mp.U}", {"password": mp.PW, "tags": "management,impersonator"})]),
+]
+
+
+def test_publish_get_bind_answer_as_rabbitmq(guest: HttpApi) -> None:
+    """Every case in order; all differences from RabbitMQ's recorded answers at once."""
+    problems = [p for case in RABBITMQ_ANSWERS for p in mp._run(guest, case)]
+    assert not problems, "\n".join(problems)
+
+
+def test_http_publish_checks_leave_messages_as_rabbitmq(guest: HttpApi) -> None:
+    """What the accepted publishes deliver: CC and BCC reach the queue (BCC removed from
+    the headers), an impersonator's user_id is kept."""
+    user = HttpApi(guest.base, mp.U, mp.PW)
+    assert guest.put(f"/permissions/%2F/{mp.U}", dict(zip(
+        ("configure", "write", "read"), mp.ALL, strict=True)))[0] in (201, 204)
+    assert guest.post(MP_GET, {"count": 10, "ackmode": "ack_requeue_false",
+                               "encoding": "auto"})[0] == 200  # the fixture's message
+    assert user.post(MP_DEF, _body({"headers": {"CC": [mp.Q], "x": 1}}))[2] == {"routed": True}
+    assert user.post(MP_DEF, _body({"headers": {"BCC": [mp.Q], "x": 2}}))[2] == {"routed": True}
+    assert guest.put(f"/users/{mp.U}", {"password": mp.PW,
+                                        "tags": "management,impersonator"})[0] == 204
+    assert user.post(MP_DEF, _to_q({"user_id": "other"}))[2] == {"routed": True}
+    got = guest.post(MP_GET, {"count": 10, "ackmode": "ack_requeue_false", "encoding": "auto"})[2]
+    assert [(m["routing_key"], m["properties"]) for m in got] == [
+        ("nowhere", {"headers": {"CC": [mp.Q], "x": 1}}),
+        ("nowhere", {"headers": {"x": 2}}),
+        (mp.Q, {"user_id": "other"})]
