@@ -78,7 +78,8 @@ class PriorityStore(FeaturedStore):
 
     def _cluster(self, entry: QueueEntry) -> int:
         # Each level's messages together in the store, highest level first: a level drains
-        # page by page (a one-page-a-message rewrite made a 10M drain write ~40x its size).
+        # page by page instead of rewriting a page shared with other levels for every ack
+        # (300k x 10 levels: drain 29k -> 39k msg/s, RssAnon peak 276 -> 68 MiB).
         return 255 - entry.priority  # type: ignore[attr-defined, no-any-return]
 
     def _new_tail(self, level: int) -> IndexedTail:
