@@ -23,6 +23,7 @@ When the channel closes, everything unacked goes back to its queue.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -275,6 +276,11 @@ class Channel(Publisher):
         tag ("" for basic.get): the console's unacked peek (changes nothing)."""
         return [(entry, consumer.tag if consumer is not None else "")
                 for entry, q, consumer in self._unacked.values() if q is queue]
+
+    def deliveries(self) -> Iterator[Delivery]:
+        """Every unacked delivery (entry, queue, consumer or None for basic.get), oldest
+        first; changes nothing (the management plane's byte totals, ``queue_bytes.py``)."""
+        return self._unacked.values()
 
     # -- acknowledgements --------------------------------------------------------
 

@@ -101,7 +101,7 @@ class Broker:
                           arguments=dict(q.arguments))
             vhost.add_queue(queue, q.qid)
             stats = self.store.queue_stats(q.qid)
-            queue.recover(stats.count, stats.first_seq, stats.next_seq)
+            queue.recover(stats.count, stats.first_seq, stats.next_seq, stats.bytes)
             messages += stats.count
         for b in defs.bindings:
             vhost = self.vhosts.get(b.vhost)

@@ -21,6 +21,7 @@ from typing import Any
 
 from leveret.broker import definitions, inventory
 from leveret.broker.accounts import AccountError
+from leveret.broker.queue_bytes import HeldBytes
 from leveret.model.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
 
 Command = Callable[[dict[str, Any]], Any]
@@ -31,7 +32,8 @@ EX_USAGE, EX_DATAERR, EX_UNAVAILABLE = 64, 65, 69
 QUEUE_KEYS = ("name", "durable", "auto_delete", "exclusive", "arguments", "policy", "state",
               "type", "messages", "messages_ready", "messages_unacknowledged", "messages_ram",
               "messages_ready_ram", "messages_unacknowledged_ram", "messages_persistent",
-              "consumers", "consumer_utilisation", "consumer_capacity",
+              "message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
+              "message_bytes_ram", "message_bytes_persistent", "consumers", "consumer_utilisation", "consumer_capacity",
               "exclusive_consumer_tag", "head_message_timestamp", "memory")
 EXCHANGE_KEYS = ("name", "type", "durable", "auto_delete", "internal", "arguments", "policy")
 BINDING_KEYS = ("source_name", "source_kind", "destination_name", "destination_kind",
@@ -79,8 +81,8 @@ def _rows(records: list[dict[str, Any]], columns: tuple[str, ...]) -> list[dict[
     return [{c: r.get(c) for c in columns} for r in records]
 
 
-def _queue_row(queue: Any) -> dict[str, Any]:
-    row = inventory.queue_record(queue)
+def _queue_row(queue: Any, held: HeldBytes) -> dict[str, Any]:
+    row = inventory.queue_record(queue, held)
     row["policy"] = row["policy"] or EMPTY
     row["exclusive_consumer_tag"] = row["exclusive_consumer_tag"] or EMPTY
     row["head_message_timestamp"] = row["head_message_timestamp"] or EMPTY
@@ -139,6 +141,10 @@ def commands(broker: Any) -> dict[str, Command]:
                 return []
             return _rows(records(vhost), columns)
         return run
+
+    def queue_rows(vhost: Any) -> list[dict[str, Any]]:
+        held = inventory.held_bytes(broker)  # unacked bytes: one pass for the whole list
+        return [_queue_row(q, held) for q in sorted(vhost.queues.values(), key=lambda q: q.name)]
 
     def queue_named(r: dict[str, Any], missing: str) -> Any:
         vhost = vhost_of(r)
@@ -202,8 +208,7 @@ def commands(broker: Any) -> dict[str, Command]:
         return node
 
     return {
-        "list_queues": listing("list_queues", lambda vh: [
-            _queue_row(q) for q in sorted(vh.queues.values(), key=lambda q: q.name)]),
+        "list_queues": listing("list_queues", queue_rows),
         "list_exchanges": listing("list_exchanges", lambda vh: [
             _exchange_row(vh, x) for x in sorted(vh.exchanges.values(), key=lambda x: x.name)]),
         "list_bindings": listing("list_bindings", lambda vh: [

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
+from leveret.broker.queue_bytes import HeldBytes, byte_fields
 from leveret.model.errors import CONNECTION_FORCED
 from leveret.queues import queue_types
 from leveret.queues.policy import select
@@ -60,8 +61,15 @@ def truthy(value: Any) -> bool:
 
 # -- queues and consumers --------------------------------------------------------------------
 
-def queue_record(queue: Any, stats: bool = True) -> dict[str, Any]:
-    """A queue's fields (without node or rates); ``stats=False``: only the cheap ones."""
+def held_bytes(broker: Any) -> HeldBytes:
+    """Unacked bytes per queue for one request (``queue_bytes.py``): pass it to every
+    ``queue_record`` of the request."""
+    return HeldBytes(broker.connections)
+
+
+def queue_record(queue: Any, held: HeldBytes | None) -> dict[str, Any]:
+    """A queue's fields (without node or rates); ``held`` (``held_bytes``, one per
+    request) None: only the cheap ones (``disable_stats``)."""
     ready = queue.message_count
     unacked = queue.unacked
     vhost = queue.vhost
@@ -72,7 +80,7 @@ def queue_record(queue: Any, stats: bool = True) -> dict[str, Any]:
         "exclusive": queue.exclusive,
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
     }
-    if not stats:
+    if held is None:
         return out
     policy = (select(vhost.policies, "queues", queue.name, out["type"])
               if vhost.policies else None)
@@ -93,8 +101,9 @@ def queue_record(queue: Any, stats: bool = True) -> dict[str, Any]:
         "head_message_timestamp": None,
         "memory": 0,
         "messages_ram": ready + unacked - paged_out, "messages_ready_ram": ready - paged_out,
-        "messages_unacknowledged_ram": unacked, "messages_persistent": 0,
+        "messages_unacknowledged_ram": unacked,
         "messages_paged_out": paged_out,
+        **byte_fields(queue, held),  # message_bytes*, messages_persistent
     })
     return out
 

@@ -57,7 +57,11 @@ SCHEMAS: dict[str, Any] = {
                   "auto_delete": BOOL, "exclusive": BOOL, "arguments": OBJ, "node": STR,
                   "messages": INT, "messages_ready": INT, "messages_unacknowledged": INT},
                  consumers=INT, policy=NULLABLE_STR, messages_details=RATE,
-                 message_stats=OBJ),
+                 message_stats=OBJ, messages_persistent=INT, messages_paged_out=INT,
+                 # Body bytes (broker/queue_bytes.py), absent with disable_stats.
+                 message_bytes=INT, message_bytes_ready=INT, message_bytes_unacknowledged=INT,
+                 message_bytes_ram=INT, message_bytes_persistent=INT,
+                 message_bytes_paged_out=INT),
     "Exchange": obj({"name": STR, "vhost": STR, "type": STR, "durable": BOOL,
                      "auto_delete": BOOL, "internal": BOOL, "arguments": OBJ}),
     "Binding": obj({"source": STR, "vhost": STR, "destination": STR,

@@ -77,17 +77,25 @@ def queue_consumer_count(w: Writer, state: Any, vhosts: set[str] | None) -> None
 
 
 def queue_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    rows = [(labels, inventory.queue_record(q)) for labels, q in _queues(state, vhosts)]
+    held = inventory.held_bytes(state.broker)
+    rows = [(labels, inventory.queue_record(q, held)) for labels, q in _queues(state, vhosts)]
+    sized = {key: (name, key, help_) for name, help_, key in prometheus.QUEUE_BYTE_FAMILIES}
     for name, key, help_ in (
         ("queue_consumers", "consumers", "Consumers on a queue"),
         ("queue_consumer_capacity", "consumer_capacity", "Consumer capacity"),
         ("queue_consumer_utilisation", "consumer_utilisation", "Same as consumer capacity"),
         ("queue_messages_ram", "messages_ram", "Ready and unacked messages stored in memory"),
+        sized["message_bytes_ram"],
         ("queue_messages_ready_ram", "messages_ready_ram", "Ready messages stored in memory"),
         ("queue_messages_unacked_ram", "messages_unacknowledged_ram",
          "Unacked messages stored in memory"),
         ("queue_messages_persistent", "messages_persistent", "Persistent messages"),
+        sized["message_bytes_persistent"],
+        sized["message_bytes"],
+        sized["message_bytes_ready"],
+        sized["message_bytes_unacknowledged"],
         ("queue_messages_paged_out", "messages_paged_out", "Messages paged out to disk"),
+        sized["message_bytes_paged_out"],
     ):
         w.family(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
 

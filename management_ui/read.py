@@ -282,8 +282,10 @@ async def queues(req: Request) -> web.Response:
                                           lambda q: views.queue_json(q, state, False),
                                           QUEUE_FIELDS))
     annotate = _annotator(req)
+    held = inventory.held_bytes(state.broker)  # unacked bytes: one pass for the whole list
     return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
-                                      lambda q: annotate(q, views.queue_json(q, state)),
+                                      lambda q: annotate(q, views.queue_json(q, state,
+                                                                             held=held)),
                                       QUEUE_FIELDS))
 
 

@@ -22,6 +22,7 @@ from leveret.broker.inventory import (
     properties_key,
     vhost_bindings,
 )
+from leveret.broker.queue_bytes import HeldBytes
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 # Shared with ``leveret ctl``; re-exported for the route modules.
@@ -55,8 +56,13 @@ def queue_key(queue: Any) -> tuple[str, str, str]:
     return ("q", queue.vhost.name, queue.name)
 
 
-def queue_json(queue: Any, state: Any, stats: bool = True) -> dict[str, Any]:
-    out = inventory.queue_record(queue, stats)
+def queue_json(queue: Any, state: Any, stats: bool = True,
+               held: HeldBytes | None = None) -> dict[str, Any]:
+    """``held``: the request's unacked bytes (``inventory.held_bytes``), shared by the
+    queues of a list; one is made for a single queue."""
+    if stats and held is None:
+        held = inventory.held_bytes(state.broker)
+    out = inventory.queue_record(queue, held if stats else None)
     out["node"] = state.node
     if not stats:
         return out

@@ -43,7 +43,7 @@ from typing import Protocol
 
 from leveret.persistence.batch import Batch, Recorder
 from leveret.persistence.commit_stats import BATCH_BOUNDS, WRITE_BOUNDS, Histogram
-from leveret.persistence.store import Store, StoredEntry, StoreError
+from leveret.persistence.store import QueueStats, Store, StoredEntry, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,11 @@ class GroupCommit(Recorder):
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         """Committed entries by sequence number (a priority queue's paged tails)."""
         return self._read(self.store.read_entries(qid, seqs))
+
+    def queue_stats(self, qid: int) -> QueueStats:
+        """Committed counts and byte totals of a queue's entries (the management plane's
+        persistent messages and bytes)."""
+        return self.store.queue_stats(qid)
 
     def _read(self, entries: list[StoredEntry]) -> list[StoredEntry]:
         # A queue draining a deep backlog maps the store's pages faster than the once a

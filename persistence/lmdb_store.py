@@ -16,8 +16,9 @@ Named databases (``records.py`` has the byte layouts):
 
 * ``meta``: format marker and version, next message id, next queue id, the
   sequence number of the last batch applied, and
-  per-queue counters ``b"c" + qid`` -> (entry count, next seq), kept up to
-  date inside the write transactions so ``queue_stats`` never scans;
+  per-queue counters ``b"c" + qid`` -> (entry count, next seq, body bytes,
+  transient entries and bytes), kept up to date inside the write
+  transactions so ``queue_stats`` never scans;
 * ``defs``: exchanges, queues and bindings as JSON, keyed by kind + hash;
 * ``messages``: message id -> record; ``refs``: message id -> entry count.
   A message is written once however many queues hold it and deleted with
@@ -64,10 +65,11 @@ from leveret.persistence.lmdb_writer import (
 )
 from leveret.persistence.mapped_memory import mapped_ranges, release
 from leveret.persistence.records import (
-    COUNTER,
     INDEX_KEY,
     U32,
     U64,
+    UNKNOWN,
+    decode_counter,
     decode_definition,
     decode_index_value,
     decode_message,
@@ -88,10 +90,14 @@ from leveret.persistence.store import (
 log = logging.getLogger(__name__)
 
 FORMAT_MARKER = b"leveret-store"
-FORMAT_VERSION = 2  # 2: index values may carry expires_at (records.FLAG_EXPIRES)
+# 2: index values may carry expires_at (records.FLAG_EXPIRES); 3: and the body size
+# (records.FLAG_SIZED), and queue counters their byte totals.
+FORMAT_VERSION = 3
 # Versions this code opens; an older one is upgraded in place (its marker is rewritten)
-# because version 1 is a subset of version 2 (no entry has FLAG_EXPIRES).
-READABLE_VERSIONS = (1, 2)
+# because each is a subset of the next: no entry of version 1 has FLAG_EXPIRES, none of
+# version 2 has FLAG_SIZED, and a version 2 counter reads as "bytes not known"
+# (records.decode_counter) until its queue is next empty.
+READABLE_VERSIONS = (1, 2, 3)
 _DB_NAMES = (b"meta", b"defs", b"messages", b"refs", b"index", b"transient")
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
 
@@ -285,13 +291,14 @@ class LmdbStore:
                 raw = txn.get(COUNTER_PREFIX + U32.pack(qid), db=self._dbs[b"meta"])
                 if raw is None:
                     return QueueStats(0, 0, 0)
-                count, next_seq = COUNTER.unpack(raw)
+                count, next_seq, size, transient, transient_bytes = decode_counter(raw)
                 first_seq = 0
                 cursor = txn.cursor(db=self._dbs[b"index"])
                 if count and cursor.set_range(INDEX_KEY.pack(qid, 0)):
                     key_qid, seq = INDEX_KEY.unpack(cursor.key())
                     first_seq = seq if key_qid == qid else 0
-                return QueueStats(count, first_seq, next_seq)
+                return QueueStats(count, first_seq, next_seq,
+                                  None if size == UNKNOWN else size, transient, transient_bytes)
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc
 
@@ -309,7 +316,7 @@ class LmdbStore:
                     key_qid, seq = INDEX_KEY.unpack(key)
                     if key_qid != qid:
                         break
-                    msg_id, deliveries, _, expires_at = decode_index_value(value)
+                    msg_id, deliveries, _, expires_at, _ = decode_index_value(value)
                     record = txn.get(U64.pack(msg_id), db=messages)
                     if record is None:
                         raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing "
@@ -331,7 +338,7 @@ class LmdbStore:
                     value = txn.get(INDEX_KEY.pack(qid, seq), db=index)
                     if value is None:
                         continue
-                    msg_id, deliveries, _, expires_at = decode_index_value(value)
+                    msg_id, deliveries, _, expires_at, _ = decode_index_value(value)
                     record = txn.get(U64.pack(msg_id), db=messages)
                     if record is None:
                         raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing "

@@ -3,6 +3,13 @@
 ``LmdbWriter`` is the ``apply.Applier`` the store hands to ``apply_batch``:
 the primitives a batch's operations reduce to (put/remove an index entry,
 reference counts, definitions), with the byte layouts of ``records.py``.
+
+Each queue's counter keeps its entries' body bytes, and those of its
+transient entries, so that a restarted queue knows the bytes of its paged-out
+tail and the management plane its persistent bytes without reading messages.
+The size travels in the index value: a removal learns it from the value it
+deletes anyway, so keeping the totals costs a few integer operations per
+entry, no extra read.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from leveret.persistence.records import (
     INDEX_KEY,
     U32,
     U64,
+    UNKNOWN,
     Definition,
+    decode_counter,
     decode_definition,
     decode_index_value,
     definition_key,
@@ -59,13 +68,15 @@ class LmdbWriter:
         return refs
 
     def counter(self, qid: int) -> list[int]:
+        """[entries, next seq, body bytes, transient entries, their body bytes]
+        (``records.decode_counter``), cached for the transaction."""
         if qid in self.counters:
             counter = self.counters[qid]
             if counter is None:  # deleted earlier in this transaction: starts afresh
-                counter = self.counters[qid] = [0, 0]
+                counter = self.counters[qid] = [0, 0, 0, 0, 0]
             return counter
         raw = self.txn.get(COUNTER_PREFIX + U32.pack(qid), db=self.meta)
-        counter = self.counters[qid] = list(COUNTER.unpack(raw)) if raw else [0, 0]
+        counter = self.counters[qid] = decode_counter(raw) if raw else [0, 0, 0, 0, 0]
         return counter
 
     def put_entry(self, op: Enqueue) -> None:
@@ -76,47 +87,50 @@ class LmdbWriter:
             self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
         self.refs[msg_id] = refs + 1
         key = INDEX_KEY.pack(op.qid, op.seq)
-        flags = FLAG_TRANSIENT if op.transient else 0
-        old = self.txn.replace(key, encode_index_value(msg_id, op.delivery_count, flags,
-                                                       op.expires_at), db=self.index)
+        size = len(message.body)
+        transient = op.transient
+        old = self.txn.replace(key, encode_index_value(
+            msg_id, op.delivery_count, FLAG_TRANSIENT if transient else 0, op.expires_at, size),
+            db=self.index)
         counter = self.counter(op.qid)
-        if old is None:
-            counter[0] += 1
-        else:  # (qid, seq) reused: the old entry is replaced
-            self._forget_entry(key, old)
+        if old is not None:  # (qid, seq) reused: the old entry is replaced
+            self._forget_entry(key, old, counter)
+        counter[0] += 1
         counter[1] = max(counter[1], op.seq + 1)
-        if op.transient:
+        if counter[2] != UNKNOWN:
+            counter[2] += size
+        if transient:
+            counter[3] += 1
+            counter[4] += size
             self.txn.put(key, b"", db=self.transient)
 
     def remove_entry(self, qid: int, seq: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.pop(key, db=self.index)
         if old is not None:  # absent: its enqueue was in a batch that failed
-            self._forget_entry(key, old)
-            self.counter(qid)[0] -= 1
+            self._forget_entry(key, old, self.counter(qid))
 
     def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.get(key, db=self.index)
         if old is not None:
-            msg_id, _, flags, expires_at = decode_index_value(old)
-            self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at),
-                         db=self.index)
+            msg_id, _, flags, expires_at, size = decode_index_value(old)
+            self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at,
+                                                 size), db=self.index)
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
         cursor = self.txn.cursor(db=self.index)
-        removed = 0
+        counter: list[int] | None = None
         if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
             while True:
                 key = cursor.key()
                 if len(key) != INDEX_KEY.size or INDEX_KEY.unpack(key)[0] != qid:
                     break
-                self._forget_entry(key, cursor.value())
-                removed += 1
+                if counter is None:
+                    counter = self.counter(qid)
+                self._forget_entry(key, cursor.value(), counter)
                 if not cursor.delete():  # deletes and moves to the next entry
                     break
-        if removed:
-            self.counter(qid)[0] -= removed
 
     def forget_queue(self, qid: int) -> None:
         self.counters[qid] = None
@@ -142,11 +156,24 @@ class LmdbWriter:
                 out.append(decode_definition(value))  # type: ignore[arg-type]
         return out
 
-    def _forget_entry(self, key: bytes, value: bytes) -> None:
-        msg_id, _, flags, _ = decode_index_value(value)
-        if flags & FLAG_TRANSIENT:
+    def _forget_entry(self, key: bytes, value: bytes, counter: list[int]) -> None:
+        """The entry ``key`` (index value ``value``) leaves its queue's ``counter``."""
+        msg_id, _, flags, _, size = decode_index_value(value)
+        transient = flags & FLAG_TRANSIENT
+        if transient:
             self.txn.delete(key, db=self.transient)
         self.refs[msg_id] = self.refcount(msg_id) - 1
+        counter[0] -= 1
+        if not counter[0]:  # empty: every total is known again
+            counter[2] = counter[3] = counter[4] = 0
+        elif size is None:  # written before format 3: its queue's byte total is unknown
+            counter[2] = UNKNOWN
+        else:
+            if counter[2] != UNKNOWN:
+                counter[2] -= size
+            if transient:
+                counter[3] -= 1
+                counter[4] -= size
 
     def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
         txn = self.txn

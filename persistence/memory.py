@@ -92,6 +92,8 @@ class MemoryStore:
         self._refs: dict[int, int] = {}
         self._entries: dict[int, _Entries] = {}
         self._next_seq: dict[int, int] = {}
+        # Per queue: [body bytes, transient entries, their body bytes], as LMDB's counters.
+        self._sizes: dict[int, list[int]] = {}
         self._state = StoreState()
 
     def state(self) -> StoreState:
@@ -117,9 +119,11 @@ class MemoryStore:
     def queue_stats(self, qid: int) -> QueueStats:
         with self._lock:
             entries = self._entries.get(qid)
-            count = len(entries.by_seq) if entries else 0
-            first = next(entries.seqs_from(0), 0) if entries else 0
-            return QueueStats(count, first, self._next_seq.get(qid, 0))
+            if entries is None or not entries.by_seq:
+                return QueueStats(0, 0, self._next_seq.get(qid, 0))
+            size, transient, transient_bytes = self._sizes[qid]
+            return QueueStats(len(entries.by_seq), next(entries.seqs_from(0), 0),
+                              self._next_seq.get(qid, 0), size, transient, transient_bytes)
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         out: list[StoredEntry] = []
@@ -188,14 +192,15 @@ class MemoryStore:
         self._refs[msg_id] = refs + 1
         old = entries.put(op.seq, (msg_id, op.delivery_count, op.transient, op.expires_at))
         if old is not None:
-            self._decref(old[0])
+            self._forget(op.qid, old)
+        self._count(op.qid, len(op.message.body), op.transient, 1)
         self._next_seq[op.qid] = max(self._next_seq.get(op.qid, 0), op.seq + 1)
 
     def remove_entry(self, qid: int, seq: int) -> None:
         entries = self._entries.get(qid)
         entry = entries.pop(seq) if entries else None
         if entry is not None:
-            self._decref(entry[0])
+            self._forget(qid, entry)
 
     def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         entries = self._entries.get(qid)
@@ -210,11 +215,12 @@ class MemoryStore:
         for seq in list(entries.seqs_from(from_seq)):
             entry = entries.pop(seq)
             assert entry is not None
-            self._decref(entry[0])
+            self._forget(qid, entry)
 
     def forget_queue(self, qid: int) -> None:
         self._entries.pop(qid, None)
         self._next_seq.pop(qid, None)
+        self._sizes.pop(qid, None)
 
     def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
         return self._defs.get((kind, identity))
@@ -228,6 +234,18 @@ class MemoryStore:
 
     def bindings(self) -> list[BindingDef]:
         return [d for (kind, _), d in self._defs.items() if kind == "b"]  # type: ignore[misc]
+
+    def _count(self, qid: int, size: int, transient: bool, sign: int) -> None:
+        sizes = self._sizes.setdefault(qid, [0, 0, 0])
+        sizes[0] += sign * size
+        if transient:
+            sizes[1] += sign
+            sizes[2] += sign * size
+
+    def _forget(self, qid: int, entry: tuple[int, int, bool, int]) -> None:
+        """An entry leaves its queue (before its message may go with it)."""
+        self._count(qid, len(self._messages[entry[0]].body), entry[2], -1)
+        self._decref(entry[0])
 
     def _decref(self, msg_id: int) -> None:
         refs = self._refs[msg_id] - 1

@@ -8,10 +8,15 @@ layouts (big-endian, so LMDB's byte order is numeric order):
   (its length is what remains). Names are UTF-8 with ``surrogateescape`` so
   encoding can never fail inside a write transaction.
 * queue index key: ``u32 qid, u64 seq``; value: ``u64 message id,
-  u32 delivery count, u8 flags``, followed (format version 2, flag
+  u32 delivery count, u8 flags``, followed (format version 3, flag
+  ``FLAG_SIZED``) by ``u32 body size`` and (format version 2, flag
   ``FLAG_EXPIRES``) by ``u64 expires_at``: the entry's TTL expiry in absolute
-  wall-clock ms. Entries without a TTL keep the 13-byte version 1 layout, so
-  a version 1 store is a valid version 2 store.
+  wall-clock ms. Each field is there only when its flag is set, so a version 1
+  or 2 store is a valid version 3 store (its entries' sizes are not known).
+* per-queue counter: ``u64 entries, u64 next seq, u64 body bytes, u64
+  transient entries, u64 their body bytes`` (``decode_counter``). The body
+  size in each index value is what lets a removal keep the byte totals without
+  reading the message record. Version 2 wrote only the first two fields.
 
 Definitions are rare and small, so they are JSON; field-table values (AMQP
 arguments) go through a tagged encoding that keeps every type pamqp decodes
@@ -42,25 +47,59 @@ U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 INDEX_KEY = struct.Struct(">IQ")
 INDEX_VALUE = struct.Struct(">QIB")
-COUNTER = struct.Struct(">QQ")  # entry count, next seq (one past the highest ever stored)
+INDEX_SIZED = struct.Struct(">QIBI")  # INDEX_VALUE and the body size (FLAG_SIZED)
+# Entry count, next seq (one past the highest ever stored), body bytes (UNKNOWN: see
+# decode_counter), transient entries and their body bytes.
+COUNTER = struct.Struct(">QQQQQ")
+COUNTER_V2 = struct.Struct(">QQ")  # format 2: entry count, next seq
+UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF  # a byte total that is not known
 _MESSAGE_HEAD = struct.Struct(">HHI")
 
 FLAG_TRANSIENT = 1
-FLAG_EXPIRES = 2  # a u64 expires_at follows the fixed INDEX_VALUE part
+FLAG_EXPIRES = 2  # a u64 expires_at follows the fixed part (and the size, if any)
+FLAG_SIZED = 4  # a u32 body size follows the fixed INDEX_VALUE part (format 3)
+_NOT_EXPIRES = ~FLAG_EXPIRES
+_NOT_SIZED = ~FLAG_SIZED
+_SIZED_EXPIRES = FLAG_SIZED | FLAG_EXPIRES
 
 
-def encode_index_value(msg_id: int, delivery_count: int, flags: int, expires_at: int) -> bytes:
-    """Index value; ``FLAG_EXPIRES`` is derived from ``expires_at`` (0 = never)."""
+def encode_index_value(msg_id: int, delivery_count: int, flags: int, expires_at: int,
+                       size: int | None) -> bytes:
+    """Index value; ``FLAG_EXPIRES`` is derived from ``expires_at`` (0 = never) and
+    ``FLAG_SIZED`` from ``size`` (None: an entry written before format 3 keeps none)."""
+    if size is None:
+        flags &= _NOT_SIZED
+        if expires_at:
+            return INDEX_VALUE.pack(msg_id, delivery_count, flags | FLAG_EXPIRES) + U64.pack(
+                expires_at)
+        return INDEX_VALUE.pack(msg_id, delivery_count, flags & _NOT_EXPIRES)
     if expires_at:
-        return INDEX_VALUE.pack(msg_id, delivery_count, flags | FLAG_EXPIRES) + U64.pack(expires_at)
-    return INDEX_VALUE.pack(msg_id, delivery_count, flags & ~FLAG_EXPIRES)
+        return INDEX_SIZED.pack(msg_id, delivery_count, flags | _SIZED_EXPIRES, size) + U64.pack(
+            expires_at)
+    return INDEX_SIZED.pack(msg_id, delivery_count, (flags | FLAG_SIZED) & _NOT_EXPIRES, size)
 
 
-def decode_index_value(value: bytes | memoryview) -> tuple[int, int, int, int]:
-    """(message id, delivery count, flags, expires_at or 0)."""
-    msg_id, deliveries, flags = INDEX_VALUE.unpack_from(value, 0)
-    expires_at = U64.unpack_from(value, INDEX_VALUE.size)[0] if flags & FLAG_EXPIRES else 0
-    return msg_id, deliveries, flags, expires_at
+def decode_index_value(value: bytes | memoryview) -> tuple[int, int, int, int, int | None]:
+    """(message id, delivery count, flags, expires_at or 0, body size or None)."""
+    if value[12] & FLAG_SIZED:
+        msg_id, deliveries, flags, size = INDEX_SIZED.unpack_from(value, 0)
+        at: int = INDEX_SIZED.size
+    else:
+        msg_id, deliveries, flags = INDEX_VALUE.unpack_from(value, 0)
+        size, at = None, INDEX_VALUE.size
+    expires_at = U64.unpack_from(value, at)[0] if flags & FLAG_EXPIRES else 0
+    return msg_id, deliveries, flags, expires_at, size
+
+
+def decode_counter(raw: bytes | memoryview) -> list[int]:
+    """A queue's counter: [entries, next seq, body bytes, transient entries, their body
+    bytes]. A format 2 record (two fields) knows no byte total: ``UNKNOWN`` until the
+    queue is next empty. Transient totals count only entries with a size (format 3); the
+    older ones are dropped at the first start of a format 3 store, before anything reads."""
+    if len(raw) == COUNTER_V2.size:
+        count, next_seq = COUNTER_V2.unpack(raw)
+        return [count, next_seq, UNKNOWN if count else 0, 0, 0]
+    return list(COUNTER.unpack(raw))
 
 
 # -- messages -------------------------------------------------------------------

@@ -125,11 +125,16 @@ class StoreSpace:
 
 @dataclass(frozen=True)
 class QueueStats:
-    """What a recovered queue needs to know at startup, without reading its messages."""
+    """What a recovered queue needs to know at startup, without reading its messages; and
+    what the management plane reads of a running one (its persistent messages: the
+    entries not flagged transient)."""
 
     count: int  # entries on disk (ready and formerly unacked alike)
     first_seq: int  # lowest sequence number present (0 if empty)
     next_seq: int  # one past the highest sequence number ever stored (0 if empty)
+    bytes: int | None = 0  # their body bytes; None: not known (entries of an older format)
+    transient: int = 0  # of them, transient entries (paged out, dropped at the next start)
+    transient_bytes: int = 0  # and their body bytes
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,9 @@ class Store(Protocol):
     # -- reads (committed data only) --
     def load_definitions(self) -> Definitions: ...
 
-    def queue_stats(self, qid: int) -> QueueStats: ...
+    def queue_stats(self, qid: int) -> QueueStats:
+        """Committed counts of a queue's entries; O(1), no message is read."""
+        ...
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         """Up to ``limit`` committed entries with seq >= from_seq, in order."""

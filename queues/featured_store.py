@@ -75,6 +75,14 @@ class FeaturedStore:
     def paged_out(self) -> int:
         return self.tail.count
 
+    def memory_bytes(self) -> int:
+        return self.bytes
+
+    @property
+    def paged_out_bytes(self) -> int:
+        tail = self.tail
+        return (tail.bytes or 0) if tail.count else 0
+
     def segments(self, visit: int) -> Iterator[QueueEntry | Tail]:
         return fifo_segments(self.returned, self.fresh, self.tail, visit)
 
@@ -236,10 +244,11 @@ class FeaturedStore:
         self.bytes -= sum(len(e.message.body) for e in taken)
         return taken
 
-    def recover(self, count: int, first_seq: int) -> None:
+    def recover(self, count: int, first_seq: int, size: int | None = None) -> None:
         self.tail.count = count
         self.tail.first = first_seq
-        self.tail.bytes = None  # not stored: counted when a byte limit first needs it
+        # The store's total; None (a store of format 2): counted when a byte limit needs it.
+        self.tail.bytes = size
         if count:
             self._refill()
             head = self._head()

@@ -15,7 +15,7 @@ from leveret.model.message import Message
 
 if TYPE_CHECKING:
     from leveret.exchanges import Exchange
-    from leveret.persistence.store import StoredEntry
+    from leveret.persistence.store import QueueStats, StoredEntry
     from leveret.queues.queue import Queue
     from leveret.queues.tracing import Tracer
     from leveret.queues.ttl import Timekeeping
@@ -63,5 +63,8 @@ class QueueLog(Protocol):
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]: ...
 
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]: ...
+
+    def queue_stats(self, qid: int) -> QueueStats:
+        """The store's committed counts of the queue's entries (O(1): no message read)."""
 
     def after_commit(self, callback: Callable[[bool], None]) -> None: ...

@@ -16,6 +16,9 @@ A transient message paged out is stored too (flagged transient, dropped at the
 next restart), since memory no longer holds it.
 
 This store does no per-message work beyond the deque: no clock, no byte count.
+The management plane's byte totals count its in-memory entries when asked
+(``memory_bytes``): the fresh deque through ``FifoBytes`` (``fifo_bytes.py``:
+what changed since the last count), the requeued entries in full.
 When a tail read brings back an entry with an expiry, the queue switches to a
 featured store (``Owner.needs_expiry``).
 """
@@ -28,6 +31,7 @@ from collections.abc import Collection, Iterator
 
 from leveret.model.message import Message
 from leveret.queues.entry import PublishResult, QueueEntry
+from leveret.queues.fifo_bytes import FifoBytes
 from leveret.queues.ready import Owner, Tail, fifo_segments, purge_ready, take_entries
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,
@@ -42,13 +46,16 @@ _HELD = PublishResult.HELD
 class PlainStore:
     expires = False  # entries never expire here (see the module docstring)
 
-    __slots__ = ("_owner", "fresh", "returned", "tail")
+    __slots__ = ("_owner", "_sized", "fresh", "returned", "tail")
 
     def __init__(self, owner: Owner) -> None:
         self._owner = owner
         self.fresh: deque[QueueEntry] = deque()
         self.returned: list[QueueEntry] = []
         self.tail = Tail(owner)
+        # Counts ``fresh``'s bytes when asked; told when it changes otherwise than by
+        # appends and pops from the left (take, forget, purge).
+        self._sized = FifoBytes()
 
     def __len__(self) -> int:
         return len(self.fresh) + len(self.returned) + self.tail.count
@@ -60,6 +67,15 @@ class PlainStore:
     @property
     def paged_out(self) -> int:
         return self.tail.count
+
+    def memory_bytes(self) -> int:
+        # Counted when asked, so that enqueue and pop count nothing.
+        return self._sized.count(self.fresh) + sum(len(e.message.body) for e in self.returned)
+
+    @property
+    def paged_out_bytes(self) -> int:
+        tail = self.tail
+        return (tail.bytes or 0) if tail.count else 0
 
     def segments(self, visit: int) -> Iterator[QueueEntry | Tail]:
         return fifo_segments(self.returned, self.fresh, self.tail, visit)
@@ -142,16 +158,18 @@ class PlainStore:
     def purge(self) -> int:
         count = len(self)
         purge_ready(self._owner, self.fresh, self.returned, self.tail)
+        self._sized.invalidate()
         return count
 
     def take(self, seqs: Collection[int]) -> list[QueueEntry]:
         self.fresh, self.returned, taken = take_entries(self.fresh, self.returned, seqs)
+        self._sized.invalidate()
         return taken
 
-    def recover(self, count: int, first_seq: int) -> None:
+    def recover(self, count: int, first_seq: int, size: int | None = None) -> None:
         self.tail.count = count
         self.tail.first = first_seq
-        self.tail.bytes = None  # not stored: counted if a byte limit ever needs it
+        self.tail.bytes = size  # the store's total (None: not known, a store of format 2)
 
     def forget(self, start: int, end: int) -> int:
         def failed(e: QueueEntry) -> bool:
@@ -163,6 +181,7 @@ class PlainStore:
             kept = [e for e in fresh if not failed(e)]
             lost += len(fresh) - len(kept)
             self.fresh = deque(kept)
+            self._sized.invalidate()
         if any(map(failed, self.returned)):
             kept = [e for e in self.returned if not failed(e)]
             lost += len(self.returned) - len(kept)

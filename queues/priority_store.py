@@ -60,6 +60,11 @@ class PriorityStore(FeaturedStore):
         tails = self.tails
         return sum(tails[level].count for level in self._levels)
 
+    @property
+    def paged_out_bytes(self) -> int:
+        tails = self.tails
+        return sum(tails[level].bytes or 0 for level in self._levels if tails[level].count)
+
     def __len__(self) -> int:
         return len(self.returned) + self.paged_out
 
@@ -162,9 +167,10 @@ class PriorityStore(FeaturedStore):
         self._levels.clear()
         return count
 
-    def recover(self, count: int, first_seq: int) -> None:
+    def recover(self, count: int, first_seq: int, size: int | None = None) -> None:
         """Rebuild the levels from the stored entries, in sequence order (see the module
-        docstring); the first ``PAGE_HIGH`` stay in memory, as if just published."""
+        docstring); the first ``PAGE_HIGH`` stay in memory, as if just published. Every
+        entry is read, so the levels' byte totals are exact whatever ``size`` says."""
         log = self._owner.log
         assert log is not None
         qid, seen, start = self._owner.qid, 0, first_seq

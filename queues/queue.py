@@ -199,10 +199,12 @@ class Queue(Dispatcher):
             entries, tail = store.take_all()
             self._store = FeaturedStore(self, entries, tail)
 
-    def recover(self, count: int, first_seq: int, next_seq: int) -> None:
-        """A durable queue after a restart: all its stored entries are ready, still on disk."""
+    def recover(self, count: int, first_seq: int, next_seq: int,
+                size: int | None = None) -> None:
+        """A durable queue after a restart: all its stored entries are ready, still on disk
+        (``size``: their body bytes, None if the store does not know them)."""
         self._next_seq = next_seq
-        self._store.recover(count, first_seq)
+        self._store.recover(count, first_seq, size)
 
     # -- messages --------------------------------------------------------------------
 

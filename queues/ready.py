@@ -115,6 +115,14 @@ class ReadyStore(Protocol):
     def paged_out(self) -> int:
         """Ready entries only the disk store holds (the paged-out tails)."""
 
+    def memory_bytes(self) -> int:
+        """Body bytes of the ready entries in memory (the management plane's
+        ``message_bytes_ram``; the plain store counts them when asked, see ``queue_bytes``)."""
+
+    @property
+    def paged_out_bytes(self) -> int:
+        """Body bytes of the paged-out tails; a tail whose bytes are not known counts 0."""
+
     def segments(self, visit: int) -> Iterator[QueueEntry | Tail]:
         """The ready entries in delivery order (at most ``visit`` of those in memory), a
         paged-out tail standing for its entries (``browse.walk`` reads them)."""
@@ -126,8 +134,9 @@ class ReadyStore(Protocol):
         """Remove the in-memory ready entries with these sequence numbers (the management
         operations: ``broker/queue_messages.py``); the caller removes their stored copies."""
 
-    def recover(self, count: int, first_seq: int) -> None:
-        """After a restart: ``count`` stored entries from ``first_seq`` on are ready."""
+    def recover(self, count: int, first_seq: int, size: int | None = None) -> None:
+        """After a restart: ``count`` stored entries from ``first_seq`` on are ready, with
+        ``size`` body bytes (None: not known)."""
 
     def forget(self, start: int, end: int) -> int:
         """A store write failed: entries with ``start <= seq < end`` were never stored."""
@@ -147,8 +156,9 @@ class Tail:
         self.first = 0
         self.waiting = False  # a short read waits for the next commit
         self.removed: set[int] = set()  # taken out of the middle, not yet passed by a read
-        # Body bytes of the tail's entries; None when not known (after a restart or a failed
-        # write): ``byte_total`` then counts them once from the store.
+        # Body bytes of the tail's entries; None when not known (a restart on a store that
+        # kept no byte totals, a failed write), until the tail is next empty: ``byte_total``
+        # then counts them from the store (a byte limit only: it reads the whole tail).
         self.bytes: int | None = 0
 
     def take(self, seq: int, size: int) -> None:
@@ -169,6 +179,7 @@ class Tail:
     def append(self, seq: int, size: int) -> None:
         if not self.count:
             self.first = seq
+            self.bytes = 0  # an empty tail's bytes are known
         self.count += 1
         if self.bytes is not None:
             self.bytes += size
@@ -223,6 +234,8 @@ class Tail:
             self.count -= len(stored)
             if self.bytes is not None:
                 self.bytes -= sum(len(e.message.body) for e in stored)
+            elif not self.count:
+                self.bytes = 0
         if self.count and short and not self.waiting:
             self.waiting = True
             log.after_commit(self._committed)
@@ -238,7 +251,7 @@ class Tail:
         lost = max(0, min(end, self.first + self.count) - max(start, self.first))
         self.count -= lost
         if lost:
-            self.bytes = None
+            self.bytes = None if self.count else 0  # the lost entries' sizes are not known
         return lost
 
 
@@ -356,6 +369,8 @@ class IndexedTail(Tail):
         self.count -= len(stored)
         if self.bytes is not None:
             self.bytes -= sum(len(e.message.body) for e in stored)
+        elif not self.count:
+            self.bytes = 0
         if self.count and len(stored) < want and not self.waiting:
             self.waiting = True
             log.after_commit(self._committed)
@@ -376,7 +391,7 @@ class IndexedTail(Tail):
         self.count -= lost
         self.first = next(iter(self.index), 0)
         if lost:
-            self.bytes = None
+            self.bytes = None if self.count else 0  # the lost entries' sizes are not known
         return lost
 
 

@@ -74,6 +74,12 @@ def test_lists_print_rabbitmqctl_tables_with_the_api_facts(broker, api, vhost):
         http = api.ok(f"/queues/{v}/q")
         assert rows == [{"name": "q", "messages_ready": http["messages_ready"],
                          "consumers": http["consumers"], "arguments": http["arguments"]}]
+        # Body bytes (1 each, one unacked; a transient queue: nothing persistent), the five
+        # columns rabbitmqctl 3.10 has (not message_bytes_paged_out).
+        r = ctl(broker, "list_queues", "-p", vhost, "-s", "name", "message_bytes",
+                "message_bytes_ready", "message_bytes_unacknowledged", "message_bytes_ram",
+                "message_bytes_persistent")
+        assert r.stdout == "q\t3\t2\t1\t3\t0\n"
 
         r = ctl(broker, "list_exchanges", "-p", vhost, "name", "type", "durable")
         assert r.stdout.splitlines()[:4] == [
@@ -109,6 +115,8 @@ def test_lists_print_rabbitmqctl_tables_with_the_api_facts(broker, api, vhost):
 
     bad = ctl(broker, "list_queues", "-p", vhost, "name", "bogus")
     assert (bad.returncode, bad.stderr) == (64, "Error:\nInfo key(s) bogus are not supported\n")
+    bad = ctl(broker, "list_queues", "-p", vhost, "message_bytes_paged_out")
+    assert bad.returncode == 64 and "message_bytes_paged_out are not supported" in bad.stderr
     # rabbitmqctl lists nothing for a vhost that does not exist, and exits 0.
     none = ctl(broker, "list_queues", "-p", "no-such-vhost")
     assert (none.returncode, none.stdout) == (0, "Listing queues for vhost no-such-vhost ...\n")

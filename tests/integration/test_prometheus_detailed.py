@@ -17,17 +17,12 @@ FAMILIES = ("connection_churn_metrics", "queue_coarse_metrics", "queue_consumer_
             "channel_metrics", "vhost_status", "exchange_names", "exchange_bindings",
             "auth_attempt_metrics", "auth_attempt_detailed_metrics")
 # RabbitMQ's series Leveret leaves out (prometheus_detailed.py says why): Erlang process
-# reductions and memory, byte counts of queue contents, disk read/write counters,
-# rabbitmq_prometheus's own scrape telemetry.
+# reductions and memory, disk read/write counters, rabbitmq_prometheus's own scrape
+# telemetry.
 LEFT_OUT = {
     "rabbitmq_detailed_queue_process_reductions_total",
     "rabbitmq_detailed_connection_process_reductions_total",
     "rabbitmq_detailed_queue_process_memory_bytes",
-    "rabbitmq_detailed_queue_messages_ram_bytes", "rabbitmq_detailed_queue_messages_bytes",
-    "rabbitmq_detailed_queue_messages_ready_bytes",
-    "rabbitmq_detailed_queue_messages_unacked_bytes",
-    "rabbitmq_detailed_queue_messages_persistent_bytes",
-    "rabbitmq_detailed_queue_messages_paged_out_bytes",
     "rabbitmq_detailed_queue_head_message_timestamp",
     "rabbitmq_detailed_queue_disk_reads_total", "rabbitmq_detailed_queue_disk_writes_total",
     "telemetry_scrape_size_bytes", "telemetry_scrape_encoded_size_bytes",

@@ -88,8 +88,8 @@ def test_reject_publish_at_depth_counts_the_tail() -> None:
 
 
 def test_byte_limit_after_a_restart_counts_the_stored_tail() -> None:
-    """The tail's bytes are not stored: the queue reopened from its store counts them when
-    the byte limit first needs them, and then drops exactly what it must."""
+    """A queue reopened without the tail's byte total (a store of format 2) counts them
+    when the byte limit first needs them, and then drops exactly what it must."""
     vhost = FakeVhost(FakeClock())
     args = {"x-max-length-bytes": 90}
     q = _durable(vhost, "q", **args)
@@ -100,6 +100,23 @@ def test_byte_limit_after_a_restart_counts_the_stored_tail() -> None:
     again.recover(stats.count, stats.first_seq, stats.next_seq)
     assert again.message_count == 30 and _in_memory(again) <= PAGE_HIGH
     assert again.ready.tail.bytes is None
+    _publish(again, 2, start=30)  # 96 bytes: the two oldest go
+    assert again.message_count == 30
+    assert drain(again) == [b"%03d" % i for i in range(2, 32)]
+
+
+def test_byte_limit_after_a_restart_starts_from_the_stores_byte_total() -> None:
+    """The store keeps each queue's byte total: the limit needs no read of the tail."""
+    vhost = FakeVhost(FakeClock())
+    args = {"x-max-length-bytes": 90}
+    q = _durable(vhost, "q", **args)
+    _publish(q, 30)
+    stats = vhost.log.store.queue_stats(q.qid)
+    assert stats.bytes == 90
+    again = Queue(vhost, "q", durable=True, arguments=args)
+    again.qid, again.log = q.qid, vhost.log
+    again.recover(stats.count, stats.first_seq, stats.next_seq, stats.bytes)
+    assert again.ready.tail.bytes == 90 - again.ready.bytes
     _publish(again, 2, start=30)  # 96 bytes: the two oldest go
     assert again.message_count == 30
     assert drain(again) == [b"%03d" % i for i in range(2, 32)]

@@ -16,8 +16,17 @@ import lmdb
 import pytest
 
 from leveret.model.message import Message
-from leveret.persistence.lmdb_store import LmdbStore
-from leveret.persistence.records import U32
+from leveret.persistence.lmdb_store import FORMAT_VERSION, LmdbStore
+from leveret.persistence.lmdb_writer import COUNTER_PREFIX
+from leveret.persistence.records import (
+    COUNTER_V2,
+    FLAG_SIZED,
+    INDEX_VALUE,
+    U32,
+    U64,
+    decode_counter,
+    decode_index_value,
+)
 from leveret.persistence.store import QueueDef, QueueStats, StoreError
 
 from .store_harness import recording
@@ -108,7 +117,8 @@ def test_batch_written_from_a_thread_while_loop_records_and_reads(path: Path) ->
         assert pending is not None
         pending.result()
     commit(store)
-    assert store.queue_stats(qid) == QueueStats(seq, 0, seq)
+    assert store.queue_stats(qid) == QueueStats(seq, 0, seq, sum(len(b"%d" % i)
+                                                                for i in range(seq)))
     assert seqs(store, qid) == list(range(seq))
     store.close()
 
@@ -142,7 +152,7 @@ def test_failed_batch_has_no_effect_and_store_stays_usable(path: Path) -> None:
     store.close()
     store = recording(LmdbStore(path, map_size=1 << 20))
     assert seqs(store, qid) == [0, 1, 2, 5]
-    assert store.queue_stats(qid) == QueueStats(4, 0, 6)
+    assert store.queue_stats(qid) == QueueStats(4, 0, 6, len(b"kept0kept1kept2after"))
     assert store._message_count() == 4
     assert store.put_queue(QueueDef("/", "other")) > other  # ids of the failed batch not reused
     store.close()
@@ -217,8 +227,63 @@ def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
     store.close()
     env = lmdb.open(str(path), max_dbs=8)
     with env.begin() as txn:
-        assert U32.unpack(txn.get(b"version", db=env.open_db(b"meta", txn=txn)))[0] == 2
+        version = U32.unpack(txn.get(b"version", db=env.open_db(b"meta", txn=txn)))[0]
+        assert version == FORMAT_VERSION == 3
     env.close()
+
+
+def _as_format_2(path: Path) -> None:
+    """Rewrite a closed store as version 2 wrote it: index values without a body size,
+    queue counters of two fields (entries, next seq), version marker 2."""
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin(write=True) as txn:
+        meta, index = env.open_db(b"meta", txn=txn), env.open_db(b"index", txn=txn)
+        for key, value in list(txn.cursor(db=index)):
+            msg_id, deliveries, flags, expires_at, _ = decode_index_value(value)
+            old = INDEX_VALUE.pack(msg_id, deliveries, flags & ~FLAG_SIZED)
+            txn.put(key, old + (U64.pack(expires_at) if expires_at else b""), db=index)
+        for key, value in list(txn.cursor(db=meta)):
+            if key[:1] == COUNTER_PREFIX and len(key) == 1 + U32.size:
+                txn.put(key, COUNTER_V2.pack(*decode_counter(value)[:2]), db=meta)
+        txn.put(b"version", U32.pack(2), db=meta)
+    env.close()
+
+
+def test_version_2_store_opens_without_byte_totals_until_a_queue_empties(path: Path) -> None:
+    """A version 2 store has no body sizes: its non-empty queues report their bytes as
+    not known (None), still read, count and drop transient entries, and know their bytes
+    again (exactly) once empty. New entries carry their size from then on."""
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    empty = store.put_queue(QueueDef("/", "empty"))
+    for seq, body in enumerate((b"aa", b"bbbb", b"cccccc")):
+        store.enqueue(qid, seq, msg(body), transient=seq == 2, expires_at=seq * 1000)
+    store.enqueue(empty, 0, msg(b"gone"))
+    commit(store)
+    store.remove(empty, 0, msg(b"gone"))
+    commit(store)
+    store.close()
+    _as_format_2(path)
+    store = recording(LmdbStore(path))  # drops the transient entry (size not known)
+    assert [(e.seq, e.message.body, e.expires_at) for e in store.read_queue(qid, 0, 10)] == [
+        (0, b"aa", 0), (1, b"bbbb", 1000)]
+    assert store.queue_stats(qid) == QueueStats(2, 0, 3, None)
+    assert store.queue_stats(empty) == QueueStats(0, 0, 1)
+    store.mark_delivered(qid, 1, msg(b"bbbb"), 1)
+    store.enqueue(qid, 3, msg(b"new"), transient=True)  # sized: counted among transients
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(3, 0, 4, None, 1, 3)
+    assert [e.delivery_count for e in store.read_queue(qid, 0, 10)] == [0, 1, 0]
+    for entry in store.read_queue(qid, 0, 10):
+        store.remove(qid, entry.seq, entry.message)
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(0, 0, 4)
+    store.enqueue(qid, 4, msg(b"sized"))
+    commit(store)
+    store.close()
+    store = recording(LmdbStore(path))
+    assert store.queue_stats(qid) == QueueStats(1, 4, 5, 5)
+    store.close()
 
 
 def test_directory_with_other_files_is_refused(path: Path) -> None:

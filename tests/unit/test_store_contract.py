@@ -347,13 +347,14 @@ def test_transient_entries_are_dropped_at_restart(stores: Stores) -> None:
     store.enqueue(qid + 1, 0, keep, transient=True)  # same message, transient elsewhere
     commit(store)
     assert [e.seq for e in store.read_queue(qid, 0, 10)] == [0, 1]
+    assert store.queue_stats(qid) == QueueStats(2, 0, 2, 9, 1, 5)
     if not stores.durable:
         return
     store = stores.reopen(store)
     assert read_all(store, qid) == [(0, 0, b"keep")]
     assert read_all(store, qid + 1) == []
     assert message_count(store) == 1
-    assert store.queue_stats(qid) == QueueStats(1, 0, 2)
+    assert store.queue_stats(qid) == QueueStats(1, 0, 2, 4)
     store = stores.reopen(store)  # and nothing left to drop the second time
     assert message_count(store) == 1
 
@@ -372,7 +373,7 @@ def test_purge_and_delete_queue(stores: Stores) -> None:
     store.enqueue(q1, 10, msg(b"after purge"))  # recorded after the purge: survives it
     commit(store)
     assert [e.seq for e in store.read_queue(q1, 0, 100)] == [0, 1, 2, 3, 4, 10]
-    assert store.queue_stats(q1) == QueueStats(6, 0, 11)
+    assert store.queue_stats(q1) == QueueStats(6, 0, 11, 6 + 4 + 11)
     store.purge(q1)
     commit(store)
     assert store.read_queue(q1, 0, 100) == []
@@ -450,7 +451,38 @@ def test_queue_stats(stores: Stores) -> None:
     store.remove(qid, 7, entries[-1].message)
     commit(store)
     store = stores.reopen(store)
-    assert store.queue_stats(qid) == QueueStats(3, 4, 8)
+    assert store.queue_stats(qid) == QueueStats(3, 4, 8, 3 * 4)
+
+
+def test_queue_stats_keep_body_bytes(stores: Stores) -> None:
+    """Byte totals follow every way an entry comes and goes (replaced, delivered, removed,
+    purged; transient ones apart) and survive a restart, without reading the messages."""
+    store = stores.open()
+    qid = store.put_queue(QueueDef("/", "q"))
+    for seq, size in enumerate((10, 20, 30, 40)):
+        store.enqueue(qid, seq, msg(b"x" * size), transient=seq == 3)
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(4, 0, 4, 100, 1, 40)
+    store.mark_delivered(qid, 1, msg(), 2)  # rewrites the index value: keeps the size
+    store.enqueue(qid, 2, msg(b"y" * 7))  # (qid, seq) reused: replaces the 30-byte entry
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(4, 0, 4, 77, 1, 40)
+    entries = store.read_queue(qid, 0, 10)
+    store.remove(qid, 0, entries[0].message)
+    store.remove(qid, 3, entries[3].message)
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(2, 1, 4, 27)
+    if stores.durable:
+        store = stores.reopen(store)
+        assert store.queue_stats(qid) == QueueStats(2, 1, 4, 27)
+    store.enqueue(qid, 4, msg(b"z" * 5), transient=True)
+    commit(store)
+    store.purge(qid, 2)  # the 7-byte entry and the transient one
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(1, 1, 5, 20)
+    store.purge(qid)
+    commit(store)
+    assert store.queue_stats(qid) == QueueStats(0, 0, 5)
 
 
 def test_closed_store_refuses_writes(stores: Stores) -> None:
