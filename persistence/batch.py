@@ -121,6 +121,11 @@ class Batch:
 
 # Message ids: a 56-bit counter under a one-byte cluster (``Recorder.enqueue``).
 CLUSTER_SHIFT = 56
+# A queue's sequence numbers: a 48-bit counter, under a cluster in a priority queue (its
+# level: ``priority_store``), so that each level's index entries are contiguous too. Stores
+# count ``next_seq`` on the counter part.
+SEQ_CLUSTER_SHIFT = 48
+SEQ_MASK = (1 << SEQ_CLUSTER_SHIFT) - 1
 
 
 class Recorder:

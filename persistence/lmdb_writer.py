@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.persistence.batch import Enqueue
+from leveret.persistence.batch import SEQ_MASK, Enqueue
 from leveret.persistence.records import (
     COUNTER,
     FLAG_TRANSIENT,
@@ -96,7 +96,7 @@ class LmdbWriter:
         if old is not None:  # (qid, seq) reused: the old entry is replaced
             self._forget_entry(key, old, counter)
         counter[0] += 1
-        counter[1] = max(counter[1], op.seq + 1)
+        counter[1] = max(counter[1], (op.seq & SEQ_MASK) + 1)
         if counter[2] != UNKNOWN:
             counter[2] += size
         if transient:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from leveret.model.message import Message
 from leveret.persistence.apply import apply_batch
-from leveret.persistence.batch import Batch, Enqueue
+from leveret.persistence.batch import SEQ_MASK, Batch, Enqueue
 from leveret.persistence.records import Definition
 from leveret.persistence.store import (
     AccessDef,
@@ -194,7 +194,7 @@ class MemoryStore:
         if old is not None:
             self._forget(op.qid, old)
         self._count(op.qid, len(op.message.body), op.transient, 1)
-        self._next_seq[op.qid] = max(self._next_seq.get(op.qid, 0), op.seq + 1)
+        self._next_seq[op.qid] = max(self._next_seq.get(op.qid, 0), (op.seq & SEQ_MASK) + 1)
 
     def remove_entry(self, qid: int, seq: int) -> None:
         entries = self._entries.get(qid)

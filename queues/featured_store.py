@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Collection, Iterator
 
 from leveret.model.message import FLAG_EXPIRATION, Message
+from leveret.persistence.batch import SEQ_MASK
 from leveret.queues import dead_letter, limits, plain_store, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.ready import Owner, Tail, fifo_segments, purge_ready, take_entries
@@ -150,14 +151,14 @@ class FeaturedStore:
             tail.append(seq, len(message.body))
             log.enqueue(owner.qid, seq, message, not message.persistent, entry.expires_at or 0,
                         self._cluster(entry))
-            owner.written(seq)
+            owner.written(seq & SEQ_MASK)  # the queue's counter (priority: no level)
             return _HELD if message.persistent else _ACCEPTED
         result = _ACCEPTED
         if log is not None and message.persistent:
             entry.stored = True
             log.enqueue(owner.qid, seq, message, False, entry.expires_at or 0,
                         self._cluster(entry))
-            owner.written(seq)
+            owner.written(seq & SEQ_MASK)  # the queue's counter (priority: no level)
             result = _HELD
         self._push(entry, False)
         self._exempt = entry
@@ -258,7 +259,7 @@ class FeaturedStore:
 
     def forget(self, start: int, end: int) -> int:
         def failed(e: QueueEntry) -> bool:
-            return e.stored and start <= e.seq < end
+            return e.stored and start <= e.seq & SEQ_MASK < end  # priority: level cluster
 
         lost = self.tail.forget(start, end)
         for name in ("fresh", "returned"):

@@ -27,9 +27,10 @@ import heapq
 from collections.abc import Iterator
 
 from leveret.model.message import Message
+from leveret.persistence.batch import SEQ_CLUSTER_SHIFT
 from leveret.persistence.store import StoredEntry
 from leveret.queues import plain_store
-from leveret.queues.entry import PriorityEntry, QueueEntry
+from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
 from leveret.queues.priority import effective_priority
 from leveret.queues.ready import IndexedTail, Owner, Tail
@@ -45,6 +46,12 @@ class PriorityStore(FeaturedStore):
         self.tails: dict[int, IndexedTail] = {}  # priority level -> its paged-out entries
         self._levels: list[int] = []  # the levels with a tail, highest first
         super().__init__(owner)
+
+    def enqueue(self, seq: int, message: Message) -> PublishResult:
+        # The level above the queue's counter: each level's index entries are contiguous in
+        # the store (see _cluster), and delivery order is sequence order within a level.
+        level = effective_priority(message.priority, self._owner.settings.max_priority or 0)
+        return super().enqueue(seq | (255 - level) << SEQ_CLUSTER_SHIFT, message)
 
     def _new_entry(self, seq: int, message: Message) -> QueueEntry:
         return PriorityEntry(seq, message, self._owner.settings.max_priority or 0)

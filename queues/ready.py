@@ -43,6 +43,7 @@ from collections.abc import Collection, Iterator, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
+from leveret.persistence.batch import SEQ_MASK
 from leveret.queues.host import QueueLog
 
 if TYPE_CHECKING:
@@ -305,12 +306,13 @@ class SeqIndex:
             chunks.popleft()
             self._pos = 0
 
-    def discard(self, start: int, end: int) -> list[int]:
-        """Remove and return the sequence numbers in ``[start, end)`` (a failed write)."""
+    def discard(self, start: int, end: int, mask: int = -1) -> list[int]:
+        """Remove and return the sequence numbers whose ``seq & mask`` is in ``[start, end)``
+        (a failed write)."""
         kept: list[int] = []
         gone: list[int] = []
         for seq in self:
-            (gone if start <= seq < end else kept).append(seq)
+            (gone if start <= seq & mask < end else kept).append(seq)
         if gone:
             self._chunks, self._pos, self._len = deque(), 0, 0
             for seq in kept:
@@ -385,7 +387,7 @@ class IndexedTail(Tail):
         return self.bytes
 
     def forget(self, start: int, end: int) -> int:
-        gone = self.index.discard(start, end)
+        gone = self.index.discard(start, end, SEQ_MASK)
         lost = len([s for s in gone if s not in self.removed])
         self.removed.difference_update(gone)
         self.count -= lost

@@ -210,3 +210,19 @@ def test_each_levels_messages_are_clustered_in_the_store() -> None:
     by_id = sorted(messages, key=lambda m: m.store_id)
     assert [m.body for m in by_id] == _expected([(min(i % 12, MAX_PRIORITY), i)
                                                  for i in range(40)])
+
+
+def test_each_levels_index_entries_are_contiguous_in_the_store() -> None:
+    """Sequence numbers carry the level above the queue's counter: the store's index (keyed
+    by queue and sequence number) holds each level's entries together, highest first, so a
+    level's acks delete neighbouring keys; next_seq counts on the counter alone."""
+    vhost = FakeVhost(FakeClock())
+    q = _durable(vhost)
+    for i in range(30):
+        q.publish(msg(b"%03d" % i, persistent=True, priority=i % 3))
+    stored = vhost.log.store.read_queue(q.qid, 0, 100)
+    assert [e.message.body for e in stored] == _expected([(i % 3, i) for i in range(30)])
+    assert vhost.log.store.queue_stats(q.qid).next_seq == 30
+    again = _reopen(vhost, q)
+    again.publish(msg(b"new", persistent=True, priority=2))
+    assert drain(again)[:11] == [b"%03d" % i for i in range(2, 30, 3)] + [b"new"]

@@ -98,3 +98,34 @@ async def test_a_failed_write_forgets_the_paged_out_tail(monkeypatch) -> None:
     assert q.message_count == 4 and q.dropped == 4
     assert bodies(q) == [b"p0", b"p1", b"p2", b"p3"]
     log.close()
+
+
+async def test_a_failed_write_forgets_a_priority_queues_paged_levels(monkeypatch) -> None:
+    """A priority queue's sequence numbers carry their level: a failed write still finds
+    exactly its entries, in memory and in every level's tail."""
+    from pamqp import commands
+
+    from leveret.model.properties import encode_properties
+
+    def prioritised(n: int) -> Message:
+        props = encode_properties(commands.Basic.Properties(delivery_mode=2, priority=n % 3))
+        return Message("", "q", props, b"p%d" % n)
+
+    monkeypatch.setattr(plain_store, "PAGE_HIGH", 3)
+    store = FailingStore({3})
+    log = GroupCommit(store, asyncio.get_running_loop())
+    args = {"x-max-priority": 2}
+    q = Queue(None, "q", durable=True, arguments=args)
+    q.qid = log.put_queue(QueueDef("/", "q", True, False, args))
+    q.log = log
+    await log.drain()
+    for n in range(6):  # 3 in memory, 3 paged out (levels 0, 1, 2): committed
+        q.publish(prioritised(n))
+    await log.drain()
+    for n in range(6, 12):  # all paged out, all in the failing batch
+        q.publish(prioritised(n))
+    await log.drain()
+    assert log.failures == 1
+    assert q.message_count == 6 and q.dropped == 6
+    assert bodies(q) == [b"p2", b"p5", b"p1", b"p4", b"p0", b"p3"]
+    log.close()
