@@ -19,6 +19,12 @@ its tail's. The next entry is then the heap's top unless a *higher* level has
 a tail; that tail is read into the heap first (``PAGE_BATCH`` at a time). A
 restarted queue scans its stored entries once, in sequence order, to rebuild
 the levels (reading the bodies' priorities, not keeping them).
+
+The store keeps each level together, because a level drains on its own: an
+entry's sequence number is the queue's counter under its level
+(``SEQ_CLUSTER_SHIFT``), so the index keys of a level are contiguous (and
+sequence order is delivery order), and its message's id carries the level too
+(``_cluster``). Otherwise every ack rewrites a page shared with other levels.
 """
 
 from __future__ import annotations
