@@ -53,9 +53,11 @@ Waiter = Callable[[bool], None]
 MAX_PENDING = 50_000
 # Body bytes read back from the store (paged queues draining) between releases of its
 # mapped pages (``release_memory``).
-RELEASE_AFTER_READ = 16 << 20
-# ... and operations written between releases (the writer thread's pages).
-RELEASE_AFTER_OPS = 4_096
+RELEASE_AFTER_READ = 4 << 20
+# ... and operations written between releases (the writer thread's pages). The kernel maps
+# a page's neighbours with it (fault-around, 64 KiB), which for a priority queue's levels,
+# whose pages lie interleaved in the file, maps ~16 pages per page touched.
+RELEASE_AFTER_OPS = 1_024
 
 
 class ConfirmSink(Protocol):

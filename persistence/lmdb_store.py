@@ -126,6 +126,7 @@ class LmdbStore:
         self.path = Path(path)
         self._log = logger or log
         self._env: Any = None
+        self._mapped: tuple[Any, list[tuple[int, int]]] | None = None  # (env, its mapping)
         self._prepare_directory()
         self._map_size = map_size
         self._compact_dir = self.path.parent / (self.path.name + COMPACT_SUFFIX)
@@ -429,9 +430,15 @@ class LmdbStore:
 
     def release_memory(self) -> None:
         """Unmap the data file's resident pages so they stop counting in RSS (see
-        ``mapped_memory``); they stay in the page cache."""
-        if self._env is not None:
-            release(mapped_ranges(str(self.path / "data.mdb")))
+        ``mapped_memory``); they stay in the page cache. The mapping is found once per
+        opened environment (LMDB maps the whole ``map_size`` at once), so a release is one
+        ``madvise`` call: cheap enough to run after every write."""
+        env = self._env
+        if env is None:
+            return
+        if self._mapped is None or self._mapped[0] is not env:
+            self._mapped = (env, mapped_ranges(str(self.path / "data.mdb")))
+        release(self._mapped[1])
 
     def close(self) -> None:
         env, self._env = self._env, None
