@@ -54,9 +54,9 @@ MAX_PENDING = 50_000
 # Body bytes read back from the store (paged queues draining) between releases of its
 # mapped pages (``release_memory``).
 RELEASE_AFTER_READ = 4 << 20
-# ... and operations written between releases (the writer thread's pages). The kernel maps
-# a page's neighbours with it (fault-around, 64 KiB), which for a priority queue's levels,
-# whose pages lie interleaved in the file, maps ~16 pages per page touched.
+# ... and operations written between releases (the writer thread's pages). A priority
+# queue's drain maps far more pages than it uses (its levels' pages lie interleaved in the
+# file; likely the kernel's fault-around: bench/README.md).
 RELEASE_AFTER_OPS = 1_024
 
 
