@@ -161,10 +161,16 @@ def binding_record(vhost: str, source: str, dest: Any, routing_key: str,
     }
 
 
+def default_binding(vhost: str, queue: str) -> dict[str, Any]:
+    """The default exchange's implicit binding to the queue named ``queue``."""
+    return {"source": "", "vhost": vhost, "destination": queue, "destination_type": "queue",
+            "routing_key": queue, "arguments": {}, "properties_key": properties_key(queue, {})}
+
+
 def vhost_bindings(vhost: Any) -> Iterator[dict[str, Any]]:
     """Every binding of a vhost, the default exchange's implicit ones first (as RabbitMQ)."""
     for queue in vhost.queues.values():
-        yield binding_record(vhost.name, "", queue, queue.name, {})
+        yield default_binding(vhost.name, queue.name)
     for exchange in vhost.exchanges.values():
         if exchange.name == "":
             continue

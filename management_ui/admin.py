@@ -14,7 +14,7 @@ from aiohttp import web
 
 from leveret.broker import definitions
 from leveret.broker.accounts import AccountError
-from leveret.management_ui import views
+from leveret.management_ui import auth, views
 from leveret.management_ui.listing import respond_list
 from leveret.management_ui.read import BY_NAME, vhost_of, vhosts_in_scope
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
@@ -52,7 +52,9 @@ def vhost_json(vhost: Any, state: Any) -> dict[str, Any]:
 
 
 async def vhosts(req: Request) -> web.Response:
-    items = sorted(req.state.broker.vhosts.values(), key=lambda v: v.name)
+    """The vhosts this user may see (``auth.visible_vhosts``: monitoring users see all)."""
+    items = sorted(auth.visible_vhosts(req.state.broker, req.user, req.tags, True),
+                   key=lambda v: v.name)
     return json_response(respond_list(req.query, items, lambda v: vhost_json(v, req.state),
                                       BY_NAME))
 
@@ -149,8 +151,7 @@ def _limits_json(kind: str, name: str, limits: dict[str, int]) -> dict[str, Any]
 
 
 async def vhost_limits(req: Request) -> web.Response:
-    vhosts = [vhost_of(req)] if "vhost" in req.params else sorted(
-        req.state.broker.vhosts.values(), key=lambda v: v.name)
+    vhosts = sorted(vhosts_in_scope(req, monitors_see_all=True), key=lambda v: v.name)
     return json_response([_limits_json("vhost", v.name, v.limits) for v in vhosts if v.limits])
 
 

@@ -2,8 +2,9 @@
 
 One row per route: method, path under ``/api/``, handler, the tag needed
 (``auth.py``). Read it next to RabbitMQ's ``rabbit_mgmt_dispatcher.erl``.
-Every route with a ``{vhost}`` also needs access to that vhost
-(``auth.may_use_vhost``: permissions there), checked by the router.
+A route with a ``{vhost}`` that exists also applies its ``auth.VHOST_RULES``
+entry (by default: administrators, or users with permissions there), checked
+by the router.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", B + "/{props}", read.binding, M),
     ("DELETE", B + "/{props}", write.delete_binding, M),
     ("GET", "vhosts", admin.vhosts, M),
-    ("GET", "vhosts/{name}", admin.vhost, M),
+    ("GET", "vhosts/{name}", admin.vhost, ADM),
     ("PUT", "vhosts/{name}", admin.put_vhost, ADM),
     ("DELETE", "vhosts/{name}", admin.delete_vhost, ADM),
     ("GET", "vhosts/{name}/permissions", admin.vhost_permissions, ADM),
@@ -106,7 +107,7 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
      ADM),
     ("GET", "policies", admin.policies, M),
     ("GET", "policies/{vhost}", admin.policies, M),
-    ("GET", "policies/{vhost}/{name}", admin.policy, M),
+    ("GET", "policies/{vhost}/{name}", admin.policy, POL),  # auth.POLICY, as PUT
     ("PUT", "policies/{vhost}/{name}", write.put_policy, POL),
     ("DELETE", "policies/{vhost}/{name}", write.delete_policy, POL),
     ("GET", "operator-policies", admin.empty_list, M),

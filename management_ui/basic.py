@@ -14,8 +14,9 @@ Publish:
 1. a key missing: 400 ``[{key_missing,routing_key}]`` (routing_key, payload,
    payload_encoding, properties); a payload that is no string: 400
    ``payload_not_string``;
-2. no such vhost: 401 ``not_authorised`` ``Access refused.`` (the channel
-   cannot open);
+2. no such vhost, or no permissions there (an administrator): 401
+   ``not_authorised`` ``Access refused.`` (the channel cannot open,
+   ``rights.channel_vhost``);
 3. properties in wire order, unknown names ignored: 400 with an Erlang term
    as a JSON list, ``["not_int","priority"]`` / ``["not_string","type"]``,
    or ``null_not_allowed`` for a null anywhere in ``headers``; then the
@@ -28,7 +29,7 @@ Publish:
    and ``reply_to = amq.rabbitmq.reply-to`` (an HTTP publish has no reply
    consumer). The checks are the channel's own (``broker/publish_props.py``).
 
-Get: a key missing (400); no such vhost (401 ``Access refused.``); an
+Get: a key missing (400); no channel (401 ``Access refused.``, as above); an
 unknown ``encoding`` (400); read permission (401 ``not_authorised`` with the
 close reason, ``rights.check_get``); no such queue: 404 ``not_found``
 ``NOT_FOUND - no queue 'q' in vhost '/'``; another connection's exclusive
@@ -84,8 +85,6 @@ PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode"
 INT_PROPERTIES = ("delivery_mode", "priority", "timestamp")
 PUBLISH_KEYS = ("routing_key", "payload", "payload_encoding", "properties")
 GET_KEYS = ("ackmode", "encoding", "count")
-# No channel opens in a vhost that does not exist: RabbitMQ's answer to publish and get there.
-NO_CHANNEL = ApiError(401, "not_authorised", "Access refused.")
 UNSUPPORTED_ENCODING = "Unsupported encoding. Please use auto or base64."
 
 
@@ -93,13 +92,6 @@ def _key_missing(body: dict[str, Any], keys: tuple[str, ...]) -> None:
     for key in keys:
         if key not in body:
             raise bad_request(f"[{{key_missing,{key}}}]")
-
-
-def _vhost(req: Request) -> Any:
-    vhost = req.state.broker.vhosts.get(req.params["vhost"])
-    if vhost is None:
-        raise NO_CHANNEL
-    return vhost
 
 
 def _int(value: Any, what: str) -> int:
@@ -190,7 +182,7 @@ async def publish(req: Request) -> web.Response:
     payload = body["payload"]
     if not isinstance(payload, str):
         raise bad_request("payload_not_string")
-    vhost = _vhost(req)
+    vhost = rights.channel_vhost(req)
     props = body["properties"] or {}
     raw_props = encode_json_properties(props)
     data = _payload(payload, body["payload_encoding"])
@@ -238,7 +230,7 @@ async def get(req: Request) -> web.Response:
     """Get up to ``count`` messages, then ack or reject them all as ``ackmode`` says."""
     body = await req.body()
     _key_missing(body, GET_KEYS)
-    vhost = _vhost(req)
+    vhost = rights.channel_vhost(req)
     ackmode = str(body["ackmode"])
     if ackmode not in ACK_MODES:
         raise bad_request(f"invalid ackmode '{ackmode}'")  # RabbitMQ 3.10 answers 500 here

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from leveret.management_ui import read
+from leveret.management_ui import read, rights
 from leveret.management_ui.router import Request, bad_request, json_response
 from leveret.model.message import Message
 
@@ -107,8 +107,10 @@ ALIVENESS_QUEUE = "aliveness-test"
 
 
 async def aliveness_test(req: Request) -> web.Response:
-    """Declare ``aliveness-test``, publish to it, get the message back (as RabbitMQ < 4.1)."""
-    vhost = read.vhost_of(req)
+    """Declare ``aliveness-test``, publish to it, get the message back (as RabbitMQ < 4.1),
+    on a channel of the user: 401 ``Access refused.`` without permissions there."""
+    read.vhost_of(req)  # 404 first
+    vhost = rights.channel_vhost(req)
     queue, _ = vhost.declare_queue(ALIVENESS_QUEUE, durable=False, exclusive=False,
                                    auto_delete=False, arguments={})
     queue.purge()  # a message left by an earlier, interrupted test

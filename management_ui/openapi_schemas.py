@@ -205,10 +205,11 @@ def json_content(schema: dict[str, Any]) -> dict[str, Any]:
 def error_responses() -> dict[str, Any]:
     """Every error status a route may answer, each with RabbitMQ's JSON error body; 401
     has none when no credentials were sent (as RabbitMQ), so its body is not described."""
-    return {"401": {"description": "not_authorized (JSON body when the login failed)"},
+    return {"401": {"description": "not_authorized: the login failed (with WWW-Authenticate; "
+                                   "no body without credentials); not_authorised: refused "
+                                   "after the login (a tag, vhost or object access)"},
             **{code: {"description": text, "content": json_content(ref("Error"))}
             for code, text in (("400", "bad_request"),
-                               ("403", "not_authorised (no access to the vhost)"),
                                ("404", "Object Not Found"), ("405", "Method Not Allowed"),
                                ("413", "Request Entity Too Large"),
                                ("415", "Unsupported Media Type"))}}

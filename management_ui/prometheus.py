@@ -12,10 +12,8 @@ is the number of messages *confirmed* (Leveret does not count publishes per
 channel mode; the two differ only by messages in flight), and the message
 size histogram (``rabbitmq_message_size_bytes``, dashboard HEAD) is not
 served: it needs work per published message. Erlang VM families are skipped.
-The queues' byte totals (``rabbitmq_queue_messages_*bytes``) are counted when
-scraped (``broker/queue_bytes.py`` says how and what differs); aggregated,
-``rabbitmq_queue_messages_persistent_bytes`` has its sum, where RabbitMQ
-3.10.8 serves the family without a sample.
+The queue series (``rabbitmq_queue_*``, per queue and summed) are one table in
+``prometheus_queues.py``, which also says which of RabbitMQ's are not served.
 
 Leveret-only series (``write_leveret``) keep the ``leveret_`` prefix: the
 group commit's batch sizes and write+fsync times as histograms (observed
@@ -33,10 +31,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from leveret.broker import inventory
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
-from leveret.broker.queue_bytes import HeldBytes, byte_fields
-from leveret.management_ui import views
+from leveret.management_ui import prometheus_queues, views
 from leveret.persistence.commit_stats import Histogram
 
 LEVERET = "leveret_"  # Leveret-only series keep their own prefix
@@ -246,80 +242,16 @@ def write_leveret(w: Writer, state: Any, queues: list[Any]) -> None:
           sum(q.paged_out for q in queues))
 
 
-QUEUE_FAMILIES = (
-    ("queue_messages_ready", "Messages ready to be delivered to consumers"),
-    ("queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
-    ("queue_messages", "Sum of ready and unacknowledged messages - total queue depth"),
-    ("queue_consumers", "Consumers on a queue"),
-)
-# The queues' byte totals (``queue_bytes.py``): family, help, management field; RabbitMQ's
-# order (3.10.8, /metrics and /metrics/per-object).
-QUEUE_BYTE_FAMILIES = (
-    ("queue_messages_ram_bytes", "Size of ready and unacknowledged messages stored in memory",
-     "message_bytes_ram"),
-    ("queue_messages_persistent_bytes", "Size in bytes of persistent messages",
-     "message_bytes_persistent"),
-    ("queue_messages_bytes", "Size in bytes of ready and unacknowledged messages",
-     "message_bytes"),
-    ("queue_messages_ready_bytes", "Size in bytes of ready messages", "message_bytes_ready"),
-    ("queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages",
-     "message_bytes_unacknowledged"),
-    ("queue_messages_paged_out_bytes", "Size in bytes of messages paged out to disk",
-     "message_bytes_paged_out"),
-)
-
-
-_NO_BYTES = (0,) * len(QUEUE_BYTE_FAMILIES)
-
-
-def _byte_values(queue: Any, held: HeldBytes, ready: int, unacked: int) -> tuple[int, ...]:
-    """QUEUE_BYTE_FAMILIES' values (an empty queue's are zeros, found without a call)."""
-    if not ready and not unacked:
-        return _NO_BYTES
-    sizes = byte_fields(queue, held)
-    return tuple(sizes[field] for _, _, field in QUEUE_BYTE_FAMILIES)
-
-
-def _queue_values(queue: Any, held: HeldBytes) -> tuple[int, ...]:
-    """QUEUE_FAMILIES' then QUEUE_BYTE_FAMILIES' values."""
-    ready, unacked = queue.message_count, queue.unacked
-    return (ready, unacked, ready + unacked, queue.consumer_count,
-            *_byte_values(queue, held, ready, unacked))
-
-
-def _queue_families() -> list[tuple[str, str]]:
-    return [*QUEUE_FAMILIES, *((name, help_) for name, help_, _ in QUEUE_BYTE_FAMILIES)]
-
-
 def write_queues_aggregated(w: Writer, state: Any) -> None:
-    ready = unacked = consumers = channel_consumers = 0
-    sizes = [0] * len(QUEUE_BYTE_FAMILIES)
-    held = inventory.held_bytes(state.broker)
-    for vhost in state.broker.vhosts.values():
-        for queue in vhost.queues.values():
-            r, u = queue.message_count, queue.unacked
-            ready += r
-            unacked += u
-            consumers += queue.consumer_count
-            if r or u:
-                for i, v in enumerate(_byte_values(queue, held, r, u)):
-                    sizes[i] += v
-    for conn in list(state.broker.connections):
-        for ch in conn.channels.values():
-            channel_consumers += len(ch.consumers)
-    for (name, help_), value in zip(_queue_families(),
-                                    (ready, unacked, ready + unacked, consumers, *sizes)):
-        w.one(name, "gauge", help_, value)
+    prometheus_queues.write_aggregated(w, state)
+    channel_consumers = sum(len(ch.consumers) for conn in list(state.broker.connections)
+                            for ch in conn.channels.values())
     w.one("channel_consumers", "gauge", "Consumers on a channel", channel_consumers)
 
 
-def write_queues_per_object(w: Writer, state: Any, vhost_filter: set[str] | None = None) -> None:
-    held = inventory.held_bytes(state.broker)
-    rows = [((("vhost", vh.name), ("queue", q.name)), _queue_values(q, held))
-            for vh in state.broker.vhosts.values()
-            if vhost_filter is None or vh.name in vhost_filter for q in vh.queues.values()]
-    for i, (name, help_) in enumerate(_queue_families()):
-        w.family(name, "gauge", help_, [(labels, values[i]) for labels, values in rows])
+def write_queues_per_object(w: Writer, state: Any) -> None:
+    prometheus_queues.write_per_object(w, prometheus_queues.SERIES,
+                                       prometheus_queues.rows(state))
 
 
 def write_connections_channels(w: Writer, state: Any) -> None:
@@ -345,6 +277,14 @@ def write_connections_channels(w: Writer, state: Any) -> None:
         ("channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers), "gauge"),
         ("channel_messages_unacked", "Delivered but not yet acknowledged messages",
          lambda ch: len(ch._unacked), "gauge"),
+        ("channel_messages_unconfirmed", "Published but not yet confirmed messages",
+         lambda ch: ch.confirms.unconfirmed if ch.confirms is not None else 0, "gauge"),
+        ("channel_messages_uncommitted", "Messages received in a transaction but not yet "
+         "committed", lambda ch: len(ch.tx) if ch.tx is not None else 0, "gauge"),
+        ("channel_acks_uncommitted", "Message acknowledgements in a transaction not yet "
+         "committed", lambda ch: 0, "gauge"),  # as /api/channels: not counted apart
+        ("consumer_prefetch", "Limit of unacknowledged messages for each consumer",
+         lambda ch: ch.consumer_prefetch, "gauge"),
         ("channel_prefetch", "Total limit of unacknowledged messages for all consumers on a "
          "channel", lambda ch: ch.global_prefetch, "gauge"),
         ("channel_messages_published_total", "Total number of messages published into an "

@@ -21,15 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.broker import inventory
-from leveret.management_ui import prometheus
+from leveret.management_ui import prometheus, prometheus_queues
 from leveret.management_ui.prometheus import Labels, Writer
 
 Family = Callable[[Writer, Any, "set[str] | None"], None]
-
-
-def _queues(state: Any, vhosts: set[str] | None) -> list[tuple[Labels, Any]]:
-    return [((("vhost", vh.name), ("queue", q.name)), q) for vh in state.broker.vhosts.values()
-            if vhosts is None or vh.name in vhosts for q in vh.queues.values()]
 
 
 def _connections(state: Any) -> list[tuple[Labels, Any]]:
@@ -59,45 +54,18 @@ def connection_churn(w: Writer, state: Any, vhosts: set[str] | None) -> None:
 
 
 def queue_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    rows = _queues(state, vhosts)
-    for name, help_, get in (
-        ("queue_messages_ready", "Messages ready to be delivered to consumers",
-         lambda q: q.message_count),
-        ("queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
-         lambda q: q.unacked),
-        ("queue_messages", "Sum of ready and unacknowledged messages - total queue depth",
-         lambda q: q.message_count + q.unacked),
-    ):
-        w.family(name, "gauge", help_, [(labels, get(q)) for labels, q in rows])
+    prometheus_queues.write_per_object(w, prometheus_queues.COARSE,
+                                       prometheus_queues.rows(state, vhosts, sized=False))
 
 
 def queue_consumer_count(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    w.family("queue_consumers", "gauge", "Consumers on a queue",
-             [(labels, q.consumer_count) for labels, q in _queues(state, vhosts)])
+    prometheus_queues.write_per_object(w, (prometheus_queues.CONSUMERS,),
+                                       prometheus_queues.rows(state, vhosts, sized=False))
 
 
 def queue_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    held = inventory.held_bytes(state.broker)
-    rows = [(labels, inventory.queue_record(q, held)) for labels, q in _queues(state, vhosts)]
-    sized = {key: (name, key, help_) for name, help_, key in prometheus.QUEUE_BYTE_FAMILIES}
-    for name, key, help_ in (
-        ("queue_consumers", "consumers", "Consumers on a queue"),
-        ("queue_consumer_capacity", "consumer_capacity", "Consumer capacity"),
-        ("queue_consumer_utilisation", "consumer_utilisation", "Same as consumer capacity"),
-        ("queue_messages_ram", "messages_ram", "Ready and unacked messages stored in memory"),
-        sized["message_bytes_ram"],
-        ("queue_messages_ready_ram", "messages_ready_ram", "Ready messages stored in memory"),
-        ("queue_messages_unacked_ram", "messages_unacknowledged_ram",
-         "Unacked messages stored in memory"),
-        ("queue_messages_persistent", "messages_persistent", "Persistent messages"),
-        sized["message_bytes_persistent"],
-        sized["message_bytes"],
-        sized["message_bytes_ready"],
-        sized["message_bytes_unacknowledged"],
-        ("queue_messages_paged_out", "messages_paged_out", "Messages paged out to disk"),
-        sized["message_bytes_paged_out"],
-    ):
-        w.family(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
+    prometheus_queues.write_per_object(w, prometheus_queues.METRICS,
+                                       prometheus_queues.rows(state, vhosts))
 
 
 def connection_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> None:

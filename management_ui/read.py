@@ -10,10 +10,10 @@ from aiohttp import web
 
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import alerts, views
+from leveret.management_ui import alerts, auth, views
 from leveret.management_ui.listing import respond_list, truthy
 from leveret.management_ui.rights import DEST_KIND
-from leveret.management_ui.router import Request, bad_request, json_response, not_found
+from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
 from leveret.model.errors import ChannelError
 
 EXCHANGE_TYPE_DESCRIPTIONS = {
@@ -48,10 +48,15 @@ def vhost_of(req: Request, name: str | None = None) -> Any:
     return vhost
 
 
-def vhosts_in_scope(req: Request) -> list[Any]:
+def vhosts_in_scope(req: Request, monitors_see_all: bool = False) -> list[Any]:
+    """The path's vhost (404 when missing), or every vhost; of those, the ones whose objects
+    this user may list (``auth.visible_vhosts``; the router has already refused a path
+    vhost the route's rule does not let the user name)."""
     if "vhost" in req.params:
-        return [vhost_of(req)]
-    return list(req.state.broker.vhosts.values())
+        vhost = vhost_of(req)
+        return [vhost] if auth.sees_vhost(req.state.broker, req.user, req.tags, vhost.name,
+                                          monitors_see_all) else []
+    return auth.visible_vhosts(req.state.broker, req.user, req.tags, monitors_see_all)
 
 
 def _chart(req: Request, kind: str) -> tuple[int | None, int | None]:
@@ -164,15 +169,26 @@ async def auth_info(req: Request) -> web.Response:
 # -- connections, channels, consumers --------------------------------------------------------
 
 def _connections(req: Request) -> list[Any]:
+    """Open connections (in the path's vhost), those of other users only for monitoring
+    users and administrators (``auth.may_see_connection``)."""
     vhost = vhost_of(req) if "vhost" in req.params else None
-    return inventory.open_connections(req.state.broker, vhost)
+    return [c for c in inventory.open_connections(req.state.broker, vhost)
+            if auth.may_see_connection(req.user, req.tags, c.user)]
 
 
-def find_connection(req: Request) -> Any:
+def find_connection(req: Request, close: bool = False) -> Any:
+    """The path's connection: 404 when there is none, 401 when it is another user's and
+    this one may not see (or ``close``) it."""
     conn = inventory.find_connection(req.state.broker, req.params["name"])
     if conn is None:
         raise not_found()
+    check_owner(req, conn.user, close)
     return conn
+
+
+def check_owner(req: Request, owner: str, close: bool = False) -> None:
+    if not auth.may_see_connection(req.user, req.tags, owner, close):
+        raise ApiError(401, auth.NOT_AUTHORISED, auth.NO_OBJECT_ACCESS)
 
 
 async def connections(req: Request) -> web.Response:
@@ -208,12 +224,13 @@ async def channels(req: Request) -> web.Response:
 async def channel(req: Request) -> web.Response:
     for ch in views.vhost_channels(req.state.broker):
         if views.channel_name(ch) == req.params["name"]:
+            check_owner(req, ch.connection.user)
             return json_response(views.channel_json(ch, req.state))
     raise not_found()
 
 
 async def consumers(req: Request) -> web.Response:
-    found = list(inventory.vhost_consumers(vhosts_in_scope(req)))
+    found = list(inventory.vhost_consumers(vhosts_in_scope(req, monitors_see_all=True)))
     return json_response(respond_list(req.query, found,
                                       lambda c: views.consumer_json(c, req.state)))
 
@@ -247,15 +264,21 @@ async def exchange(req: Request) -> web.Response:
 
 
 async def exchange_bindings(req: Request) -> web.Response:
-    vhost = vhost_of(req)
-    exchange = exchange_of(req, vhost, req.params["name"])
-    if req.params["side"] == "source":
-        found = [b for b in views.vhost_bindings(vhost) if b["source"] == exchange.name]
-    elif req.params["side"] == "destination":
-        found = [b for b in views.vhost_bindings(vhost)
-                 if b["destination_type"] == "exchange" and b["destination"] == exchange.name]
-    else:
+    """The bindings with this exchange as source or destination: none (not 404) when the
+    vhost or the exchange does not exist, as RabbitMQ 3.10.8 answers."""
+    side = req.params["side"]
+    if side not in ("source", "destination"):
         raise not_found()
+    vhost = req.state.broker.vhosts.get(req.params["vhost"])
+    name = req.params["name"]
+    name = "" if name == "amq.default" else name
+    found: list[dict[str, Any]] = []
+    if vhost is not None and name in vhost.exchanges:
+        if side == "source":
+            found = [b for b in views.vhost_bindings(vhost) if b["source"] == name]
+        else:
+            found = [b for b in views.vhost_bindings(vhost)
+                     if b["destination_type"] == "exchange" and b["destination"] == name]
     return json_response(respond_list(req.query, found, lambda b: b))
 
 
@@ -310,10 +333,17 @@ async def queue(req: Request) -> web.Response:
 
 
 async def queue_bindings(req: Request) -> web.Response:
-    vhost = vhost_of(req)
-    q = queue_of(req, vhost)
-    found = [b for b in views.vhost_bindings(vhost)
-             if b["destination_type"] == "queue" and b["destination"] == q.name]
+    """The queue's bindings. RabbitMQ 3.10.8 does not look the queue up: for a missing one
+    it lists the default exchange's implicit binding to that name (none when the vhost is
+    missing), and so does this."""
+    vhost = req.state.broker.vhosts.get(req.params["vhost"])
+    name = req.params["name"]
+    found: list[dict[str, Any]] = []
+    if vhost is not None and name not in vhost.queues:
+        found = [inventory.default_binding(vhost.name, name)]
+    elif vhost is not None:
+        found = [b for b in views.vhost_bindings(vhost)
+                 if b["destination_type"] == "queue" and b["destination"] == name]
     return json_response(respond_list(req.query, found, lambda b: b))
 
 

@@ -38,7 +38,11 @@ the check in the operation's own shape: bind 404 ``not_found`` ``no queue
 ``basic.py``). Body validation (``not_json``, ``key_missing``,
 an unknown exchange type) comes before the permission check, as in
 RabbitMQ. Administrators get no exemption: RabbitMQ's tags decide which
-routes a user may call, permissions what the operation may touch.
+routes a user may call, permissions what the operation may touch. An
+administrator without permissions in the vhost may read it (``auth.py``),
+but the channel it would act on does not open: 401 ``Access refused.``
+(``channel_vhost`` for publish, get and the aliveness test; the checks
+below refuse everything else with the same answer).
 
 The 401 ``Access refused.`` shape is the router's answer to any
 ``ChannelError(ACCESS_REFUSED)``, so most routes just let ``Access.check``
@@ -55,6 +59,17 @@ from leveret.management_ui.router import ApiError, Request, channel_closed, not_
 from leveret.model.errors import ChannelError
 
 DEST_KIND = {"q": "queue", "e": "exchange"}  # a binding route's {kind} -> resource kind
+
+
+def channel_vhost(req: Request) -> Any:
+    """The path's vhost, where RabbitMQ's plugin opens a channel as the user (publish,
+    get, the aliveness test): 401 ``Access refused.`` when the vhost does not exist or the
+    user has no permissions there (an administrator the router let through)."""
+    broker = req.state.broker
+    vhost = broker.vhosts.get(req.params["vhost"])
+    if vhost is None or not broker.accounts.control.can_open(req.user, vhost.name):
+        raise ApiError(401, "not_authorised", "Access refused.")
+    return vhost
 
 
 def access_of(req: Request, vhost: str) -> Access:

@@ -8,9 +8,14 @@ RabbitMQ's dispatcher. Errors are raised by name (``ApiError`` or the broker
 model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
 
 =====  ==========================================================
-401    ``{"error":"not_authorized","reason":"Login failed"}`` +
-       ``WWW-Authenticate: Basic realm="RabbitMQ Management"``;
+401    a failed login: ``{"error":"not_authorized","reason":"Login failed"}``
+       + ``WWW-Authenticate: Basic realm="RabbitMQ Management"``;
        empty body when no credentials were sent (as RabbitMQ)
+401    a refusal after the login (no management tag, a tag the route
+       needs, ``loopback_users``, vhost or object access; ``auth.py``):
+       ``{"error":"not_authorised","reason":"Not administrator user"}``,
+       British spelling and no ``WWW-Authenticate``, as RabbitMQ 3.10.8
+400    empty, for Basic credentials that are not base64 ``user:password``
 400    ``{"error":"bad_request","reason":...}``; AMQP texts as they are.
        Publish (and get's exclusive-queue refusal) answer with the
        channel's close reason, code first (``channel_closed``):
@@ -114,11 +119,14 @@ class Route:
     pattern: tuple[str, ...]  # literal segments, or "{name}" for a parameter
     handler: Handler
     need: str | None  # tag needed (auth.MANAGEMENT...), None = no login at all
+    vhost_rule: str  # who may name an existing {vhost} (auth.VHOST_RULES)
 
 
 class Router:
     def __init__(self, routes: list[tuple[str, str, Handler, str | None]]) -> None:
-        self.routes = [Route(m, tuple(p.strip("/").split("/")), h, n) for m, p, h, n in routes]
+        self.routes = [Route(m, tuple(p.strip("/").split("/")), h, n,
+                             auth.VHOST_RULES.get(p.strip("/"), auth.ACCESS))
+                       for m, p, h, n in routes]
 
     def match(self, method: str, segments: list[str]) -> tuple[Route, dict[str, str]] | list[str]:
         """The route and its parameters, or the methods allowed on this path ([] = none)."""
@@ -168,23 +176,24 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
             if header is None and "auth" in request.query:  # the UI's ?auth=<b64> downloads
                 header = "Basic " + request.query["auth"]
             peer = request.transport.get_extra_info("peername") if request.transport else None
-            login = auth.check_login(state.broker, state.config, header, peer)
-            if isinstance(login, str):
+            try:
+                login = auth.check_login(state.broker, state.config, header, peer)
+            except auth.MalformedCredentials:
+                return web.Response(status=400)  # as RabbitMQ (cowboy): empty
+            if isinstance(login, auth.Refusal):
                 state.auth_attempts(False)
                 if header is None:
                     return web.Response(status=401, headers={"WWW-Authenticate": REALM})
-                return error_response(401, "not_authorized", login, {"WWW-Authenticate": REALM})
+                if login.failed:
+                    return error_response(401, auth.NOT_AUTHORIZED, login.reason,
+                                          {"WWW-Authenticate": REALM})
+                return error_response(401, auth.NOT_AUTHORISED, login.reason)
             state.auth_attempts(True)
             user, tags = login
-            if not auth.allowed(tags, route.need):
-                return error_response(401, "not_authorized", auth.REFUSED_TEXT[route.need],
-                                      {"WWW-Authenticate": REALM})
-            vhost = params.get("vhost")  # admin routes need no access (RabbitMQ's is_authorized_admin)
-            if (vhost is not None and route.need != auth.ADMINISTRATOR
-                    and vhost in state.broker.vhosts
-                    and not auth.may_use_vhost(state.broker, user, vhost)):
-                return error_response(401, "not_authorized", auth.NO_VHOST_ACCESS,
-                                      {"WWW-Authenticate": REALM})
+            refused = auth.refusal(state.broker, user, tags, route.need, route.vhost_rule,
+                                   params.get("vhost"))
+            if refused is not None:
+                return error_response(401, auth.NOT_AUTHORISED, refused)
         try:
             return await route.handler(Request(request, params, user, tags, state))
         except ApiError as exc:
@@ -193,7 +202,7 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
             if exc.code == NOT_FOUND:
                 return error_response(404, "Object Not Found", "Not Found")
             if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 ("amq.x", permissions)
-                return error_response(401, "not_authorised", "Access refused.")
+                return error_response(401, auth.NOT_AUTHORISED, "Access refused.")
             return error_response(400, "bad_request", exc.detail)
         except Exception as exc:  # a bug: the client still gets RabbitMQ's JSON shape
             log.exception("management API %s %s failed", request.method, raw)

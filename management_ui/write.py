@@ -17,7 +17,7 @@ from aiohttp import web
 
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.management_ui import auth, read, rights, views
+from leveret.management_ui import read, rights, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, not_found
 from leveret.model.errors import ChannelError
@@ -166,7 +166,7 @@ async def delete_binding(req: Request) -> web.Response:
 # -- connections -------------------------------------------------------------------------------
 
 async def delete_connection(req: Request) -> web.Response:
-    conn = read.find_connection(req)
+    conn = read.find_connection(req, close=True)  # its own user or an administrator
     reason = req.http.headers.get("X-Reason") or CLOSED_VIA_MANAGEMENT
     inventory.close_connection(conn, reason)
     return _no_content()
@@ -187,8 +187,7 @@ async def delete_consumer(req: Request) -> web.Response:
                     or views.channel_name(channel) != req.params["channel"]):
                 continue
             conn = channel.connection
-            if conn.user != req.user and not auth.allowed(req.tags, auth.ADMINISTRATOR):
-                raise ApiError(401, "not_authorized", auth.REFUSED_TEXT[auth.ADMINISTRATOR])
+            read.check_owner(req, conn.user, close=True)
             queue.remove_consumer(consumer)
             channel.consumer_cancelled_by_broker(consumer)
             if conn.on_output is not None:
@@ -200,7 +199,9 @@ async def delete_consumer(req: Request) -> web.Response:
 # -- policies ----------------------------------------------------------------------------------
 
 async def put_policy(req: Request) -> web.Response:
-    vhost = read.vhost_of(req)
+    vhost = req.state.broker.vhosts.get(req.params["vhost"])
+    if vhost is None:  # as RabbitMQ 3.10.8 (and post_binding)
+        raise ApiError(404, "not_found", "vhost_not_found")
     body = await req.body()
     for key in ("pattern", "definition"):
         if key not in body:

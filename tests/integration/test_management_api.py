@@ -40,8 +40,7 @@ def test_bad_credentials_is_401_login_failed(api):
 
 
 def test_unknown_object_and_route_are_404(api):
-    for path in (Q + "no-such-queue", "/queues/no-such-vhost", "/no/such/route",
-                 X + "nope/bindings/source"):
+    for path in (Q + "no-such-queue", "/queues/no-such-vhost", "/no/such/route"):
         status, _, body = api.get(path)
         assert (status, body) == (404, {"error": "Object Not Found", "reason": "Not Found"}), path
 
@@ -760,6 +759,20 @@ RABBITMQ_ANSWERS = [
           []),
     _case("binding, missing source", "GET", f"/bindings/%2F/e/{mp.MISSING}/q/{mp.Q}/k", None, 404,
           mp.NOT_FOUND),
+    # -- an exchange's or a queue's bindings: not looked up -------------------------------------
+    _case("source bindings, missing exchange: none", "GET",
+          f"/exchanges/%2F/{mp.MISSING}/bindings/source", None, 200, []),
+    _case("destination bindings, missing exchange: none", "GET",
+          f"/exchanges/%2F/{mp.MISSING}/bindings/destination", None, 200, []),
+    _case("source bindings, missing vhost: none", "GET", f"/exchanges/{NOVH}/x/bindings/source",
+          None, 200, []),
+    _case("queue bindings, missing queue: the default exchange's", "GET",
+          f"/queues/%2F/{mp.MISSING}/bindings", None, 200, [{
+              "source": "", "vhost": "/", "destination": mp.MISSING,
+              "destination_type": "queue", "routing_key": mp.MISSING, "arguments": {},
+              "properties_key": mp.MISSING}]),
+    _case("queue bindings, missing vhost: none", "GET", f"/queues/{NOVH}/q/bindings", None, 200,
+          []),
     _case("unbind, missing source", "DELETE", f"/bindings/%2F/e/{mp.MISSING}/q/{mp.Q}/k", None,
           404, mp.NOT_FOUND),
     _case("unbind, missing queue", "DELETE", f"/bindings/%2F/e/{mp.X}/q/{mp.MISSING}/k", None,

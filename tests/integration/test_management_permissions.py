@@ -58,7 +58,7 @@ def get_refused(name: str, user: str = U) -> dict[str, str]:
 @dataclass
 class Case:
     name: str
-    perms: tuple[str, str, str]
+    perms: tuple[str, str, str] | None  # the user's on "/" (None: left as they are)
     method: str
     path: str
     body: Any
@@ -68,6 +68,10 @@ class Case:
     topic: tuple[str, str] | None = None  # topic permission on T: (write, read)
     setup: list[tuple[str, str, Any]] = field(default_factory=list)  # as guest, before
     after: tuple[str, int] | None = None  # GET path as guest, and its status afterwards
+    password: str = PW
+    credentials: bool = True  # False: no Authorization header at all
+    authorization: str | None = None  # this Authorization header instead of the user's
+    challenge: bool | None = None  # WWW-Authenticate expected (True) or not (False)
 
 
 B_XQ = f"/bindings/%2F/e/{X}/q/{Q}"
@@ -272,8 +276,9 @@ def guest(request: pytest.FixtureRequest) -> Iterator[HttpApi]:
 
 def _run(guest: HttpApi, case: Case) -> list[str]:
     """The case's differences from what RabbitMQ answered ([] = as recorded)."""
-    _ok(guest.put(f"/permissions/%2F/{case.user}", dict(zip(
-        ("configure", "write", "read"), case.perms, strict=True))), 201, 204)
+    if case.perms is not None:
+        _ok(guest.put(f"/permissions/%2F/{case.user}", dict(zip(
+            ("configure", "write", "read"), case.perms, strict=True))), 201, 204)
     if case.topic is not None:
         _ok(guest.put(f"/topic-permissions/%2F/{case.user}",
                       {"exchange": T, "write": case.topic[0], "read": case.topic[1]}), 201, 204)
@@ -281,12 +286,16 @@ def _run(guest: HttpApi, case: Case) -> list[str]:
         status = guest.request(method, path, body)[0]
         if status not in (201, 204):
             return [f"{case.name}: setup {method} {path} answered {status}"]
-    user = HttpApi(guest.base, case.user, PW)
+    user = HttpApi(guest.base, case.user, case.password)
+    extra = {"Authorization": case.authorization} if case.authorization is not None else None
+    use_auth = case.credentials and case.authorization is None
     try:
         if isinstance(case.body, str):
-            status, _, reply = user.request(case.method, case.path, raw=case.body.encode())
+            status, headers, reply = user.request(case.method, case.path, auth=use_auth,
+                                                  raw=case.body.encode(), headers=extra)
         else:
-            status, _, reply = user.request(case.method, case.path, case.body)
+            status, headers, reply = user.request(case.method, case.path, case.body,
+                                                  auth=use_auth, headers=extra)
     finally:
         if case.topic is not None:
             guest.delete(f"/topic-permissions/%2F/{case.user}")
@@ -294,6 +303,9 @@ def _run(guest: HttpApi, case: Case) -> list[str]:
     if status != case.status or (case.reply is not ANY and reply != case.reply):
         problems.append(f"{case.name}: got {status} {reply!r}, "
                         f"RabbitMQ answers {case.status} {case.reply!r}")
+    challenged = headers.get("WWW-Authenticate") is not None
+    if case.challenge is not None and challenged != case.challenge:
+        problems.append(f"{case.name}: WWW-Authenticate {'sent' if challenged else 'missing'}")
     if case.after is not None:
         after = guest.get(case.after[0])[0]
         if after != case.after[1]:

@@ -97,8 +97,11 @@ def test_sampler_keeps_a_bounded_ring():
 def test_basic_auth_parsing_and_tags():
     header = "Basic " + base64.b64encode(b"guest:pa:ss").decode()
     assert auth.parse_basic(header) == ("guest", "pa:ss")
-    assert auth.parse_basic("Basic !!!") is None
+    for malformed in ("Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode(), "Basic"):
+        with pytest.raises(auth.MalformedCredentials):  # RabbitMQ: an empty 400
+            auth.parse_basic(malformed)
     assert auth.parse_basic("Bearer x") is None
+    assert auth.parse_basic("basic " + base64.b64encode(b"\xff:pw").decode()) is None
     assert auth.allowed(["administrator"], auth.MONITORING)
     assert auth.allowed(["monitoring"], auth.MANAGEMENT)
     assert not auth.allowed(["management"], auth.ADMINISTRATOR)
