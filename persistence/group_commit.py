@@ -56,7 +56,7 @@ MAX_PENDING = 50_000
 RELEASE_AFTER_READ = 4 << 20
 # ... and operations written between releases (the writer thread's pages). A priority
 # queue's drain maps far more pages than it uses (its levels' pages lie interleaved in the
-# file; likely the kernel's fault-around: bench/README.md).
+# file, and the kernel's fault-around maps 64 KiB around each faulting page: bench/README.md).
 RELEASE_AFTER_OPS = 1_024
 
 
