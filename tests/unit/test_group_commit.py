@@ -195,3 +195,26 @@ def test_writing_releases_mapped_pages_every_so_many_operations(monkeypatch):
     for seq in range(4):
         log.remove(1, seq)
     assert store.released == 2
+
+
+def test_page_releaser_releases_only_while_a_write_runs():
+    """One write of a deep drain can map hundreds of MiB: the releaser gives pages back
+    every interval during the write, and does nothing between writes."""
+    import time
+
+    from leveret.persistence.group_commit import PageReleaser
+
+    calls: list[float] = []
+    releaser = PageReleaser(lambda: calls.append(time.monotonic()), interval=0.01)
+    try:
+        time.sleep(0.1)
+        assert calls == []  # idle: no write running
+        releaser.writing(True)
+        time.sleep(0.2)
+        releaser.writing(False)
+        during = len(calls)
+        assert during >= 5
+        time.sleep(0.1)
+        assert len(calls) <= during + 1  # at most one already on its way
+    finally:
+        releaser.stop()
