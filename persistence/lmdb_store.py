@@ -317,18 +317,20 @@ class LmdbStore:
                     key_qid, seq = INDEX_KEY.unpack(key)
                     if key_qid != qid:
                         break
-                    msg_id, deliveries, _, expires_at, _ = decode_index_value(value)
-                    record = txn.get(U64.pack(msg_id), db=messages)
-                    if record is None:
-                        raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing "
-                                          f"message {msg_id}")
-                    out.append(StoredEntry(seq, deliveries, decode_message(record, msg_id),
-                                           expires_at))
+                    out.append(self._stored(txn, messages, qid, seq, value))
                     if len(out) >= limit:
                         break
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc
         return out
+
+    def _stored(self, txn: Any, messages: Any, qid: int, seq: int, value: Any) -> StoredEntry:
+        """The entry (qid, seq) with index value ``value``, its message read in ``txn``."""
+        msg_id, deliveries, _, expires_at, _ = decode_index_value(value)
+        record = txn.get(U64.pack(msg_id), db=messages)
+        if record is None:
+            raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing message {msg_id}")
+        return StoredEntry(seq, deliveries, decode_message(record, msg_id), expires_at)
 
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         out: list[StoredEntry] = []
@@ -337,15 +339,8 @@ class LmdbStore:
             with self._require_env().begin(buffers=True) as txn:
                 for seq in seqs:
                     value = txn.get(INDEX_KEY.pack(qid, seq), db=index)
-                    if value is None:
-                        continue
-                    msg_id, deliveries, _, expires_at, _ = decode_index_value(value)
-                    record = txn.get(U64.pack(msg_id), db=messages)
-                    if record is None:
-                        raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing "
-                                          f"message {msg_id}")
-                    out.append(StoredEntry(seq, deliveries, decode_message(record, msg_id),
-                                           expires_at))
+                    if value is not None:
+                        out.append(self._stored(txn, messages, qid, seq, value))
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc
         return out
