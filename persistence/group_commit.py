@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -52,57 +51,12 @@ Waiter = Callable[[bool], None]
 
 # Operations recorded for the next batch while one is being written, before clients wait.
 MAX_PENDING = 50_000
-# Body bytes read back from the store (paged queues draining) between releases of its
-# mapped pages (``release_memory``).
-RELEASE_AFTER_READ = 4 << 20
-# ... and operations written between releases (the writer thread's pages). A priority
-# queue's drain maps far more pages than it uses (its levels' pages lie interleaved in the
-# file, and the kernel's fault-around maps 64 KiB around each faulting page: bench/README.md).
-RELEASE_AFTER_OPS = 1_024
 
 
 class ConfirmSink(Protocol):
     """Whoever waits for a publisher confirm that a commit releases (an AMQP channel)."""
 
     def confirm_settled(self, seq: int, ok: bool) -> None: ...
-
-
-class PageReleaser:
-    """Gives the store's mapped pages back every ``interval`` seconds while a write runs.
-
-    One write of a deep priority queue's drain maps hundreds of MiB of page cache (each
-    page LMDB copies brings 64 KiB of neighbours with it: fault-around), so releases
-    between writes come too late for RSS. Unmapping clean file pages while LMDB writes is
-    safe (``mapped_memory``); this runs on its own thread, only while a write is running.
-    """
-
-    def __init__(self, release: Callable[[], None], interval: float = 0.02) -> None:
-        self._release = release
-        self._interval = interval
-        self._writing = threading.Event()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="leveret-release", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            self._writing.wait()
-            if self._stopped:
-                return
-            time.sleep(self._interval)
-            if self._writing.is_set() and not self._stopped:
-                self._release()
-
-    def writing(self, on: bool) -> None:
-        if on:
-            self._writing.set()
-        else:
-            self._writing.clear()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._writing.set()
-        self._thread.join()
 
 
 class GroupCommit(Recorder):
@@ -124,10 +78,6 @@ class GroupCommit(Recorder):
         self.batch_sizes = Histogram(BATCH_BOUNDS)
         self.write_seconds = Histogram(WRITE_BOUNDS)
         self._recorded_ops = 0  # operations recorded since the last batch was taken
-        self._read_bytes = 0  # body bytes read from the store since the last release
-        self._releaser = (PageReleaser(self.release_memory)
-                          if loop is not None and hasattr(store, "release_memory") else None)
-        self._written_ops = 0  # operations written since the last release (writer thread)
         # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
         # and is released (its after_commit callbacks run) with that batch's ``ok``.
         self.batch = 0
@@ -150,26 +100,16 @@ class GroupCommit(Recorder):
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
         """Committed entries (queues page their tails back through here)."""
-        return self._read(self.store.read_queue(qid, from_seq, limit))
+        return self.store.read_queue(qid, from_seq, limit)
 
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         """Committed entries by sequence number (a priority queue's paged tails)."""
-        return self._read(self.store.read_entries(qid, seqs))
+        return self.store.read_entries(qid, seqs)
 
     def queue_stats(self, qid: int) -> QueueStats:
         """Committed counts and byte totals of a queue's entries (the management plane's
         persistent messages and bytes)."""
         return self.store.queue_stats(qid)
-
-    def _read(self, entries: list[StoredEntry]) -> list[StoredEntry]:
-        # A queue draining a deep backlog maps the store's pages faster than the once a
-        # second release (amqp/server.py) gives them back: give them back every
-        # RELEASE_AFTER_READ bytes too, so that RSS stays what the broker really holds.
-        self._read_bytes += sum(len(e.message.body) for e in entries)
-        if self._read_bytes >= RELEASE_AFTER_READ:
-            self._read_bytes = 0
-            self.release_memory()
-        return entries
 
     # -- waiting for durability ---------------------------------------------------
 
@@ -209,22 +149,8 @@ class GroupCommit(Recorder):
     def _timed_write(self, batch: Batch) -> float:
         """Write ``batch`` (on the writer thread); returns the seconds it took."""
         start = time.perf_counter()
-        releaser = self._releaser
-        if releaser is not None:
-            releaser.writing(True)
-        try:
-            self.store.write_batch(batch)
-        finally:
-            if releaser is not None:
-                releaser.writing(False)
-        seconds = time.perf_counter() - start
-        # The write maps every page it changes (LMDB copies pages it reads through the map):
-        # a drain's removes touch a page or two each, more than the bodies it reads.
-        self._written_ops += batch.live
-        if self._written_ops >= RELEASE_AFTER_OPS:
-            self._written_ops = 0
-            self.release_memory()  # safe from this thread (mapped_memory.py)
-        return seconds
+        self.store.write_batch(batch)
+        return time.perf_counter() - start
 
     def _write_now(self) -> None:
         ok = True
@@ -353,8 +279,6 @@ class GroupCommit(Recorder):
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        if self._releaser is not None:
-            self._releaser.stop()
         self.store.close()
 
     def _take(self) -> Batch:

@@ -63,7 +63,7 @@ from leveret.persistence.lmdb_writer import (
     META_VERSION,
     LmdbWriter,
 )
-from leveret.persistence.mapped_memory import mapped_ranges, release
+from leveret.persistence.mapped_memory import PageBudget, mapped_ranges, release
 from leveret.persistence.records import (
     INDEX_KEY,
     U32,
@@ -110,6 +110,10 @@ TRANSIENT_DROP_CHUNK = 50_000
 _DATA_ERRORS = (lmdb.Error, struct_error, ValueError, KeyError)
 # A compaction writes its copy in <store>.compact/, beside the store directory.
 COMPACT_SUFFIX = ".compact"
+# Entries read or written between two releases of the mapped pages (``PageBudget``): each
+# touches two or three pages, and each page fault maps up to 64 KiB of neighbours, so one
+# call maps at most some tens of MiB before they are given back.
+RELEASE_EVERY_ENTRIES = 256
 
 
 def _fsync(path: Path) -> None:
@@ -127,6 +131,7 @@ class LmdbStore:
         self._log = logger or log
         self._env: Any = None
         self._mapped: tuple[Any, list[tuple[int, int]]] | None = None  # (env, its mapping)
+        self.pages = PageBudget(self.release_memory, RELEASE_EVERY_ENTRIES)
         self._prepare_directory()
         self._map_size = map_size
         self._compact_dir = self.path.parent / (self.path.name + COMPACT_SUFFIX)
@@ -243,7 +248,7 @@ class LmdbStore:
         try:
             while True:
                 with self._env.begin(write=True) as txn:
-                    writer = LmdbWriter(txn, self._dbs)
+                    writer = LmdbWriter(txn, self._dbs, self.pages)
                     cursor = txn.cursor(db=self._dbs[b"transient"])
                     keys = list(islice(cursor.iternext(keys=True, values=False),
                                        TRANSIENT_DROP_CHUNK))
@@ -313,11 +318,13 @@ class LmdbStore:
                 cursor = txn.cursor(db=self._dbs[b"index"])
                 if not cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
                     return out
+                spend = self.pages.spend
                 for key, value in cursor.iternext():
                     key_qid, seq = INDEX_KEY.unpack(key)
                     if key_qid != qid:
                         break
                     out.append(self._stored(txn, messages, qid, seq, value))
+                    spend()
                     if len(out) >= limit:
                         break
         except _DATA_ERRORS as exc:
@@ -337,10 +344,12 @@ class LmdbStore:
         messages, index = self._dbs[b"messages"], self._dbs[b"index"]
         try:
             with self._require_env().begin(buffers=True) as txn:
+                spend = self.pages.spend
                 for seq in seqs:
                     value = txn.get(INDEX_KEY.pack(qid, seq), db=index)
                     if value is not None:
                         out.append(self._stored(txn, messages, qid, seq, value))
+                    spend()
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc
         return out
@@ -353,7 +362,7 @@ class LmdbStore:
         env = self._require_env()
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
-                writer = LmdbWriter(txn, self._dbs)
+                writer = LmdbWriter(txn, self._dbs, self.pages)
                 apply_batch(batch, writer)
                 writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
         except _DATA_ERRORS as exc:

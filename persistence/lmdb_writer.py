@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.persistence.batch import SEQ_MASK, Enqueue
+from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER,
     FLAG_TRANSIENT,
@@ -44,6 +45,10 @@ META_LAST_SEQ = b"last_batch_seq"
 COUNTER_PREFIX = b"c"
 
 
+def _no_budget(n: int = 1) -> None:
+    pass
+
+
 class LmdbWriter:
     """The ``apply.Applier`` primitives inside one write transaction.
 
@@ -52,8 +57,10 @@ class LmdbWriter:
     costs one refs write, not one per queue).
     """
 
-    def __init__(self, txn: Any, dbs: dict[bytes, Any]) -> None:
+    def __init__(self, txn: Any, dbs: dict[bytes, Any], pages: PageBudget | None = None) -> None:
         self.txn = txn
+        # Each entry written or removed spends from the store's page budget (lmdb_store.py).
+        self.spend = pages.spend if pages is not None else _no_budget
         self.meta, self.defs = dbs[b"meta"], dbs[b"defs"]
         self.messages, self.refs_db = dbs[b"messages"], dbs[b"refs"]
         self.index, self.transient = dbs[b"index"], dbs[b"transient"]
@@ -80,6 +87,7 @@ class LmdbWriter:
         return counter
 
     def put_entry(self, op: Enqueue) -> None:
+        self.spend()
         message = op.message
         msg_id = message.store_id
         refs = self.refcount(msg_id)
@@ -105,6 +113,7 @@ class LmdbWriter:
             self.txn.put(key, b"", db=self.transient)
 
     def remove_entry(self, qid: int, seq: int) -> None:
+        self.spend()
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.pop(key, db=self.index)
         if old is not None:  # absent: its enqueue was in a batch that failed
@@ -129,6 +138,7 @@ class LmdbWriter:
                 if counter is None:
                     counter = self.counter(qid)
                 self._forget_entry(key, cursor.value(), counter)
+                self.spend()
                 if not cursor.delete():  # deletes and moves to the next entry
                     break
 
@@ -184,6 +194,7 @@ class LmdbWriter:
             else:
                 txn.delete(key, db=self.refs_db)
                 txn.delete(key, db=self.messages)
+                self.spend()
         for qid, counter in self.counters.items():
             key = COUNTER_PREFIX + U32.pack(qid)
             if counter is None:

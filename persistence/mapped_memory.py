@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +48,29 @@ def release(ranges: list[tuple[int, int]]) -> None:
     for start, length in ranges:
         if _madvise(start, length, MADV_DONTNEED) != 0:
             log.debug("madvise failed: %s", os.strerror(ctypes.get_errno()))
+
+
+class PageBudget:
+    """Gives the mapped pages back after every ``every`` record accesses.
+
+    A long transaction (a deep priority queue's drain deletes thousands of entries in
+    one write) maps pages far faster than a timer gives them back: each page LMDB
+    touches brings up to 64 KiB of neighbours with it (the kernel's fault-around), and
+    a priority level's records lie interleaved with the other levels' in the file. A
+    budget counted in accesses bounds what one call can map, whatever the machine's load.
+    Counting is approximate when the loop and the writer thread both spend (no lock):
+    a missed decrement only delays one release.
+    """
+
+    __slots__ = ("_left", "_release", "every")
+
+    def __init__(self, release: Callable[[], None], every: int) -> None:
+        self._release = release
+        self.every = every
+        self._left = every
+
+    def spend(self, n: int = 1) -> None:
+        self._left -= n
+        if self._left <= 0:
+            self._left = self.every
+            self._release()

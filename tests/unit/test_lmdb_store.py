@@ -18,6 +18,7 @@ import pytest
 from leveret.model.message import Message
 from leveret.persistence.lmdb_store import FORMAT_VERSION, LmdbStore
 from leveret.persistence.lmdb_writer import COUNTER_PREFIX
+from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER_V2,
     FLAG_SIZED,
@@ -428,9 +429,54 @@ def test_release_memory_unmaps_read_pages_also_after_a_compaction(path: Path) ->
         store.enqueue(qid, seq, msg(b"x" * 2000))
     commit(store)
     for _ in range(2):
+        store.pages.every = 1 << 30  # no release during the read
         assert len(store.read_queue(qid, 0, 1 << 30)) == 2000
         assert _mapped_kib(path) > 2000  # about 4 MB of bodies read through the map
         store.release_memory()
         assert _mapped_kib(path) < 200
         store.compact_swap(store.compact_copy())
     store.close()
+
+
+@pytest.mark.parametrize("read", ["read_queue", "read_entries", "remove"])
+def test_one_long_call_gives_pages_back_as_it_goes(path: Path, read: str) -> None:
+    """A deep drain reads and deletes thousands of entries in one call; the store gives the
+    mapped pages back every ``pages.every`` entries, so one call cannot grow RSS by the
+    size of what it walks (the 10M-message priority drain, bench/README.md)."""
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    for seq in range(3000):
+        store.enqueue(qid, seq, msg(bytes([seq % 256]) * 4000))  # a page each, ~12 MB
+    commit(store)
+    store.release_memory()
+    peaks: list[int] = []
+    release = store.release_memory
+
+    def measured_release() -> None:
+        peaks.append(_mapped_kib(path))
+        release()
+
+    store.store.pages = PageBudget(measured_release, 100)
+    if read == "read_queue":
+        assert len(store.read_queue(qid, 0, 1 << 30)) == 3000
+    elif read == "read_entries":
+        assert len(store.read_entries(qid, range(2999, -1, -1))) == 3000
+    else:
+        for seq in range(3000):
+            store.remove(qid, seq)
+        commit(store)
+        assert seqs(store, qid) == []
+    assert len(peaks) >= 29
+    assert max(peaks) < 4_000  # about 100 entries' pages and their neighbours, not 12 MB
+    assert max(peaks) > 300  # it did map what it read (the measure is not blind)
+    store.close()
+
+
+def test_page_budget_releases_every_so_many_accesses() -> None:
+    calls: list[int] = []
+    budget = PageBudget(lambda: calls.append(1), 3)
+    for _ in range(8):
+        budget.spend()
+    assert len(calls) == 2
+    budget.spend(5)
+    assert len(calls) == 3
