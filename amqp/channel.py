@@ -51,6 +51,7 @@ from leveret.model.errors import (
     ConnectionError_,
 )
 from leveret.model.message import Message
+from leveret.model.object_stats import ExchangeCounters, QueueCounters
 from leveret.model.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ class Channel(Publisher):
         self.active = True  # channel.flow
         self.content = ContentAssembler()
         self.stats = MessageStats()  # counted in place; read by the management plane
+        # The same per exchange (by name) and per queue (model/object_stats.py); a consumer
+        # holds its queue's QueueCounters.
+        self.exchange_stats: dict[str, ExchangeCounters] = {}
+        self.queue_stats: dict[Queue, QueueCounters] = {}
         # deliveries
         self._next_tag = 1
         self._unacked: UnackedMap[Delivery] = UnackedMap()
@@ -208,14 +213,18 @@ class Channel(Publisher):
                            message.exchange, message.routing_key, consumer.queue.name,
                            consumer.tag, entry.delivery_count > 0, self.number, conn.user,
                            not consumer.no_ack))
+        counters = consumer.counters
         if entry.delivery_count:
             stats.redeliver += 1
+            counters.redeliver += 1
         entry.delivery_count += 1
         if consumer.no_ack:
             stats.deliver_no_ack += 1
+            counters.deliver_no_ack += 1
             consumer.queue.settle(entry)
             return
         stats.deliver += 1
+        counters.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
         entry.delivered_at = conn.clock()  # shown by the console's unacked peek
@@ -246,12 +255,16 @@ class Channel(Publisher):
         if tracer is not None:
             tracer.delivered(queue.name, message, "", entry.delivery_count > 0, self.number,
                              conn.user, not no_ack)
+        counters = self.queue_counters(queue)
         if entry.delivery_count:
             stats.redeliver += 1
+            counters.redeliver += 1
         if no_ack:
             stats.get_no_ack += 1
+            counters.get_no_ack += 1
         else:
             stats.get += 1
+            counters.get += 1
         entry.delivery_count += 1
         if no_ack:
             queue.settle(entry)
@@ -260,6 +273,13 @@ class Channel(Publisher):
             queue.note_delivered(entry)
         entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
+
+    def queue_counters(self, queue: Queue) -> QueueCounters:
+        """This channel's counters for ``queue`` (``model/object_stats.py``)."""
+        counters = self.queue_stats.get(queue)
+        if counters is None:
+            counters = self.queue_stats[queue] = QueueCounters()
+        return counters
 
     def _trace_settled(self, event: str, taken: list[Delivery], requeue: bool | None) -> None:
         tracer = self.vhost.tracer
@@ -316,6 +336,9 @@ class Channel(Publisher):
                 if consumer is not None:
                     consumer.unacked -= 1
                     self._global_unacked -= 1
+                    consumer.counters.ack += 1
+                else:
+                    self.queue_counters(queue).ack += 1
                 queue.settle(entry)
         if self._global_full:
             self._resume_consumers()
@@ -329,7 +352,10 @@ class Channel(Publisher):
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
+                consumer.counters.ack += 1
                 freed[consumer] = None
+            else:
+                self.queue_counters(queue).ack += 1
             queue.settle(entry, resume=False)
         for consumer in sorted(freed, key=_tag_bytes):
             consumer.queue.resume(consumer)

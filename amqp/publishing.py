@@ -43,6 +43,7 @@ from leveret.model.message import (
     FLAG_USER_ID,
     Message,
 )
+from leveret.model.object_stats import ExchangeCounters
 from leveret.model.properties import check_properties
 from leveret.model.stats import MessageStats
 from leveret.queues.entry import PublishResult
@@ -77,6 +78,7 @@ class Publisher(HeldOutput):
 
     access: Access
     stats: MessageStats
+    exchange_stats: dict[str, ExchangeCounters]
     tx: list[Any] | None
     tx_durable: bool | None
     valid_properties: set[bytes]
@@ -177,10 +179,15 @@ class Publisher(HeldOutput):
                              if message.exchange else None)
         stats = self.stats
         stats.publish += 1
+        counters = self.exchange_stats.get(name)
+        if counters is None:
+            counters = self.exchange_stats[name] = ExchangeCounters()
+        counters.publish += 1
         confirms = self.confirms
         if not queues:
             if mandatory:
                 stats.return_unroutable += 1
+                counters.return_unroutable += 1
                 self._write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
                 )
@@ -190,12 +197,16 @@ class Publisher(HeldOutput):
                 )
             else:
                 stats.drop_unroutable += 1
+                counters.drop_unroutable += 1
             if confirms is not None:
+                counters.confirm += 1
                 confirms.publish()
                 self.connection.want_flush(self)
             return
         held = refused = False
+        routed = counters.queues
         for queue in queues:
+            routed[queue] = routed.get(queue, 0) + 1
             result = queue.publish(message)
             if result is not _ACCEPTED:
                 if result is _HELD:
@@ -213,8 +224,10 @@ class Publisher(HeldOutput):
                 confirms.settle(confirms.publish(hold=True), False)
                 self.connection.want_flush(self)
             elif held and log.deferred:
+                counters.confirm += 1  # decided: acked after the commit (object_stats.py)
                 log.hold(self, confirms.publish(hold=True))
             else:
+                counters.confirm += 1
                 confirms.publish()
                 self.connection.want_flush(self)
 

@@ -6,11 +6,15 @@ against the real one): ``rabbitmq_detailed_`` metrics, and the
 ``exchange_bindings``. ``build_info`` and ``identity_info`` come with every
 answer, as RabbitMQ's. ``vhost`` filters the queue and exchange families.
 
-Not served: ``channel_queue_metrics``, ``channel_exchange_metrics`` and
-``channel_queue_exchange_metrics`` (Leveret counts per channel, not per
-channel and queue or exchange: that would be work per message), Erlang
-process reductions and memory, quorum (``ra_metrics``) and the empty
-families RabbitMQ answers with only headers (``queue_churn_metrics`` ...).
+``channel_exchange_metrics``, ``channel_queue_metrics`` and
+``channel_queue_exchange_metrics`` read each open channel's counters per
+exchange and per queue (``model/object_stats.py``), with RabbitMQ's labels:
+``{channel, vhost, exchange}``, ``{channel, vhost, queue}`` and ``{channel,
+queue_vhost, queue, exchange_vhost, exchange}``; rows of a deleted queue are
+left out.
+
+Not served: Erlang process reductions and memory, quorum (``ra_metrics``) and
+the empty families RabbitMQ answers with only headers (``queue_churn_metrics`` ...).
 ``auth_attempt_detailed_metrics`` is served empty, as RabbitMQ's without
 detailed auth tracking.
 """
@@ -23,6 +27,7 @@ from typing import Any
 from leveret.broker import inventory
 from leveret.management_ui import prometheus, prometheus_queues
 from leveret.management_ui.prometheus import Labels, Writer
+from leveret.model import object_stats
 
 Family = Callable[[Writer, Any, "set[str] | None"], None]
 
@@ -113,6 +118,49 @@ def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         w.family(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
 
 
+def _vhost_channels(state: Any, vhosts: set[str] | None) -> list[tuple[str, Any]]:
+    """(channel label, channel) of the open channels in ``vhosts`` (all when None)."""
+    return [(inventory.channel_name(ch), ch)
+            for ch in inventory.channels_of(inventory.open_connections(state.broker))
+            if vhosts is None or ch.vhost.name in vhosts]
+
+
+def channel_exchange(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+    rows = [((("channel", name), ("vhost", ch.vhost.name), ("exchange", exchange)), counters)
+            for name, ch in _vhost_channels(state, vhosts)
+            for exchange, counters in sorted(ch.exchange_stats.items())]
+    for field, metric, help_ in object_stats.EXCHANGE_FIELDS:
+        w.family(metric, "counter", help_,
+                 [(labels, getattr(counters, field)) for labels, counters in rows])
+
+
+def _live_queues(counted: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """(queue, value) of the queues not deleted since, by name."""
+    return sorted(((q, v) for q, v in list(counted.items()) if not q.deleted),
+                  key=lambda pair: pair[0].name)
+
+
+def channel_queue(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+    rows = [((("channel", name), ("vhost", ch.vhost.name), ("queue", queue.name)), counters)
+            for name, ch in _vhost_channels(state, vhosts)
+            for queue, counters in _live_queues(ch.queue_stats)]
+    for field, metric, help_ in object_stats.QUEUE_FIELDS:
+        w.family(metric, "counter", help_,
+                 [(labels, getattr(counters, field)) for labels, counters in rows])
+
+
+def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+    rows = []
+    for name, ch in _vhost_channels(state, vhosts):
+        vhost = ch.vhost.name
+        for exchange, counters in sorted(ch.exchange_stats.items()):
+            for queue, count in _live_queues(counters.queues):
+                rows.append(((("channel", name), ("queue_vhost", vhost), ("queue", queue.name),
+                              ("exchange_vhost", vhost), ("exchange", exchange)), count))
+    w.family("queue_messages_published_total", "counter",
+             "Total number of messages published to queues", rows)
+
+
 def vhost_status(w: Writer, state: Any, vhosts: set[str] | None) -> None:
     w.family("rabbitmq_cluster_vhost_status", "gauge",
              "Whether a given vhost is running",
@@ -176,6 +224,9 @@ FAMILIES: dict[str, Family] = {
     "connection_coarse_metrics": connection_coarse,
     "connection_metrics": connection_metrics,
     "channel_metrics": channel_metrics,
+    "channel_exchange_metrics": channel_exchange,
+    "channel_queue_metrics": channel_queue,
+    "channel_queue_exchange_metrics": channel_queue_exchange,
     "vhost_status": vhost_status,
     "exchange_names": exchange_names,
     "exchange_bindings": exchange_bindings,

@@ -1,0 +1,82 @@
+"""One channel's counters per exchange and per queue: rabbitmq_prometheus's
+``channel_exchange_metrics``, ``channel_queue_metrics`` and
+``channel_queue_exchange_metrics``.
+
+A channel keeps ``ExchangeCounters`` by exchange name and ``QueueCounters`` by
+queue object (``amqp/channel.py``); a consumer holds its queue's
+``QueueCounters`` (found once, at basic.consume), so a delivery or an ack costs
+one attribute increment and a publish one dictionary lookup by exchange name
+plus one per routed queue. Nothing is allocated per message once a channel
+has met its exchanges and queues. Readers (``management_ui/
+prometheus_detailed.py``) walk the live channels; a closed channel's counters
+go with it, as RabbitMQ deletes a closed channel's rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leveret.model.stats import Counters
+
+# RabbitMQ's channel_queue_metrics, in rabbitmq_prometheus's order: (field, metric, help).
+QUEUE_FIELDS = (
+    ("get", "channel_get_ack_total",
+     "Total number of messages fetched with basic.get in manual acknowledgement mode"),
+    ("get_no_ack", "channel_get_total",
+     "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
+    ("deliver", "channel_messages_delivered_ack_total",
+     "Total number of messages delivered to consumers in manual acknowledgement mode"),
+    ("deliver_no_ack", "channel_messages_delivered_total",
+     "Total number of messages delivered to consumers in automatic acknowledgement mode"),
+    ("redeliver", "channel_messages_redelivered_total",
+     "Total number of messages redelivered to consumers"),
+    ("ack", "channel_messages_acked_total", "Total number of messages acknowledged by consumers"),
+    ("get_empty", "channel_get_empty_total",
+     "Total number of times basic.get operations fetched no message"),
+)
+# RabbitMQ's channel_exchange_metrics, in rabbitmq_prometheus's order.
+EXCHANGE_FIELDS = (
+    ("publish", "channel_messages_published_total",
+     "Total number of messages published into an exchange on a channel"),
+    ("confirm", "channel_messages_confirmed_total",
+     "Total number of messages published into an exchange and confirmed on the channel"),
+    ("return_unroutable", "channel_messages_unroutable_returned_total",
+     "Total number of messages published as mandatory into an exchange and returned to the "
+     "publisher as unroutable"),
+    ("drop_unroutable", "channel_messages_unroutable_dropped_total",
+     "Total number of messages published as non-mandatory into an exchange and dropped as "
+     "unroutable"),
+)
+
+
+class QueueCounters(Counters):
+    """What one channel fetched, was delivered and acked from one queue."""
+
+    __slots__ = tuple(f for f, _, _ in QUEUE_FIELDS)
+
+    def __init__(self) -> None:
+        self.get = 0  # basic.get-ok, manual ack
+        self.get_no_ack = 0
+        self.deliver = 0  # basic.deliver, manual ack
+        self.deliver_no_ack = 0
+        self.redeliver = 0
+        self.ack = 0
+        self.get_empty = 0
+
+
+class ExchangeCounters:
+    """What one channel published into one exchange, and where it went: ``queues`` counts
+    the messages routed to each queue (``channel_queue_exchange_metrics``).
+
+    ``confirm`` counts a confirmed message when its confirm is decided (at the publish, or
+    after its commit's wait for a persistent message in a durable queue); a commit that
+    fails later (the store's error) still counted it."""
+
+    __slots__ = ("confirm", "drop_unroutable", "publish", "queues", "return_unroutable")
+
+    def __init__(self) -> None:
+        self.publish = 0
+        self.confirm = 0
+        self.return_unroutable = 0
+        self.drop_unroutable = 0
+        self.queues: dict[Any, int] = {}  # Queue -> messages routed there
