@@ -11,7 +11,8 @@ answer, as RabbitMQ's. ``vhost`` filters the queue and exchange families.
 exchange and per queue (``model/object_stats.py``), with RabbitMQ's labels:
 ``{channel, vhost, exchange}``, ``{channel, vhost, queue}`` and ``{channel,
 queue_vhost, queue, exchange_vhost, exchange}``; rows of a deleted queue are
-left out.
+left out. As ``channel_metrics``, they ignore ``vhost`` (RabbitMQ 3.10.8 lists every
+channel's rows whatever ``vhost`` asks for).
 
 Not served: Erlang process reductions and memory, quorum (``ra_metrics``) and
 the empty families RabbitMQ answers with only headers (``queue_churn_metrics`` ...).
@@ -118,16 +119,15 @@ def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         w.family(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
 
 
-def _vhost_channels(state: Any, vhosts: set[str] | None) -> list[tuple[str, Any]]:
-    """(channel label, channel) of the open channels in ``vhosts`` (all when None)."""
+def _named_channels(state: Any) -> list[tuple[str, Any]]:
+    """(channel label, channel) of every open channel."""
     return [(inventory.channel_name(ch), ch)
-            for ch in inventory.channels_of(inventory.open_connections(state.broker))
-            if vhosts is None or ch.vhost.name in vhosts]
+            for ch in inventory.channels_of(inventory.open_connections(state.broker))]
 
 
 def channel_exchange(w: Writer, state: Any, vhosts: set[str] | None) -> None:
     rows = [((("channel", name), ("vhost", ch.vhost.name), ("exchange", exchange)), counters)
-            for name, ch in _vhost_channels(state, vhosts)
+            for name, ch in _named_channels(state)
             for exchange, counters in sorted(ch.exchange_stats.items())]
     for field, metric, help_ in object_stats.EXCHANGE_FIELDS:
         w.family(metric, "counter", help_,
@@ -142,7 +142,7 @@ def _live_queues(counted: dict[Any, Any]) -> list[tuple[Any, Any]]:
 
 def channel_queue(w: Writer, state: Any, vhosts: set[str] | None) -> None:
     rows = [((("channel", name), ("vhost", ch.vhost.name), ("queue", queue.name)), counters)
-            for name, ch in _vhost_channels(state, vhosts)
+            for name, ch in _named_channels(state)
             for queue, counters in _live_queues(ch.queue_stats)]
     for field, metric, help_ in object_stats.QUEUE_FIELDS:
         w.family(metric, "counter", help_,
@@ -151,7 +151,7 @@ def channel_queue(w: Writer, state: Any, vhosts: set[str] | None) -> None:
 
 def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None) -> None:
     rows = []
-    for name, ch in _vhost_channels(state, vhosts):
+    for name, ch in _named_channels(state):
         vhost = ch.vhost.name
         for exchange, counters in sorted(ch.exchange_stats.items()):
             for queue, count in _live_queues(counters.queues):
