@@ -179,8 +179,9 @@ class Publisher(HeldOutput):
                              if message.exchange else None)
         stats = self.stats
         stats.publish += 1
-        counters = self.exchange_stats.get(name)
-        if counters is None:
+        try:  # subscripts, not .get: no method call on the hot path
+            counters = self.exchange_stats[name]
+        except KeyError:
             counters = self.exchange_stats[name] = ExchangeCounters()
         counters.publish += 1
         confirms = self.confirms
@@ -206,7 +207,10 @@ class Publisher(HeldOutput):
         held = refused = False
         routed = counters.queues
         for queue in queues:
-            routed[queue] = routed.get(queue, 0) + 1
+            try:
+                routed[queue] += 1
+            except KeyError:
+                routed[queue] = 1
             result = queue.publish(message)
             if result is not _ACCEPTED:
                 if result is _HELD:
