@@ -7,12 +7,7 @@ against the real one): ``rabbitmq_detailed_`` metrics, and the
 answer, as RabbitMQ's. ``vhost`` filters the queue and exchange families.
 
 ``channel_exchange_metrics``, ``channel_queue_metrics`` and
-``channel_queue_exchange_metrics`` read each open channel's counters per
-exchange and per queue (``model/object_stats.py``), with RabbitMQ's labels:
-``{channel, vhost, exchange}``, ``{channel, vhost, queue}`` and ``{channel,
-queue_vhost, queue, exchange_vhost, exchange}``; rows of a deleted queue are
-left out. As ``channel_metrics``, they ignore ``vhost`` (RabbitMQ 3.10.8 lists every
-channel's rows whatever ``vhost`` asks for).
+``channel_queue_exchange_metrics`` are ``prometheus_channels.py``'s.
 
 Not served: Erlang process reductions and memory, quorum (``ra_metrics``) and
 the empty families RabbitMQ answers with only headers (``queue_churn_metrics`` ...).
@@ -26,9 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.broker import inventory
-from leveret.management_ui import prometheus, prometheus_queues
+from leveret.management_ui import prometheus, prometheus_channels, prometheus_queues
 from leveret.management_ui.prometheus import Labels, Writer
-from leveret.model import object_stats
 
 Family = Callable[[Writer, Any, "set[str] | None"], None]
 
@@ -119,48 +113,6 @@ def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         w.family(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
 
 
-def _named_channels(state: Any) -> list[tuple[str, Any]]:
-    """(channel label, channel) of every open channel."""
-    return [(inventory.channel_name(ch), ch)
-            for ch in inventory.channels_of(inventory.open_connections(state.broker))]
-
-
-def channel_exchange(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    rows = [((("channel", name), ("vhost", ch.vhost.name), ("exchange", exchange)), counters)
-            for name, ch in _named_channels(state)
-            for exchange, counters in sorted(ch.exchange_stats.items())]
-    for field, metric, help_ in object_stats.EXCHANGE_FIELDS:
-        w.family(metric, "counter", help_,
-                 [(labels, getattr(counters, field)) for labels, counters in rows])
-
-
-def _live_queues(counted: dict[Any, Any]) -> list[tuple[Any, Any]]:
-    """(queue, value) of the queues not deleted since, by name."""
-    return sorted(((q, v) for q, v in list(counted.items()) if not q.deleted),
-                  key=lambda pair: pair[0].name)
-
-
-def channel_queue(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    rows = [((("channel", name), ("vhost", ch.vhost.name), ("queue", queue.name)), counters)
-            for name, ch in _named_channels(state)
-            for queue, counters in _live_queues(ch.queue_stats)]
-    for field, metric, help_ in object_stats.QUEUE_FIELDS:
-        w.family(metric, "counter", help_,
-                 [(labels, getattr(counters, field)) for labels, counters in rows])
-
-
-def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    rows = []
-    for name, ch in _named_channels(state):
-        vhost = ch.vhost.name
-        for exchange, counters in sorted(ch.exchange_stats.items()):
-            for queue, count in _live_queues(counters.queues):
-                rows.append(((("channel", name), ("queue_vhost", vhost), ("queue", queue.name),
-                              ("exchange_vhost", vhost), ("exchange", exchange)), count))
-    w.family("queue_messages_published_total", "counter",
-             "Total number of messages published to queues", rows)
-
-
 def vhost_status(w: Writer, state: Any, vhosts: set[str] | None) -> None:
     w.family("rabbitmq_cluster_vhost_status", "gauge",
              "Whether a given vhost is running",
@@ -224,9 +176,9 @@ FAMILIES: dict[str, Family] = {
     "connection_coarse_metrics": connection_coarse,
     "connection_metrics": connection_metrics,
     "channel_metrics": channel_metrics,
-    "channel_exchange_metrics": channel_exchange,
-    "channel_queue_metrics": channel_queue,
-    "channel_queue_exchange_metrics": channel_queue_exchange,
+    "channel_exchange_metrics": prometheus_channels.channel_exchange,
+    "channel_queue_metrics": prometheus_channels.channel_queue,
+    "channel_queue_exchange_metrics": prometheus_channels.channel_queue_exchange,
     "vhost_status": vhost_status,
     "exchange_names": exchange_names,
     "exchange_bindings": exchange_bindings,

@@ -36,8 +36,8 @@ RABBITMQ_METRICS = "http://127.0.0.1:15692"
 # connection and a channel in use; prometheus_queues.py says why for the queue ones):
 # Erlang process and VM figures, Mnesia, quorum queues' Raft, rabbitmq_prometheus's scrape
 # telemetry, file I/O and message-store counters, and counters Leveret does not keep (they
-# need work per message: disk and index operations, dead-lettering by reason, publishes
-# per queue; auth attempts by source).
+# need work per message: disk and index operations, dead-lettering by reason; auth attempts
+# by source).
 PER_OBJECT_NOT_SERVED_PREFIXES = ("erlang_", "telemetry_", "rabbitmq_erlang_", "rabbitmq_io_",
                                   "rabbitmq_raft_", "rabbitmq_schema_db_",
                                   "rabbitmq_global_messages_dead_lettered_",
@@ -47,7 +47,7 @@ PER_OBJECT_NOT_SERVED = {
     "rabbitmq_channel_process_reductions_total", "rabbitmq_connection_process_reductions_total",
     "rabbitmq_queue_head_message_timestamp", "rabbitmq_queue_disk_reads_total",
     "rabbitmq_queue_disk_writes_total", "rabbitmq_queue_index_read_ops_total",
-    "rabbitmq_queue_index_write_ops_total", "rabbitmq_queue_messages_published_total",
+    "rabbitmq_queue_index_write_ops_total",
     "rabbitmq_msg_store_read_total", "rabbitmq_msg_store_write_total",
 }
 
@@ -110,6 +110,12 @@ def test_per_object_has_rabbitmqs_names_and_types(broker, qname):
                    and not name.startswith(PER_OBJECT_NOT_SERVED_PREFIXES)}
         assert not missing
         assert not {n for n in PER_OBJECT_NOT_SERVED if n in our_types}
+        for name in their_types:  # per channel, and per exchange or queue: the same labels
+            if name not in PER_OBJECT_NOT_SERVED and (name.startswith("rabbitmq_channel_") or (
+                    name == "rabbitmq_queue_messages_published_total")):
+                their_labels = {tuple(sorted(lab)) for n, lab, _ in their_samples if n == name}
+                our_labels = {tuple(sorted(lab)) for n, lab, _ in our_samples if n == name}
+                assert our_labels == their_labels or not their_labels, name
         queue = {"vhost": "/", "queue": qname}
         theirs = {n for n, labels, _ in their_samples if labels == queue}
         ours = {n for n, labels, _ in our_samples if labels == queue}
