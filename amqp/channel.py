@@ -42,6 +42,7 @@ from leveret.amqp.publishing import Publisher
 from leveret.amqp.unacked import UnackedMap, UnknownTag
 from leveret.broker.permissions import Access
 from leveret.confirms.tracker import ConfirmTracker
+from leveret.model import object_stats
 from leveret.model.errors import (
     CHANNEL_ERROR,
     NOT_IMPLEMENTED,
@@ -92,6 +93,7 @@ class Channel(Publisher):
         # holds its queue's QueueCounters.
         self.exchange_stats: dict[str, ExchangeCounters] = {}
         self.queue_stats: dict[Queue, QueueCounters] = {}
+        self._queue_stats_prune_at = object_stats.PRUNE_AT
         # deliveries
         self._next_tag = 1
         self._unacked: UnackedMap[Delivery] = UnackedMap()
@@ -278,6 +280,9 @@ class Channel(Publisher):
         """This channel's counters for ``queue`` (``model/object_stats.py``)."""
         counters = self.queue_stats.get(queue)
         if counters is None:
+            if len(self.queue_stats) >= self._queue_stats_prune_at:
+                self.queue_stats = object_stats.without_deleted(self.queue_stats)
+                self._queue_stats_prune_at = object_stats.next_prune(len(self.queue_stats))
             counters = self.queue_stats[queue] = QueueCounters()
         return counters
 

@@ -210,7 +210,7 @@ class Publisher(HeldOutput):
             try:
                 routed[queue] += 1
             except KeyError:
-                routed[queue] = 1
+                counters.first_route(queue)
             result = queue.publish(message)
             if result is not _ACCEPTED:
                 if result is _HELD:

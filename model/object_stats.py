@@ -7,7 +7,13 @@ queue object (``amqp/channel.py``); a consumer holds its queue's
 ``QueueCounters`` (found once, at basic.consume), so a delivery or an ack costs
 one attribute increment and a publish one dictionary lookup by exchange name
 plus one per routed queue. Nothing is allocated per message once a channel
-has met its exchanges and queues. Readers (``management_ui/
+has met its exchanges and queues.
+
+Queues come and go under a long-lived channel (an RPC client's reply queue per
+call), so the maps keyed by queue drop deleted queues when they have grown to
+``PRUNE_AT`` entries and twice what was left at the last pruning
+(``without_deleted``, on the path that adds a key, never per message): amortised
+O(1), and bounded by about twice the live queues a channel has met. Readers (``management_ui/
 prometheus_detailed.py``) walk the live channels; a closed channel's counters
 go with it, as RabbitMQ deletes a closed channel's rows.
 """
@@ -49,6 +55,19 @@ EXCHANGE_FIELDS = (
 )
 
 
+PRUNE_AT = 64  # entries in a map keyed by queue before deleted queues are dropped
+
+
+def without_deleted(counted: dict[Any, Any]) -> dict[Any, Any]:
+    """``counted`` (keyed by queue) without the queues deleted since."""
+    return {q: v for q, v in counted.items() if not q.deleted}
+
+
+def next_prune(size: int) -> int:
+    """The size at which a map left with ``size`` entries is pruned again."""
+    return max(PRUNE_AT, 2 * size)
+
+
 class QueueCounters(Counters):
     """What one channel fetched, was delivered and acked from one queue."""
 
@@ -72,7 +91,8 @@ class ExchangeCounters:
     after its commit's wait for a persistent message in a durable queue); a commit that
     fails later (the store's error) still counted it."""
 
-    __slots__ = ("confirm", "drop_unroutable", "publish", "queues", "return_unroutable")
+    __slots__ = ("confirm", "drop_unroutable", "prune_at", "publish", "queues",
+                 "return_unroutable")
 
     def __init__(self) -> None:
         self.publish = 0
@@ -80,3 +100,11 @@ class ExchangeCounters:
         self.return_unroutable = 0
         self.drop_unroutable = 0
         self.queues: dict[Any, int] = {}  # Queue -> messages routed there
+        self.prune_at = PRUNE_AT
+
+    def first_route(self, queue: Any) -> None:
+        """The first message routed to ``queue`` (not on the per-message path)."""
+        if len(self.queues) >= self.prune_at:
+            self.queues = without_deleted(self.queues)
+            self.prune_at = next_prune(len(self.queues))
+        self.queues[queue] = 1
