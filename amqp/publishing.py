@@ -77,7 +77,7 @@ class Publisher(HeldOutput):
     """basic.publish from content to queues, and the confirms it owes."""
 
     access: Access
-    stats: MessageStats
+    _counted: MessageStats
     exchange_stats: dict[str, ExchangeCounters]
     tx: list[Any] | None
     tx_durable: bool | None
@@ -177,8 +177,6 @@ class Publisher(HeldOutput):
                              self.number, mandatory, self.confirms is not None,
                              vhost.explain_route(message, extra_routing_keys)
                              if message.exchange else None)
-        stats = self.stats
-        stats.publish += 1
         try:  # subscripts, not .get: no method call on the hot path
             counters = self.exchange_stats[name]
         except KeyError:
@@ -187,7 +185,6 @@ class Publisher(HeldOutput):
         confirms = self.confirms
         if not queues:
             if mandatory:
-                stats.return_unroutable += 1
                 counters.return_unroutable += 1
                 self._write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
@@ -197,7 +194,6 @@ class Publisher(HeldOutput):
                                             self.connection.frame_max)
                 )
             else:
-                stats.drop_unroutable += 1
                 counters.drop_unroutable += 1
             if confirms is not None:
                 counters.confirm += 1
@@ -252,4 +248,4 @@ class Publisher(HeldOutput):
                 write(fastpath.encode_ack(self.number, tag, multiple))
             else:
                 write(fastpath.encode_nack(self.number, tag, multiple, False))
-        self.stats.confirm += confirms.confirmed - confirmed
+        self._counted.confirm += confirms.confirmed - confirmed

@@ -6,7 +6,9 @@ A channel keeps ``ExchangeCounters`` by exchange name and ``QueueCounters`` by
 queue object (``amqp/channel.py``); a consumer holds its queue's
 ``QueueCounters`` (found once, at basic.consume), so a delivery or an ack costs
 one attribute increment and a publish one dictionary lookup by exchange name
-plus one per routed queue. Nothing is allocated per message once a channel
+plus one per routed queue. They are the channel's only count of these events:
+its ``message_stats`` (``Channel.stats``) are summed from them when read
+(``channel_totals``), so each message is counted once, not twice. Nothing is allocated per message once a channel
 has met its exchanges and queues.
 
 Queues come and go under a long-lived channel (an RPC client's reply queue per
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.model.stats import Counters
+from leveret.model.stats import Counters, MessageStats
 
 # RabbitMQ's channel_queue_metrics, in rabbitmq_prometheus's order: (field, metric, help).
 QUEUE_FIELDS = (
@@ -61,6 +63,31 @@ PRUNE_AT = 64  # entries in a map keyed by queue before deleted queues are dropp
 def without_deleted(counted: dict[Any, Any]) -> dict[Any, Any]:
     """``counted`` (keyed by queue) without the queues deleted since."""
     return {q: v for q, v in counted.items() if not q.deleted}
+
+
+def channel_totals(exchanges: Any, queues: Any, base: MessageStats) -> MessageStats:
+    """A channel's ``message_stats``: ``base`` (its confirms, and the counts of queues
+    dropped by pruning) plus its counters by exchange and by queue."""
+    total = MessageStats()
+    total.add(base)
+    for x in exchanges:
+        total.publish += x.publish
+        total.return_unroutable += x.return_unroutable
+        total.drop_unroutable += x.drop_unroutable
+    for q in queues:
+        total.get += q.get
+        total.get_no_ack += q.get_no_ack
+        total.deliver += q.deliver
+        total.deliver_no_ack += q.deliver_no_ack
+        total.redeliver += q.redeliver
+        total.ack += q.ack
+        total.get_empty += q.get_empty
+    return total
+
+
+def as_message_stats(counters: QueueCounters) -> MessageStats:
+    """One queue's counters as channel message_stats (for a pruned queue's)."""
+    return channel_totals((), (counters,), MessageStats())
 
 
 def next_prune(size: int) -> int:

@@ -89,7 +89,6 @@ def get(ch: Channel, m: commands.Basic.Get) -> None:
     queue = readable(ch, m.queue)
     entry = queue.take()
     if entry is None:
-        ch.stats.get_empty += 1
         ch.queue_counters(queue).get_empty += 1
         ch.send_method(commands.Basic.GetEmpty())
         return
