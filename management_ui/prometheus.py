@@ -13,7 +13,8 @@ channel mode; the two differ only by messages in flight), and the message
 size histogram (``rabbitmq_message_size_bytes``, dashboard HEAD) is not
 served: it needs work per published message. Erlang VM families are skipped.
 The queue series (``rabbitmq_queue_*``, per queue and summed) are one table in
-``prometheus_queues.py``, which also says which of RabbitMQ's are not served.
+``prometheus_queues.py``, which also says which of RabbitMQ's are not served; the
+per-object channel counters by exchange and by queue are ``prometheus_channels.py``'s.
 
 Leveret-only series (``write_leveret``) keep the ``leveret_`` prefix: the
 group commit's batch sizes and write+fsync times as histograms (observed
