@@ -185,9 +185,9 @@ def _print_result(args: argparse.Namespace, command: str, result: Any, as_json: 
         else:
             headers = not (args.no_table_headers or args.silent)
             print(format_rows(result, headers=headers), file=out, end="")
-    elif command == "status":
-        print(json.dumps(result, separators=(",", ":")) if as_json else format_status(result),
-              file=out)
+    elif command == "status":  # JSON: rabbitmqctl's keys ("node" is the text's banner only)
+        print(json.dumps({k: v for k, v in result.items() if k != "node"},
+                         separators=(",", ":")) if as_json else format_status(result), file=out)
     elif command == "delete_queue":
         if as_json:
             print(json.dumps({"result": "ok", "message_count": result}), file=out)
@@ -238,29 +238,52 @@ def format_rows(rows: list[dict[str, Any]], headers: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
+STATUS_SECTIONS = ("Runtime", "Plugins", "Data directory", "Config files", "Log file(s)",
+                   "Alarms", "Memory", "File Descriptors", "Free Disk Space", "Totals",
+                   "Listeners")
+
+
+def _gb(n: int) -> str:
+    """Bytes as rabbitmqctl status writes them: decimal gigabytes, at most 4 decimals."""
+    return f"{round(n / 1e9, 4)} gb"
+
+
 def format_status(s: dict[str, Any]) -> str:
-    """rabbitmqctl status's sections, for the facts Leveret has."""
-    gb = 1 << 30
-    listeners = "\n".join(f"Interface: {x['ip_address']}, port: {x['port']}, "
-                          f"protocol: {x['protocol']}" for x in s["listeners"])
-    alarms = "\n".join(s["alarms"]) or "(none)"
+    """rabbitmqctl status's text (3.10.8's sections and lines, without its bold headings),
+    for the facts one Leveret node has: no Erlang lines, no plugins, no memory breakdown."""
+    files = s["file_descriptors"]
     totals = s["totals"]
-    return "\n".join([
-        f"Status of node {s['name']} ...", "Runtime", "",
-        f"OS PID: {s['os_pid']}", f"Uptime (seconds): {s['uptime'] // 1000}",
-        f"Product name: {s['product_name']}",
-        f"RabbitMQ version: {s['rabbitmq_version']}", f"Node name: {s['name']}", "",
-        "Data directory", "", f"Node data directory: {s['db_dir']}", "",
-        "Alarms", "", alarms, "",
-        "Memory", "", f"Total memory used: {s['mem_used'] / gb:.4f} gb",
-        f"Calculation strategy: {s['mem_calculation_strategy']}",
-        f"Memory high watermark computed to: {s['mem_limit'] / gb:.4f} gb", "",
-        "File Descriptors", "", f"Total: {s['fd_used']}, limit: {s['fd_total']}",
-        f"Sockets: {s['sockets_used']}, limit: {s['sockets_total']}", "",
-        "Free Disk Space", "", f"Low free disk space watermark: {s['disk_free_limit'] / gb:.4f} gb",
-        f"Free disk space: {s['disk_free'] / gb:.4f} gb", "",
-        "Totals", "", f"Connection count: {totals['connection_count']}",
-        f"Queue count: {totals['queue_count']}",
-        f"Virtual host count: {totals['virtual_host_count']}", "",
-        "Listeners", "", listeners,
-    ])
+    limit = s["vm_memory_high_watermark_setting"]["relative"]
+    sections = {
+        "Runtime": [
+            f"OS PID: {s['pid']}", f"OS: {s['os']}", f"Uptime (seconds): {s['uptime']}",
+            f"Is under maintenance?: {str(s['is_under_maintenance']).lower()}",
+            f"RabbitMQ version: {s['rabbitmq_version']}",
+            f"RabbitMQ release series support status: {s['release_series_support_status']}",
+            f"Product name: {s['product_name']}", f"Product version: {s['product_version']}",
+            f"Node name: {s['node']}", f"Crypto library: {s['crypto_lib_version']}"],
+        "Plugins": ["Enabled plugins:", "", *([f" * {p}" for p in s["active_plugins"]]
+                                              or ["(none)"])],
+        "Data directory": [f"Node data directory: {s['data_directory']}"],
+        "Config files": [f" * {f}" for f in s["config_files"]],
+        "Log file(s)": [f" * {f}" for f in s["log_files"]],
+        "Alarms": list(s["alarms"]) or ["(none)"],
+        "Memory": [
+            f"Total memory used: {_gb(s['memory']['total']['rss'])}",
+            f"Calculation strategy: {s['vm_memory_calculation_strategy']}",
+            f"Memory high watermark setting: {limit} of available memory, computed to: "
+            f"{_gb(s['vm_memory_high_watermark_limit'])}"],
+        "File Descriptors": [f"Total: {files['total_used']}, limit: {files['total_limit']}",
+                             f"Sockets: {files['sockets_used']}, limit: {files['sockets_limit']}"],
+        "Free Disk Space": [f"Low free disk space watermark: {_gb(s['disk_free_limit'])}",
+                            f"Free disk space: {_gb(s['disk_free'])}"],
+        "Totals": [f"Connection count: {totals['connection_count']}",
+                   f"Queue count: {totals['queue_count']}",
+                   f"Virtual host count: {totals['virtual_host_count']}"],
+        "Listeners": [f"Interface: {x['interface']}, port: {x['port']}, protocol: "
+                      f"{x['protocol']}, purpose: {x['purpose']}" for x in s["listeners"]],
+    }
+    lines = [f"Status of node {s['node']} ..."]
+    for title in STATUS_SECTIONS:
+        lines += [title, "", *sections[title], ""]
+    return "\n".join(lines[:-1])

@@ -42,6 +42,7 @@ from leveret.amqp.publishing import Publisher
 from leveret.amqp.unacked import UnackedMap, UnknownTag
 from leveret.broker.permissions import Access
 from leveret.confirms.tracker import ConfirmTracker
+from leveret.model import object_stats
 from leveret.model.errors import (
     CHANNEL_ERROR,
     NOT_IMPLEMENTED,
@@ -51,6 +52,7 @@ from leveret.model.errors import (
     ConnectionError_,
 )
 from leveret.model.message import Message
+from leveret.model.object_stats import ExchangeCounters, QueueCounters
 from leveret.model.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -86,7 +88,13 @@ class Channel(Publisher):
         self.closing = False
         self.active = True  # channel.flow
         self.content = ContentAssembler()
-        self.stats = MessageStats()  # counted in place; read by the management plane
+        # Counted in place, per exchange (by name) and per queue (model/object_stats.py; a
+        # consumer holds its queue's QueueCounters); ``stats`` sums them for the management
+        # plane. ``_counted`` has the confirms and the counts of pruned queues.
+        self._counted = MessageStats()
+        self.exchange_stats: dict[str, ExchangeCounters] = {}
+        self.queue_stats: dict[Queue, QueueCounters] = {}
+        self._queue_stats_prune_at = object_stats.PRUNE_AT
         # deliveries
         self._next_tag = 1
         self._unacked: UnackedMap[Delivery] = UnackedMap()
@@ -106,6 +114,13 @@ class Channel(Publisher):
 
     def __repr__(self) -> str:
         return f"<Channel {self.number} of {self.connection}>"
+
+    @property
+    def stats(self) -> MessageStats:
+        """The channel's message_stats, summed from its counters when read (not per
+        message): the management API, Prometheus and the vhost's totals read these."""
+        return object_stats.channel_totals(self.exchange_stats.values(),
+                                           self.queue_stats.values(), self._counted)
 
     # -- frames in ----------------------------------------------------------
 
@@ -201,21 +216,21 @@ class Channel(Publisher):
             conn.write(frame)
         else:
             self._held.append(frame)
-        stats = self.stats
         tracer = self.vhost.tracer
         if tracer is not None:  # a "deliver" record (queues/tracing.py), built here: cheaper
             tracer.record(("deliver", next(tracer.seq), tracer.now, message.raw_properties,
                            message.exchange, message.routing_key, consumer.queue.name,
                            consumer.tag, entry.delivery_count > 0, self.number, conn.user,
                            not consumer.no_ack))
+        counters = consumer.counters
         if entry.delivery_count:
-            stats.redeliver += 1
+            counters.redeliver += 1
         entry.delivery_count += 1
         if consumer.no_ack:
-            stats.deliver_no_ack += 1
+            counters.deliver_no_ack += 1
             consumer.queue.settle(entry)
             return
-        stats.deliver += 1
+        counters.deliver += 1
         if entry.stored:
             consumer.queue.note_delivered(entry)
         entry.delivered_at = conn.clock()  # shown by the console's unacked peek
@@ -241,17 +256,17 @@ class Channel(Publisher):
                                            queue.message_count))
         self._writelines(fastpath.encode_content(self.number, message.raw_properties,
                                                  message.body, conn.frame_max))
-        stats = self.stats
         tracer = self.vhost.tracer
         if tracer is not None:
             tracer.delivered(queue.name, message, "", entry.delivery_count > 0, self.number,
                              conn.user, not no_ack)
+        counters = self.queue_counters(queue)
         if entry.delivery_count:
-            stats.redeliver += 1
+            counters.redeliver += 1
         if no_ack:
-            stats.get_no_ack += 1
+            counters.get_no_ack += 1
         else:
-            stats.get += 1
+            counters.get += 1
         entry.delivery_count += 1
         if no_ack:
             queue.settle(entry)
@@ -260,6 +275,20 @@ class Channel(Publisher):
             queue.note_delivered(entry)
         entry.delivered_at = conn.clock()
         self._unacked.add(tag, (entry, queue, None))
+
+    def queue_counters(self, queue: Queue) -> QueueCounters:
+        """This channel's counters for ``queue`` (``model/object_stats.py``)."""
+        counters = self.queue_stats.get(queue)
+        if counters is None:
+            if len(self.queue_stats) >= self._queue_stats_prune_at:
+                kept = object_stats.without_deleted(self.queue_stats)
+                for gone, dropped in self.queue_stats.items():
+                    if gone not in kept:  # its counts stay in the channel's totals
+                        self._counted.add(object_stats.as_message_stats(dropped))
+                self.queue_stats = kept
+                self._queue_stats_prune_at = object_stats.next_prune(len(kept))
+            counters = self.queue_stats[queue] = QueueCounters()
+        return counters
 
     def _trace_settled(self, event: str, taken: list[Delivery], requeue: bool | None) -> None:
         tracer = self.vhost.tracer
@@ -305,7 +334,6 @@ class Channel(Publisher):
 
     def ack_now(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple, _ACK)
-        self.stats.ack += len(taken)
         if self.vhost.tracer is not None:
             self._trace_settled("ack", taken, None)
         if len(taken) > 1:
@@ -316,6 +344,9 @@ class Channel(Publisher):
                 if consumer is not None:
                     consumer.unacked -= 1
                     self._global_unacked -= 1
+                    consumer.counters.ack += 1
+                else:
+                    self.queue_counters(queue).ack += 1
                 queue.settle(entry)
         if self._global_full:
             self._resume_consumers()
@@ -329,7 +360,10 @@ class Channel(Publisher):
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
+                consumer.counters.ack += 1
                 freed[consumer] = None
+            else:
+                self.queue_counters(queue).ack += 1
             queue.settle(entry, resume=False)
         for consumer in sorted(freed, key=_tag_bytes):
             consumer.queue.resume(consumer)

@@ -43,6 +43,7 @@ from leveret.model.message import (
     FLAG_USER_ID,
     Message,
 )
+from leveret.model.object_stats import ExchangeCounters
 from leveret.model.properties import check_properties
 from leveret.model.stats import MessageStats
 from leveret.queues.entry import PublishResult
@@ -76,7 +77,8 @@ class Publisher(HeldOutput):
     """basic.publish from content to queues, and the confirms it owes."""
 
     access: Access
-    stats: MessageStats
+    _counted: MessageStats
+    exchange_stats: dict[str, ExchangeCounters]
     tx: list[Any] | None
     tx_durable: bool | None
     valid_properties: set[bytes]
@@ -175,12 +177,15 @@ class Publisher(HeldOutput):
                              self.number, mandatory, self.confirms is not None,
                              vhost.explain_route(message, extra_routing_keys)
                              if message.exchange else None)
-        stats = self.stats
-        stats.publish += 1
+        try:  # subscripts, not .get: no method call on the hot path
+            counters = self.exchange_stats[name]
+        except KeyError:
+            counters = self.exchange_stats[name] = ExchangeCounters()
+        counters.publish += 1
         confirms = self.confirms
         if not queues:
             if mandatory:
-                stats.return_unroutable += 1
+                counters.return_unroutable += 1
                 self._write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
                 )
@@ -189,13 +194,19 @@ class Publisher(HeldOutput):
                                             self.connection.frame_max)
                 )
             else:
-                stats.drop_unroutable += 1
+                counters.drop_unroutable += 1
             if confirms is not None:
+                counters.confirm += 1
                 confirms.publish()
                 self.connection.want_flush(self)
             return
         held = refused = False
+        routed = counters.queues
         for queue in queues:
+            try:
+                routed[queue] += 1
+            except KeyError:
+                counters.first_route(queue)
             result = queue.publish(message)
             if result is not _ACCEPTED:
                 if result is _HELD:
@@ -213,8 +224,10 @@ class Publisher(HeldOutput):
                 confirms.settle(confirms.publish(hold=True), False)
                 self.connection.want_flush(self)
             elif held and log.deferred:
+                counters.confirm += 1  # decided: acked after the commit (object_stats.py)
                 log.hold(self, confirms.publish(hold=True))
             else:
+                counters.confirm += 1
                 confirms.publish()
                 self.connection.want_flush(self)
 
@@ -235,4 +248,4 @@ class Publisher(HeldOutput):
                 write(fastpath.encode_ack(self.number, tag, multiple))
             else:
                 write(fastpath.encode_nack(self.number, tag, multiple, False))
-        self.stats.confirm += confirms.confirmed - confirmed
+        self._counted.confirm += confirms.confirmed - confirmed

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.accounts import Accounts
@@ -52,14 +53,16 @@ class Broker:
         self.churn = Churn()  # connections and channels; queues count per vhost
         self.started_at = time.time()
 
-    def message_stats(self, vhost: str | None = None) -> MessageStats:
-        """Channel message counters summed: closed channels' plus live ones' (one vhost or all)."""
+    def message_stats(self, vhost: str | Collection[str] | None = None) -> MessageStats:
+        """Channel message counters summed: closed channels' plus live ones' (in one vhost,
+        in a collection of vhost names, or in all)."""
+        names = {vhost} if isinstance(vhost, str) else vhost
         total = MessageStats()
         for vh in self.vhosts.values():
-            if vhost is None or vh.name == vhost:
+            if names is None or vh.name in names:
                 total.add(vh.closed_channel_stats)
         for conn in self.connections:
-            if vhost is None or (conn.vhost is not None and conn.vhost.name == vhost):
+            if names is None or (conn.vhost is not None and conn.vhost.name in names):
                 for channel in conn.channels.values():
                     total.add(channel.stats)
         return total

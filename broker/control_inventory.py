@@ -195,17 +195,7 @@ def commands(broker: Any) -> dict[str, Command]:
                                EX_DATAERR) from None
 
     def status(r: dict[str, Any]) -> dict[str, Any]:
-        node = inventory.node_record(broker)
-        node.update({
-            "product_name": inventory.PRODUCT_NAME, "rabbitmq_version": inventory.RABBITMQ_VERSION,
-            "alarms": sorted(broker.alarms),
-            "listeners": [{"protocol": p, "ip_address": ip, "port": port}
-                          for p, ip, port in broker.listeners],
-            "totals": {"virtual_host_count": len(broker.vhosts),
-                       "connection_count": len(broker.connections),
-                       "queue_count": sum(len(v.queues) for v in broker.vhosts.values())},
-        })
-        return node
+        return inventory.status_record(broker)
 
     return {
         "list_queues": listing("list_queues", queue_rows),

@@ -18,13 +18,16 @@ import decimal
 import hashlib
 import json
 import os
+import platform
 import resource
 import shutil
+import ssl
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
+from leveret import __version__
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.queue_bytes import HeldBytes, byte_fields
 from leveret.model.errors import CONNECTION_FORCED
@@ -294,4 +297,50 @@ def node_record(broker: Any) -> dict[str, Any]:
         "sockets_used": len(broker.protocols), "sockets_total": fd_total,
         "uptime": int((time.time() - broker.started_at) * 1000),
         "processors": os.cpu_count() or 1, "db_dir": str(config.data_dir),
+    }
+
+
+# What rabbitmqctl status says each listener is for (RabbitMQ 3.10.8's texts; Leveret's AMQP
+# listener speaks 0-9-1 only).
+LISTENER_PURPOSE = {
+    "amqp": "AMQP 0-9-1", "amqp/ssl": "AMQP 0-9-1 over TLS", "http": "HTTP API",
+    "https": "HTTP API over TLS (HTTPS)",
+    "http/prometheus": "Prometheus exporter API over HTTP",
+}
+
+
+def status_record(broker: Any) -> dict[str, Any]:
+    """``rabbitmqctl status --formatter json``'s keys, for what one Leveret node has
+    (RabbitMQ 3.10.8's, compared in ``test_differential_ctl.py``), plus ``node`` (the text's
+    "Status of node" line). Left out: Erlang's (``erlang_version``, ``processes``,
+    ``run_queue``, ``net_ticktime``), plugins' (``enabled_plugin_file``), Raft's
+    (``raft_data_directory``); ``memory`` has the totals and strategy, not Erlang's
+    allocation categories."""
+    node = node_record(broker)
+    config = broker.config
+    rss = node["mem_used"]
+    return {
+        "node": broker.cluster_name,
+        "active_plugins": [], "alarms": sorted(broker.alarms), "config_files": [],
+        "crypto_lib_version": ssl.OPENSSL_VERSION, "data_directory": node["db_dir"],
+        "disk_free": node["disk_free"], "disk_free_limit": node["disk_free_limit"],
+        "file_descriptors": {"sockets_limit": node["sockets_total"],
+                             "sockets_used": node["sockets_used"],
+                             "total_limit": node["fd_total"], "total_used": node["fd_used"]},
+        "is_under_maintenance": False,
+        "listeners": [{"interface": ip, "node": broker.cluster_name, "port": port,
+                       "protocol": p, "purpose": LISTENER_PURPOSE.get(p, p)}
+                      for p, ip, port in broker.listeners],
+        "log_files": ["<stderr>"],
+        "memory": {"strategy": "rss", "total": {"rss": rss}},
+        "os": platform.system(), "pid": os.getpid(),
+        "product_name": PRODUCT_NAME, "product_version": __version__,
+        "rabbitmq_version": RABBITMQ_VERSION, "release_series_support_status": "supported",
+        "totals": {"virtual_host_count": len(broker.vhosts),
+                   "connection_count": len(broker.connections),
+                   "queue_count": sum(len(v.queues) for v in broker.vhosts.values())},
+        "uptime": node["uptime"] // 1000,
+        "vm_memory_calculation_strategy": "rss",
+        "vm_memory_high_watermark_limit": node["mem_limit"],
+        "vm_memory_high_watermark_setting": {"relative": config.memory_high_watermark},
     }

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 class ChannelSession(Protocol):
     """An open channel: its message counters and its cache of permission decisions."""
 
-    stats: MessageStats
+    @property
+    def stats(self) -> MessageStats: ...
+
     access: Access
 
 

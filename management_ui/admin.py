@@ -15,7 +15,7 @@ from aiohttp import web
 from leveret.broker import definitions
 from leveret.broker.accounts import AccountError
 from leveret.management_ui import auth, views
-from leveret.management_ui.listing import respond_list
+from leveret.management_ui.listing import respond_list, respond_one
 from leveret.management_ui.read import BY_NAME, vhost_of, vhosts_in_scope
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
 from leveret.management_ui.sampler import VHOST_RATE_FIELDS, vhost_key
@@ -60,7 +60,8 @@ async def vhosts(req: Request) -> web.Response:
 
 
 async def vhost(req: Request) -> web.Response:
-    return json_response(vhost_json(vhost_of(req, req.params["name"]), req.state))
+    return json_response(respond_one(req.query,
+                                     vhost_json(vhost_of(req, req.params["name"]), req.state)))
 
 
 policy_json = definitions.policy_record
@@ -77,7 +78,7 @@ async def policy(req: Request) -> web.Response:
     found = vhost.policies.by_name.get(req.params["name"])
     if found is None:
         raise not_found()
-    return json_response(policy_json(found))
+    return json_response(respond_one(req.query, policy_json(found)))
 
 
 # -- users, permissions, limits --------------------------------------------------------------
@@ -99,7 +100,7 @@ async def users(req: Request) -> web.Response:
 
 
 async def user(req: Request) -> web.Response:
-    return json_response(user_json(_user(req)))
+    return json_response(respond_one(req.query, user_json(_user(req))))
 
 
 permission_json = definitions.permission_record
@@ -134,7 +135,7 @@ async def permission(req: Request) -> web.Response:
     vhost, user = vhost_of(req).name, req.params["user"]
     for p in all_permissions(req.state):
         if (p["vhost"], p["user"]) == (vhost, user):
-            return json_response(p)
+            return json_response(respond_one(req.query, p))
     raise not_found()
 
 
@@ -283,7 +284,7 @@ async def delete_vhost_limit(req: Request) -> web.Response:
 
 
 async def cluster_name(req: Request) -> web.Response:
-    return json_response({"name": req.state.broker.cluster_name})
+    return json_response(respond_one(req.query, {"name": req.state.broker.cluster_name}))
 
 
 async def empty_list(req: Request) -> web.Response:

@@ -40,14 +40,17 @@ SCHEMAS: dict[str, Any] = {
     # text, or an Erlang term as a list, as publish's ["not_int","priority"] (basic.py).
     "Error": obj({"error": STR, "reason": {"oneOf": [STR, {"type": "array"}]}}),
     "Health": obj({"status": {"type": "string", "enum": ["ok", "failed"]}}, reason=STR),
+    # node, listeners, contexts and object_totals.consumers: monitoring users and
+    # administrators only (read.overview).
     "Overview": obj({"management_version": STR, "rabbitmq_version": STR, "cluster_name": STR,
-                     "node": STR, "product_name": STR, "product_version": STR,
+                     "product_name": STR, "product_version": STR,
                      "object_totals": obj({k: INT for k in (
-                         "channels", "connections", "consumers", "exchanges", "queues")}),
+                         "channels", "connections", "exchanges", "queues")}, consumers=INT),
                      "queue_totals": OBJ, "message_stats": OBJ, "churn_rates": OBJ,
-                     "listeners": {"type": "array", "items": obj(
-                         {"node": STR, "protocol": STR, "ip_address": STR, "port": INT})},
-                     "exchange_types": {"type": "array", "items": obj({"name": STR})}}),
+                     "exchange_types": {"type": "array", "items": obj({"name": STR})}},
+                    node=STR, contexts={"type": "array", "items": OBJ},
+                    listeners={"type": "array", "items": obj(
+                        {"node": STR, "protocol": STR, "ip_address": STR, "port": INT})}),
     "Whoami": obj({"name": STR, "tags": {"type": "array", "items": STR}}),
     "Node": obj({"name": STR, "running": BOOL, "mem_used": INT, "mem_limit": INT,
                  "mem_alarm": BOOL, "disk_free": INT, "disk_free_limit": INT,

@@ -13,7 +13,8 @@ channel mode; the two differ only by messages in flight), and the message
 size histogram (``rabbitmq_message_size_bytes``, dashboard HEAD) is not
 served: it needs work per published message. Erlang VM families are skipped.
 The queue series (``rabbitmq_queue_*``, per queue and summed) are one table in
-``prometheus_queues.py``, which also says which of RabbitMQ's are not served.
+``prometheus_queues.py``, which also says which of RabbitMQ's are not served; the
+per-object channel counters by exchange and by queue are ``prometheus_channels.py``'s.
 
 Leveret-only series (``write_leveret``) keep the ``leveret_`` prefix: the
 group commit's batch sizes and write+fsync times as histograms (observed
@@ -32,7 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
-from leveret.management_ui import prometheus_queues, views
+from leveret.management_ui import prometheus_channels, prometheus_queues, views
 from leveret.persistence.commit_stats import Histogram
 
 LEVERET = "leveret_"  # Leveret-only series keep their own prefix
@@ -287,30 +288,9 @@ def write_connections_channels(w: Writer, state: Any) -> None:
          lambda ch: ch.consumer_prefetch, "gauge"),
         ("channel_prefetch", "Total limit of unacknowledged messages for all consumers on a "
          "channel", lambda ch: ch.global_prefetch, "gauge"),
-        ("channel_messages_published_total", "Total number of messages published into an "
-         "exchange on a channel", lambda ch: ch.stats.publish, "counter"),
-        ("channel_messages_confirmed_total", "Total number of messages published into an "
-         "exchange and confirmed on the channel", lambda ch: ch.stats.confirm, "counter"),
-        ("channel_messages_unroutable_returned_total", "Total number of messages published "
-         "as mandatory into an exchange and returned to the publisher as unroutable",
-         lambda ch: ch.stats.return_unroutable, "counter"),
-        ("channel_messages_unroutable_dropped_total", "Total number of messages published "
-         "as non-mandatory into an exchange and dropped as unroutable",
-         lambda ch: ch.stats.drop_unroutable, "counter"),
-        ("channel_get_ack_total", "Total number of messages fetched with basic.get in manual "
-         "acknowledgement mode", lambda ch: ch.stats.get, "counter"),
-        ("channel_get_total", "Total number of messages fetched with basic.get in automatic "
-         "acknowledgement mode", lambda ch: ch.stats.get_no_ack, "counter"),
-        ("channel_messages_delivered_ack_total", "Total number of messages delivered to "
-         "consumers in manual acknowledgement mode", lambda ch: ch.stats.deliver, "counter"),
-        ("channel_messages_delivered_total", "Total number of messages delivered to "
-         "consumers in automatic acknowledgement mode", lambda ch: ch.stats.deliver_no_ack,
-         "counter"),
-        ("channel_messages_redelivered_total", "Total number of messages redelivered to "
-         "consumers", lambda ch: ch.stats.redeliver, "counter"),
-        ("channel_messages_acked_total", "Total number of messages acknowledged by "
-         "consumers", lambda ch: ch.stats.ack, "counter"),
-        ("channel_get_empty_total", "Total number of times basic.get operations fetched no "
-         "message", lambda ch: ch.stats.get_empty, "counter"),
     ):
         w.family(name, type_, help_, [(labels, get(ch)) for labels, ch in ch_rows])
+    # The counters by exchange and by queue, with RabbitMQ's labels (prometheus_channels.py).
+    prometheus_channels.channel_exchange(w, state)
+    prometheus_channels.channel_queue(w, state)
+    prometheus_channels.channel_queue_exchange(w, state)

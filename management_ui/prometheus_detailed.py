@@ -6,11 +6,11 @@ against the real one): ``rabbitmq_detailed_`` metrics, and the
 ``exchange_bindings``. ``build_info`` and ``identity_info`` come with every
 answer, as RabbitMQ's. ``vhost`` filters the queue and exchange families.
 
-Not served: ``channel_queue_metrics``, ``channel_exchange_metrics`` and
-``channel_queue_exchange_metrics`` (Leveret counts per channel, not per
-channel and queue or exchange: that would be work per message), Erlang
-process reductions and memory, quorum (``ra_metrics``) and the empty
-families RabbitMQ answers with only headers (``queue_churn_metrics`` ...).
+``channel_exchange_metrics``, ``channel_queue_metrics`` and
+``channel_queue_exchange_metrics`` are ``prometheus_channels.py``'s.
+
+Not served: Erlang process reductions and memory, quorum (``ra_metrics``) and
+the empty families RabbitMQ answers with only headers (``queue_churn_metrics`` ...).
 ``auth_attempt_detailed_metrics`` is served empty, as RabbitMQ's without
 detailed auth tracking.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.broker import inventory
-from leveret.management_ui import prometheus, prometheus_queues
+from leveret.management_ui import prometheus, prometheus_channels, prometheus_queues
 from leveret.management_ui.prometheus import Labels, Writer
 
 Family = Callable[[Writer, Any, "set[str] | None"], None]
@@ -176,6 +176,9 @@ FAMILIES: dict[str, Family] = {
     "connection_coarse_metrics": connection_coarse,
     "connection_metrics": connection_metrics,
     "channel_metrics": channel_metrics,
+    "channel_exchange_metrics": prometheus_channels.channel_exchange,
+    "channel_queue_metrics": prometheus_channels.channel_queue,
+    "channel_queue_exchange_metrics": prometheus_channels.channel_queue_exchange,
     "vhost_status": vhost_status,
     "exchange_names": exchange_names,
     "exchange_bindings": exchange_bindings,

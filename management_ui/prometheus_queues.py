@@ -19,7 +19,8 @@ Not served, with nothing behind them in Leveret (checked against RabbitMQ 3.10.8
 ``queue_process_memory_bytes`` (Erlang process figures), ``queue_head_message_timestamp``
 (a queue does not read its head's ``timestamp`` property), ``queue_disk_reads_total``,
 ``queue_disk_writes_total`` and ``queue_index_{read,write}_ops_total`` (not counted: work per
-message), ``queue_messages_published_total`` (per channel, queue and exchange).
+message). ``queue_messages_published_total`` is per channel, queue and exchange:
+``prometheus_channels.py`` serves it.
 """
 
 from __future__ import annotations

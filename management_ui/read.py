@@ -11,10 +11,12 @@ from aiohttp import web
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import alerts, auth, views
-from leveret.management_ui.listing import respond_list, truthy
+from leveret.management_ui.listing import respond_list, respond_one, truthy
 from leveret.management_ui.rights import DEST_KIND
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
+from leveret.management_ui.sampler import VHOST_RATE_FIELDS, vhost_key
 from leveret.model.errors import ChannelError
+from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
 EXCHANGE_TYPE_DESCRIPTIONS = {
     "direct": "AMQP direct exchange, as per the AMQP specification",
@@ -78,6 +80,54 @@ def listeners(state: Any) -> list[dict[str, Any]]:
 
 
 async def overview(req: Request) -> web.Response:
+    """The broker's totals. Monitoring users and administrators see the whole broker;
+    other users (RabbitMQ 3.10.8, observed with a ``management`` user allowed in one vhost
+    of two; ``test_management_overview.py``) see ``queue_totals``, ``message_stats`` and
+    the exchange and queue counts of the vhosts they have permissions in, their own
+    connections and channels, no ``consumers`` count and no ``node``, ``listeners`` or
+    ``contexts``; ``churn_rates`` stay broker-wide. ``?columns=`` keeps whole top-level
+    fields. Where Leveret differs: those users' ``X_details`` give the rate summed over
+    their vhosts, with no chart samples (Leveret keeps 10-minute series for the broker's
+    totals only, not per vhost)."""
+    state, broker = req.state, req.state.broker
+    monitor = auth.allowed(req.tags, auth.MONITORING)
+    out: dict[str, Any] = {
+        "management_version": state.version, "rates_mode": "basic",
+        "sample_retention_policies": SAMPLE_RETENTION, "exchange_types": exchange_types(),
+        "product_version": state.version, "product_name": state.product_name,
+        "rabbitmq_version": state.rabbitmq_version, "cluster_name": broker.cluster_name,
+        "erlang_version": "n/a", "erlang_full_version": "n/a",
+        "release_series_support_status": "supported",
+        "disable_stats": False, "enable_queue_totals": False,
+    }
+    if monitor:
+        out.update(_broker_totals(req))
+        out.update({
+            "statistics_db_event_queue": 0, "node": state.node,
+            "listeners": listeners(state),
+            "contexts": [{"node": state.node, "description": "Leveret Management",
+                          "path": "/", "port": str(port)}
+                         for protocol, _, port in broker.listeners if protocol == "http"],
+        })
+    else:
+        out.update(_vhost_totals(req))
+        out["statistics_db_event_queue"] = 0
+    return json_response(respond_one(req.query, out, top_level=True))
+
+
+def _churn(req: Request) -> dict[str, Any]:
+    s = req.state.sampler
+    rate_age, rate_incr = _chart(req, "msg_rates")
+    churn: dict[str, Any] = {}
+    for name, value in req.state.broker.churn_totals().as_dict().items():
+        churn[name] = value
+        churn[f"{name}_details"] = s.details(f"churn_rates.{name}", rate_age, rate_incr)
+    return churn
+
+
+def _broker_totals(req: Request) -> dict[str, Any]:
+    """The whole broker's message_stats, churn, queue and object totals, with rates and
+    chart samples from the sampler's broker-wide series."""
     state, broker = req.state, req.state.broker
     s = state.sampler
     rate_age, rate_incr = _chart(req, "msg_rates")
@@ -89,10 +139,6 @@ async def overview(req: Request) -> web.Response:
     for name in ("disk_reads", "disk_writes"):
         message_stats[name] = 0
         message_stats[f"{name}_details"] = {"rate": 0.0}
-    churn: dict[str, Any] = {}
-    for name, value in broker.churn_totals().as_dict().items():
-        churn[name] = value
-        churn[f"{name}_details"] = s.details(f"churn_rates.{name}", rate_age, rate_incr)
     queues = sum(len(vh.queues) for vh in broker.vhosts.values())
     exchanges = sum(len(vh.exchanges) for vh in broker.vhosts.values())
     if queues > LIVE_TOTALS_MAX_QUEUES and state.queue_totals is not None:
@@ -110,23 +156,61 @@ async def overview(req: Request) -> web.Response:
         queue_totals[name] = value
         queue_totals[f"{name}_details"] = s.details(f"queue_totals.{name}", len_age, len_incr)
     connections = list(broker.connections)
-    return json_response({
-        "management_version": state.version, "rates_mode": "basic",
-        "sample_retention_policies": SAMPLE_RETENTION, "exchange_types": exchange_types(),
-        "product_version": state.version, "product_name": state.product_name,
-        "rabbitmq_version": state.rabbitmq_version, "cluster_name": broker.cluster_name,
-        "erlang_version": "n/a", "erlang_full_version": "n/a",
-        "disable_stats": False, "enable_queue_totals": False,
-        "message_stats": message_stats, "churn_rates": churn, "queue_totals": queue_totals,
+    return {
+        "message_stats": message_stats, "churn_rates": _churn(req), "queue_totals": queue_totals,
         "object_totals": {"channels": sum(len(c.channels) for c in connections),
                           "connections": len(connections), "consumers": consumers,
                           "exchanges": exchanges, "queues": queues},
-        "statistics_db_event_queue": 0, "node": state.node,
-        "listeners": listeners(state),
-        "contexts": [{"node": state.node, "description": "Leveret Management", "path": "/",
-                      "port": str(port)} for protocol, _, port in broker.listeners
-                     if protocol == "http"],
-    })
+    }
+
+
+def _summed_details(rate: float, age: int | None, value: int) -> dict[str, Any]:
+    if age is None:
+        return {"rate": rate}
+    return {"rate": rate, "samples": [], "avg_rate": rate, "avg": float(value)}
+
+
+def _vhost_totals(req: Request) -> dict[str, Any]:
+    """The totals of the vhosts this (non-monitoring) user has permissions in, and of its
+    own connections; rates summed from the sampler's per-vhost pairs."""
+    state, broker = req.state, req.state.broker
+    vhosts = auth.visible_vhosts(broker, req.user, req.tags, monitors_see_all=False)
+    rate_age, _ = _chart(req, "msg_rates")
+    len_age, _ = _chart(req, "lengths")
+    names = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
+    rates = [0.0] * len(names)
+    for vhost in vhosts:
+        for i, r in enumerate(state.sampler.object_rates(vhost_key(vhost.name), len(names))):
+            rates[i] += r
+    by_name = dict(zip(names, rates, strict=True))
+    by_name["deliver_get"] = sum(by_name[f] for f in ("deliver", "deliver_no_ack", "get",
+                                                       "get_no_ack"))
+    message_stats: dict[str, Any] = {}
+    for name, value in broker.message_stats([vh.name for vh in vhosts]).as_dict().items():
+        message_stats[name] = value
+        message_stats[f"{name}_details"] = _summed_details(round(by_name[name], 1), rate_age,
+                                                           value)
+    for name in ("disk_reads", "disk_writes"):
+        message_stats[name] = 0
+        message_stats[f"{name}_details"] = {"rate": 0.0}
+    ready = sum(q.message_count for vh in vhosts for q in vh.queues.values())
+    unacked = sum(q.unacked for vh in vhosts for q in vh.queues.values())
+    queue_totals: dict[str, Any] = {}
+    for name, value in (("messages", ready + unacked), ("messages_ready", ready),
+                        ("messages_unacknowledged", unacked)):
+        queue_totals[name] = value
+        queue_totals[f"{name}_details"] = _summed_details(round(by_name[name], 1), len_age,
+                                                          value)
+    own = [c for c in inventory.open_connections(broker) if c.user == req.user]
+    if not vhosts:  # as RabbitMQ: nothing to sum is no figures, not zeros
+        message_stats, queue_totals = {}, {}
+    return {
+        "message_stats": message_stats, "churn_rates": _churn(req), "queue_totals": queue_totals,
+        "object_totals": {"channels": sum(len(c.channels) for c in own),
+                          "connections": len(own),
+                          "exchanges": sum(len(vh.exchanges) for vh in vhosts),
+                          "queues": sum(len(vh.queues) for vh in vhosts)},
+    }
 
 
 def node_json(state: Any) -> dict[str, Any]:
@@ -151,11 +235,11 @@ async def nodes(req: Request) -> web.Response:
 async def node(req: Request) -> web.Response:
     if req.params["node"] != req.state.node:
         raise not_found()
-    return json_response(node_json(req.state))
+    return json_response(respond_one(req.query, node_json(req.state)))
 
 
 async def whoami(req: Request) -> web.Response:
-    return json_response({"name": req.user, "tags": req.tags})
+    return json_response(respond_one(req.query, {"name": req.user, "tags": req.tags}))
 
 
 async def extensions(req: Request) -> web.Response:
@@ -163,7 +247,8 @@ async def extensions(req: Request) -> web.Response:
 
 
 async def auth_info(req: Request) -> web.Response:
-    return json_response({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
+    return json_response(respond_one(req.query, {"enable_uaa": False, "uaa_client_id": "",
+                                                 "uaa_location": ""}))
 
 
 # -- connections, channels, consumers --------------------------------------------------------
@@ -198,7 +283,8 @@ async def connections(req: Request) -> web.Response:
 
 
 async def connection(req: Request) -> web.Response:
-    return json_response(views.connection_json(find_connection(req), req.state))
+    return json_response(respond_one(req.query,
+                                     views.connection_json(find_connection(req), req.state)))
 
 
 async def connection_channels(req: Request) -> web.Response:
@@ -225,7 +311,7 @@ async def channel(req: Request) -> web.Response:
     for ch in views.vhost_channels(req.state.broker):
         if views.channel_name(ch) == req.params["name"]:
             check_owner(req, ch.connection.user)
-            return json_response(views.channel_json(ch, req.state))
+            return json_response(respond_one(req.query, views.channel_json(ch, req.state)))
     raise not_found()
 
 
@@ -260,7 +346,7 @@ async def exchange(req: Request) -> web.Response:
     out = views.exchange_json(exchange_of(req, vhost, req.params["name"]))
     out["incoming"] = []  # per-exchange publish stats: not counted (no work per message)
     out["outgoing"] = []
-    return json_response(out)
+    return json_response(respond_one(req.query, out))
 
 
 async def exchange_bindings(req: Request) -> web.Response:
@@ -279,7 +365,13 @@ async def exchange_bindings(req: Request) -> web.Response:
         else:
             found = [b for b in views.vhost_bindings(vhost)
                      if b["destination_type"] == "exchange" and b["destination"] == name]
-    return json_response(respond_list(req.query, found, lambda b: b))
+    return json_response(respond_list(req.query, found, _binding, pageless=True))
+
+
+def _binding(b: dict[str, Any]) -> dict[str, Any]:
+    """Binding lists: already formatted. RabbitMQ 3.10.8 neither pages them nor filters
+    them by name (``listing.respond_list``'s ``pageless``)."""
+    return b
 
 
 def _sorted_queues(vhosts: list[Any]) -> list[Any]:
@@ -329,7 +421,7 @@ async def queue(req: Request) -> web.Response:
     out["consumer_details"] = [views.consumer_json(c, req.state) for c in q.all_consumers()]
     out["deliveries"] = []
     out["incoming"] = []
-    return json_response(out)
+    return json_response(respond_one(req.query, out))
 
 
 async def queue_bindings(req: Request) -> web.Response:
@@ -344,12 +436,12 @@ async def queue_bindings(req: Request) -> web.Response:
     elif vhost is not None:
         found = [b for b in views.vhost_bindings(vhost)
                  if b["destination_type"] == "queue" and b["destination"] == name]
-    return json_response(respond_list(req.query, found, lambda b: b))
+    return json_response(respond_list(req.query, found, _binding, pageless=True))
 
 
 async def bindings(req: Request) -> web.Response:
     found = [b for vh in vhosts_in_scope(req) for b in views.vhost_bindings(vh)]
-    return json_response(respond_list(req.query, found, lambda b: b))
+    return json_response(respond_list(req.query, found, _binding, pageless=True))
 
 
 def binding_ends(vhost: Any, params: dict[str, str]) -> tuple[Any, Any]:
@@ -394,11 +486,11 @@ async def bindings_list_between(req: Request) -> web.Response:
             pass
         else:
             found = _between(vhost, source, dest, req.params["kind"])
-    return json_response(respond_list(req.query, found, lambda b: b))
+    return json_response(respond_list(req.query, found, _binding, pageless=True))
 
 
 async def binding(req: Request) -> web.Response:
     for b in bindings_between(req)[3]:
         if views.same_properties_key(b["properties_key"], req.params["props"]):
-            return json_response(b)
+            return json_response(respond_one(req.query, b))
     raise not_found()

@@ -40,6 +40,7 @@ class Consumer:
     __slots__ = (
         "arguments",
         "channel",
+        "counters",
         "exclusive",
         "no_ack",
         "prefetch",
@@ -69,6 +70,9 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments or {}
+        # The channel's counters for this queue, counted per delivery and ack (set by the
+        # AMQP channel at basic.consume: model/object_stats.py's QueueCounters).
+        self.counters: Any = None
 
     def __repr__(self) -> str:
         return f"<Consumer {self.tag!r} on {self.queue.name!r} unacked={self.unacked}>"

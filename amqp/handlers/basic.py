@@ -54,6 +54,7 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
                                       ch.vhost.describe_queue(queue.name))
     consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,
                         arguments)
+    consumer.counters = ch.queue_counters(queue)
     ch.consumers[tag] = consumer
     if not m.nowait:
         ch.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
@@ -88,7 +89,7 @@ def get(ch: Channel, m: commands.Basic.Get) -> None:
     queue = readable(ch, m.queue)
     entry = queue.take()
     if entry is None:
-        ch.stats.get_empty += 1
+        ch.queue_counters(queue).get_empty += 1
         ch.send_method(commands.Basic.GetEmpty())
         return
     ch.deliver_get(queue, entry, m.no_ack)

@@ -175,13 +175,19 @@ def test_purge_delete_and_close(broker, api, vhost):
 
 def test_status(broker):
     status = json.loads(ctl(broker, "status", "--json").stdout)
-    assert status["name"].startswith("leveret@") and status["running"] is True
-    assert {"protocol": "amqp", "ip_address": "127.0.0.1", "port": broker.port} in (
-        status["listeners"])
+    node = status["listeners"][0]["node"]
+    assert node.startswith("leveret@") and status["is_under_maintenance"] is False
+    assert {"interface": "127.0.0.1", "node": node, "port": broker.port, "protocol": "amqp",
+            "purpose": "AMQP 0-9-1"} in status["listeners"]
     assert status["rabbitmq_version"] == "3.10.8" and status["alarms"] == []
+    assert status["data_directory"] == str(broker.data_dir)
+    assert status["pid"] == broker.proc.pid and status["uptime"] >= 0
+    assert status["totals"]["virtual_host_count"] >= 1
     text = ctl(broker, "status").stdout
-    assert text.startswith(f"Status of node {status['name']} ...\nRuntime\n")
-    assert f"Interface: 127.0.0.1, port: {broker.port}, protocol: amqp" in text
+    assert text.startswith(f"Status of node {node} ...\nRuntime\n")
+    assert (f"Interface: 127.0.0.1, port: {broker.port}, protocol: amqp, purpose: AMQP 0-9-1"
+            in text)
+    assert f"Node data directory: {broker.data_dir}" in text
 
 
 def test_definitions_export_and_checked_import(broker, api, vhost, tmp_path):

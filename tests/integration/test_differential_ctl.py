@@ -1,11 +1,13 @@
 """``leveret ctl`` list commands beside the real ``rabbitmqctl`` (skipped when it is not
 installed or cannot reach a node): the same banner, the same default columns, the same
 JSON keys, with the same objects present on both (a queue bound to amq.direct, a consumer
-on a channel with prefetch)."""
+on a channel with prefetch); and ``status``: the same sections in the same order, the same
+lines where Leveret has the fact, the same JSON keys but Erlang's."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -94,3 +96,49 @@ def test_chosen_columns_and_values(broker, both):
     theirs = lines(rabbitmqctl("list_bindings", *columns))
     mine = lines(ours(broker, "list_bindings", *columns))
     assert f"amq.direct\t{both}\tk" in theirs and f"amq.direct\t{both}\tk" in mine
+
+
+# rabbitmqctl status --formatter json keys Leveret leaves out (inventory.status_record):
+# Erlang's, plugins', Raft's.
+STATUS_LEFT_OUT = {"erlang_version", "processes", "run_queue", "net_ticktime",
+                   "enabled_plugin_file", "raft_data_directory"}
+# Lines of rabbitmqctl's text status Leveret leaves out (by their label), and adds.
+STATUS_LINES_LEFT_OUT = {"Erlang configuration", "Erlang processes", "Scheduler run queue",
+                         "Cluster heartbeat timeout (net_ticktime)", "Enabled plugin file",
+                         "Raft data directory"}
+STATUS_LINES_ADDED = {"Product name", "Product version"}
+BOLD = re.compile(r"\x1b\[[0-9;]*m")  # rabbitmqctl's section headings are bold
+
+
+def _status_lines(text: str) -> tuple[list[str], list[str]]:
+    """(section headings in order, labels of the "Label: value" lines outside lists)."""
+    rows = ["", *BOLD.sub("", text).splitlines()[1:]]  # the banner line out
+    headings = [rows[i] for i in range(1, len(rows) - 1)
+                if rows[i] and not rows[i - 1] and not rows[i + 1] and ":" not in rows[i]
+                and not rows[i].startswith(("(", " *"))]
+    labels = [line.split(":", 1)[0] for line in rows if ": " in line
+              and not line.startswith((" ", "Interface:"))
+              and not re.match(r"^[a-z_]+: [0-9.]+ gb", line)]  # the memory breakdown
+    return headings, labels
+
+
+def test_status_as_rabbitmqctl(broker, reachable):
+    theirs = rabbitmqctl("status").stdout
+    mine = ours(broker, "status").stdout
+    their_headings, their_labels = _status_lines(theirs)
+    my_headings, my_labels = _status_lines(mine)
+    assert my_headings == their_headings
+    assert [x for x in my_labels if x not in STATUS_LINES_ADDED] == [
+        x for x in their_labels if x not in STATUS_LINES_LEFT_OUT]
+    assert mine.splitlines()[0] == theirs.splitlines()[0].replace(
+        theirs.split()[3], mine.split()[3])  # "Status of node <node> ..."
+    their_json = json.loads(rabbitmqctl("status", "--formatter", "json").stdout)
+    my_json = json.loads(ours(broker, "status", "--formatter", "json").stdout)
+    assert set(my_json) == set(their_json) - STATUS_LEFT_OUT
+    for key in ("file_descriptors", "totals", "vm_memory_high_watermark_setting"):
+        assert set(my_json[key]) == set(their_json[key]), key
+    assert set(my_json["listeners"][0]) == set(their_json["listeners"][0])
+    assert set(my_json["memory"]["total"]) <= set(their_json["memory"]["total"])
+    for key, value in their_json.items():
+        if key in my_json:
+            assert type(my_json[key]) is type(value), key
