@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import pickle
 
 import pytest
 from hypothesis import given
@@ -95,3 +96,56 @@ def test_parse_url_and_lazy_connection():
     assert conn.sock is None
     with pytest.raises(ValueError):
         parse_url("amqps://h/")
+
+
+def _delivery_frames(tag: int, redelivered: bool, exchange: str, routing_key: str,
+                     props: dict, body: bytes, frame_max: int) -> bytes:
+    """One delivered message as pamqp writes it (method, header, body frames)."""
+    out = pframe.marshal(commands.Basic.Deliver("ctag-1", tag, redelivered, exchange,
+                                                routing_key), 1)
+    out += pframe.marshal(pheader.ContentHeader(0, len(body), commands.Basic.Properties(
+        **props)), 1)
+    step = frame_max - 8
+    for start in range(0, len(body), step):
+        out += pframe.marshal(pbody.ContentBody(body[start:start + step]), 1)
+    return out
+
+
+MESSAGES = [  # (redelivered, exchange, routing key, properties, body)
+    (False, "", "q", {"delivery_mode": 2, "message_id": "m0"}, b"x" * 1024),
+    (True, "ex", "k.\u00e9", {}, b""),  # no properties, empty body, non-ASCII key
+    (False, "ex", "k", {"delivery_mode": 2, "message_id": "m\u00e9", "content_type": "t/p",
+                        "headers": {"n": 3}}, bytes(range(256)) * 5),  # three body frames
+    (False, "", "q", {"delivery_mode": 1, "message_id": "m3"}, b"y"),
+]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7])
+def test_raw_deliveries_are_whole_messages_fed_whole_or_byte_by_byte(chunk):
+    pytest.importorskip("pyarrow")
+    from leveret.spark_sink.schema import ARROW_SCHEMA, RawMessages
+
+    frames = [_delivery_frames(tag, *m, frame_max=512) for tag, m in enumerate(MESSAGES, 1)]
+    # A confirm between deliveries goes the ordinary way; a trailing partial message waits.
+    stream = frames[0] + frames[1] + pframe.marshal(commands.Basic.Ack(1), 1) + b"".join(frames[2:])
+    conn = Connection("amqp://h/", raw_deliveries=True)
+    conn.confirms = ConfirmState(published=1)
+    data = stream + frames[0][:20]
+    pieces = [data] if chunk is None else [data[i:i + chunk] for i in range(0, len(data), chunk)]
+    for piece in pieces:
+        conn._feed(piece)
+    assert [d.delivery_tag for d in conn.raw] == [1, 2, 3, 4]
+    assert [d.frames for d in conn.raw] == frames
+    assert conn.confirms.outstanding == 0 and not conn.deliveries
+
+    packed = pickle.loads(pickle.dumps(RawMessages.of([10, 11, 12, 13], frames)))
+    (batch,) = list(packed.to_arrow())
+    rows = batch.to_pylist()
+    assert [r["seq"] for r in rows] == [10, 11, 12, 13]
+    for row, (redelivered, exchange, routing_key, props, body) in zip(rows, MESSAGES):
+        assert (row["redelivered"], row["exchange"], row["routing_key"], row["body"]) == (
+            redelivered, exchange, routing_key, body)
+        assert row["message_id"] == props.get("message_id")
+        assert row["delivery_mode"] == props.get("delivery_mode")
+    assert rows[2]["content_type"] == "t/p" and dict(rows[2]["headers"]) == {"n": "3"}
+    assert batch.schema == ARROW_SCHEMA
