@@ -22,6 +22,8 @@ in the same run, through the same bridge):
   with ``publish_batches``, the driver's drain (socket to deliveries), splitting into
   partitions, pickling and unpickling them (Spark ships them to the executors so), and the
   executor's conversion to Arrow.
+* ``cold``: a fresh session in a child process (JVM up and one job run, no Python worker
+  started yet), the first query's figures at the first ``--per-trigger``.
 * ``e2e-<n>``: the pipeline a user runs (issue 16): the queue, filled by an untimed sink
   write, is read with ``maxMessagesPerTrigger=n`` through a ``select`` into the ``leveret``
   sink (exchange bound to a second durable queue), ``availableNow``, with a checkpoint. Run at
@@ -255,8 +257,11 @@ class Bench:
 
     def stream(self, url: str, per_trigger: int, into_exchange: bool) -> dict[str, Any]:
         self.runs += 1
-        df = (self.spark.readStream.format("leveret").option("url", url)
-              .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger).load())
+        reader = (self.spark.readStream.format("leveret").option("url", url)
+                  .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger))
+        if self.args.source_partitions:
+            reader = reader.option("numPartitions", self.args.source_partitions)
+        df = reader.load()
         if into_exchange:
             writer = (df.select("body", "message_id", self.F.lit("out").alias("routing_key"))
                       .writeStream.format("leveret").option("url", url)
@@ -394,11 +399,13 @@ def fill_with_client(url: str, rows: int, size: int) -> None:
         conn.wait_window(0)
 
 
-def cold_first_batch(args: argparse.Namespace, url: str) -> dict[str, Any]:
+def cold_first_batch(args: argparse.Namespace, url: str, daemon: str | None = None
+                     ) -> dict[str, Any]:
     """In a child process: JVM up, no Python worker yet; the first query's first batch."""
     out = subprocess.run(
         [sys.executable, __file__, "--cold-child", url, "--rows", str(args.cold_rows),
-         "--size", str(args.size), "--per-trigger", str(args.per_trigger[0])],
+         "--size", str(args.size), "--per-trigger", str(args.per_trigger[0]),
+         *(["--daemon-module", daemon] if daemon else [])],
         capture_output=True, text=True, timeout=600,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
@@ -453,6 +460,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--per-trigger", type=int, nargs="+", default=[5000, 50000])
     parser.add_argument("--source-per-trigger", type=int, default=50000)
+    parser.add_argument("--source-partitions", type=int,
+                        help="the source's numPartitions (default: the source's default, 2)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "rowcost", "sink", "source", "e2e"])
     parser.add_argument("--warmup", type=int, default=5000, help="rows for the untimed warm-up")
@@ -460,6 +469,7 @@ def main() -> None:
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
     parser.add_argument("--cold-rows", type=int, default=20_000)
     parser.add_argument("--cold-child", help=argparse.SUPPRESS)
+    parser.add_argument("--daemon-module", help="spark.python.daemon.module for the session")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -469,12 +479,15 @@ def main() -> None:
     from leveret.spark_sink import register
 
     def session() -> Any:
-        spark = (
+        builder = (
             SparkSession.builder.master("local[2]").appName("leveret-spark-bench")
             .config("spark.driver.memory", "1g").config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+            .config("spark.sql.shuffle.partitions", "2")
         )
+        if args.daemon_module:
+            builder = builder.config("spark.python.daemon.module", args.daemon_module)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         return spark
 
@@ -495,7 +508,7 @@ def main() -> None:
         if "cold" in args.scenarios:
             for _ in range(args.repeat):
                 for name, burl in brokers.items():
-                    result = cold_first_batch(args, burl)
+                    result = cold_first_batch(args, burl, args.daemon_module)
                     results.setdefault("cold", {}).setdefault(name, []).append(result)
                     print(f"{'cold':>10} {name:>9}: {headline(result)}", flush=True)
         spark = session()

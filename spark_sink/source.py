@@ -9,7 +9,11 @@ Delivery tags can only be acked on the channel that received them, so the
 **driver consumes**: it holds the only connection, drains deliveries in bulk
 into a :class:`~.ledger.Ledger` that numbers them, and ships each batch's
 payloads to the executors inside the partitions. Executors never talk to the
-broker on the read side.
+broker on the read side. The driver is one Python process for the whole
+stream, so it does as little per message as it can: it keeps each delivery as
+the bytes of its frames (``raw_deliveries``), numbers it, and ships a
+partition as one blob; the executors, in parallel, decode the frames into
+Arrow columns (:class:`~.schema.RawMessages`).
 
 Acks follow Spark's commit log. ``latestOffset(start)`` is called after the
 batch ending at ``start`` was committed, so it acks every message below
