@@ -71,9 +71,9 @@ class AmqpError(Exception):
         self.reply_text = reply_text
 
 
-class RawDelivery(NamedTuple):
-    delivery_tag: int
-    frames: bytes  # Basic.Deliver method frame, content header frame, body frame(s)
+# (delivery tag, the message's Basic.Deliver, content header and body frames); a plain
+# tuple, as building a NamedTuple costs the driver about 0.4 us a message.
+RawDelivery = tuple[int, bytes]
 
 
 class Delivery(NamedTuple):
@@ -400,7 +400,7 @@ class Connection:
 
     def _take_raw(self, buf: bytearray, view: memoryview, pos: int, at: int, end: int) -> int:
         """Keep the whole message starting at ``pos`` (its method frame ends before ``at``)
-        as one :class:`RawDelivery`; returns where the next frame starts, or ``pos`` if
+        as one ``RawDelivery``; returns where the next frame starts, or ``pos`` if
         the message is not complete in ``buf`` yet."""
         unpack = wire.FRAME_HEADER_STRUCT.unpack_from
         if end - at < 7 + _HEADER_BODY_SIZE_END:
@@ -423,7 +423,7 @@ class Connection:
         if at > end:
             return pos
         (tag,) = _U64.unpack_from(buf, pos + 12 + buf[pos + 11])  # after the consumer tag
-        self.raw.append(RawDelivery(tag, bytes(view[pos:at])))
+        self.raw.append((tag, bytes(view[pos:at])))
         return at
 
     def _on_method(self, channel: int, payload: memoryview, whole: memoryview) -> None:

@@ -133,7 +133,7 @@ def split(
 ) -> list[MessagesPartition]:
     """Contiguous runs of seq, one partition each (at most ``parts``, none empty).
 
-    ``messages`` are (seq, delivered frames) pairs (:class:`~.amqp_client.RawDelivery`).
+    ``messages`` are (seq, delivered frames) pairs (``amqp_client.RawDelivery``).
     ``parts=None``: up to ``DEFAULT_PARTITIONS`` runs of ``MIN_PARTITION_MESSAGES`` or more.
     """
     if not messages:

@@ -134,8 +134,8 @@ def test_raw_deliveries_are_whole_messages_fed_whole_or_byte_by_byte(chunk):
     pieces = [data] if chunk is None else [data[i:i + chunk] for i in range(0, len(data), chunk)]
     for piece in pieces:
         conn._feed(piece)
-    assert [d.delivery_tag for d in conn.raw] == [1, 2, 3, 4]
-    assert [d.frames for d in conn.raw] == frames
+    assert [tag for tag, _ in conn.raw] == [1, 2, 3, 4]
+    assert [whole for _, whole in conn.raw] == frames
     assert conn.confirms.outstanding == 0 and not conn.deliveries
 
     packed = pickle.loads(pickle.dumps(RawMessages.of([10, 11, 12, 13], frames)))
