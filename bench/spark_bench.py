@@ -255,12 +255,14 @@ class Bench:
          .option("exchange", "spark-bench-x").save())
         return time.perf_counter() - t0
 
-    def stream(self, url: str, per_trigger: int, into_exchange: bool) -> dict[str, Any]:
+    def stream(self, url: str, per_trigger: int, into_exchange: bool,
+               partitions: int | None = None) -> dict[str, Any]:
         self.runs += 1
+        partitions = partitions or self.args.source_partitions
         reader = (self.spark.readStream.format("leveret").option("url", url)
                   .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger))
-        if self.args.source_partitions:
-            reader = reader.option("numPartitions", self.args.source_partitions)
+        if partitions:
+            reader = reader.option("numPartitions", partitions)
         df = reader.load()
         if into_exchange:
             writer = (df.select("body", "message_id", self.F.lit("out").alias("routing_key"))
@@ -514,11 +516,12 @@ def main() -> None:
         spark = session()
         register(spark)
         bench = Bench(spark, args, tmp)
-        # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too).
+        # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too),
+        # as many as the measured runs use (a small batch alone would run as one task).
         for burl in brokers.values():
             bench.reset(burl)
             bench.sink(burl, args.warmup)
-            bench.stream(burl, args.warmup, into_exchange=True)
+            bench.stream(burl, args.warmup, into_exchange=True, partitions=args.partitions)
         plan: list[tuple[str, Any]] = []
         if "broker" in args.scenarios:
             plan.append(("broker", bench.run_broker))
