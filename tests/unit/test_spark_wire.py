@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import pickle
 
 import pytest
@@ -149,3 +150,28 @@ def test_raw_deliveries_are_whole_messages_fed_whole_or_byte_by_byte(chunk):
         assert row["delivery_mode"] == props.get("delivery_mode")
     assert rows[2]["content_type"] == "t/p" and dict(rows[2]["headers"]) == {"n": "3"}
     assert batch.schema == ARROW_SCHEMA
+
+
+@given(
+    messages=st.lists(st.tuples(st.booleans(), st.sampled_from(["", "ex"]), short,
+                                st.none() | short, st.binary(max_size=1500)),
+                      min_size=1, max_size=8),
+    cuts=st.lists(st.integers(0, 20000), max_size=12),
+)
+def test_raw_deliveries_survive_any_split_of_the_stream(messages, cuts):
+    from leveret.spark_sink.schema import RawMessages
+
+    frames = [_delivery_frames(tag, redelivered, exchange, rk,
+                               {"delivery_mode": 2, **({"message_id": mid} if mid else {})},
+                               body, frame_max=512)
+              for tag, (redelivered, exchange, rk, mid, body) in enumerate(messages, 1)]
+    stream = b"".join(frames)
+    conn = Connection("amqp://h/", raw_deliveries=True)
+    bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    for start, stop in itertools.pairwise(bounds):
+        conn._feed(stream[start:stop])
+    assert [tag for tag, _ in conn.raw] == list(range(1, len(messages) + 1))
+    assert [whole for _, whole in conn.raw] == frames
+    rows = [r for b in RawMessages.of(range(len(frames)), frames).to_arrow() for r in b.to_pylist()]
+    assert [(r["redelivered"], r["exchange"], r["routing_key"], r["message_id"], r["body"])
+            for r in rows] == messages
