@@ -22,6 +22,8 @@ in the same run, through the same bridge):
   with ``publish_batches``, the driver's drain (socket to deliveries), splitting into
   partitions, pickling and unpickling them (Spark ships them to the executors so), and the
   executor's conversion to Arrow.
+* ``cold``: a fresh session in a child process (JVM up and one job run, no Python worker
+  started yet), the first query's figures at the first ``--per-trigger``.
 * ``e2e-<n>``: the pipeline a user runs (issue 16): the queue, filled by an untimed sink
   write, is read with ``maxMessagesPerTrigger=n`` through a ``select`` into the ``leveret``
   sink (exchange bound to a second durable queue), ``availableNow``, with a checkpoint. Run at
@@ -78,6 +80,105 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
         time.sleep(0.05)
     proc.kill()
     raise SystemExit(f"broker did not start:\n{log.read_text(errors='replace')}")
+
+
+ROLES = (  # (command-line fragment, role), first match wins
+    ("leveret serve", "broker"),
+    ("python_streaming_source_runner", "source driver (Python)"),
+    ("python_streaming_sink_runner", "sink commit (Python)"),
+    ("pyspark.daemon", "task workers (Python)"),
+    ("java", "JVM"),
+)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> command line of every process below ``root`` (from /proc, Linux only)."""
+    children: dict[int, list[int]] = {}
+    cmds: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmds[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            out[child] = cmds.get(child, "")
+            todo.append(child)
+    return out
+
+
+def _cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+class CpuSampler:
+    """CPU seconds by role (broker, JVM, Python workers, ...) over a run, from /proc.
+
+    Samples every ``interval`` s in a thread so processes that start and exit inside the
+    run (a query's source runner) are counted up to their last sample. Only this bench's
+    own descendants are seen: an external RabbitMQ's CPU is not in the figures.
+    """
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import threading
+
+        self.interval = interval
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.role: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for pid, cmd in {**_descendants(os.getpid()), os.getpid(): "bench"}.items():
+            cpu = _cpu_s(pid)
+            if cpu is None:
+                continue
+            if pid not in self.first:
+                # A process born during the run starts at zero; one seen at the start, at its
+                # CPU then.
+                self.first[pid] = cpu if not self._started else 0.0
+                self.role[pid] = next((r for frag, r in ROLES if frag in cmd),
+                                      "bench (Python)" if pid == os.getpid() else "other")
+            self.last[pid] = cpu
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> CpuSampler:
+        self._started = False
+        self._sample()
+        self._started = True
+        self.wall = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        self.wall = time.perf_counter() - self.wall
+
+    def by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, cpu in self.last.items():
+            role = self.role[pid]
+            out[role] = out.get(role, 0.0) + cpu - self.first[pid]
+        return out
 
 
 def _epoch(stamp: str) -> float:
@@ -154,29 +255,44 @@ class Bench:
          .option("exchange", "spark-bench-x").save())
         return time.perf_counter() - t0
 
-    def stream(self, url: str, per_trigger: int, into_exchange: bool) -> dict[str, Any]:
+    def stream(self, url: str, per_trigger: int, into_exchange: bool,
+               partitions: int | None = None) -> dict[str, Any]:
         self.runs += 1
-        df = (self.spark.readStream.format("leveret").option("url", url)
-              .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger).load())
+        partitions = partitions or self.args.source_partitions
+        reader = (self.spark.readStream.format("leveret").option("url", url)
+                  .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger))
+        if partitions:
+            reader = reader.option("numPartitions", partitions)
+        df = reader.load()
         if into_exchange:
             writer = (df.select("body", "message_id", self.F.lit("out").alias("routing_key"))
                       .writeStream.format("leveret").option("url", url)
                       .option("exchange", "spark-bench-x"))
         else:
             writer = df.writeStream.format("noop")
-        started = time.time()
-        query = (writer.option("checkpointLocation", str(self.tmp / f"ck{self.runs}"))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-        return stream_figures(started, time.time(), query.recentProgress)
+        with CpuSampler() as cpu:
+            started = time.time()
+            query = (writer.option("checkpointLocation", str(self.tmp / f"ck{self.runs}"))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            finished = time.time()
+        out = stream_figures(started, finished, query.recentProgress)
+        if out["rows"]:
+            out["cpu_us_per_row"] = {role: round(s / out["rows"] * 1e6, 1)
+                                     for role, s in sorted(cpu.by_role().items()) if s > 0}
+            out["cpu_busy_cores"] = round(sum(cpu.by_role().values()) / cpu.wall, 2)
+        return out
 
     def run_sink(self, url: str) -> dict[str, Any]:
         rows = self.args.rows
         self.reset(url)
-        seconds = self.sink(url, rows)
+        with CpuSampler() as cpu:
+            seconds = self.sink(url, rows)
         queued = self.depth(url, "spark-bench")
         assert queued == rows, f"sink: {queued} queued of {rows}"
-        return {"rows": rows, "rows_per_s": round(rows / seconds), "seconds": round(seconds, 2)}
+        return {"rows": rows, "rows_per_s": round(rows / seconds), "seconds": round(seconds, 2),
+                "cpu_us_per_row": {role: round(s / rows * 1e6, 1)
+                                   for role, s in sorted(cpu.by_role().items()) if s > 0}}
 
     def run_source(self, url: str) -> dict[str, Any]:
         rows = self.args.rows
@@ -238,18 +354,18 @@ class Bench:
         opts = PublishOptions(url=url, exchange="spark-bench-x")
         cpu_us("publish_us", lambda: publish_batches([batch], opts, "rc-", pool))
         pool.close_all()
-        with Connection(url) as conn:
+        with Connection(url, raw_deliveries=True) as conn:
             conn.qos(min(rows, 65535))
             conn.consume("spark-bench")
             got: list[Any] = []
 
             def drain() -> None:
-                while len(got) < rows and (conn.deliveries or conn.pump(10)):
-                    while conn.deliveries:
-                        got.append(conn.deliveries.popleft())
+                while len(got) < rows and (conn.raw or conn.pump(10)):
+                    while conn.raw:
+                        got.append(conn.raw.popleft())
 
             cpu_us("drain_us", drain)
-            held = list(enumerate(got))
+            held = [(seq, frames) for seq, (_tag, frames) in enumerate(got)]
             parts = cpu_us("split_us", lambda: split(held, self.args.partitions))
             blob = cpu_us("pickle_us", lambda: pickle.dumps(parts))
             parts = cpu_us("unpickle_us", lambda: pickle.loads(blob))
@@ -285,11 +401,13 @@ def fill_with_client(url: str, rows: int, size: int) -> None:
         conn.wait_window(0)
 
 
-def cold_first_batch(args: argparse.Namespace, url: str) -> dict[str, Any]:
+def cold_first_batch(args: argparse.Namespace, url: str, daemon: str | None = None
+                     ) -> dict[str, Any]:
     """In a child process: JVM up, no Python worker yet; the first query's first batch."""
     out = subprocess.run(
         [sys.executable, __file__, "--cold-child", url, "--rows", str(args.cold_rows),
-         "--size", str(args.size), "--per-trigger", str(args.per_trigger[0])],
+         "--size", str(args.size), "--per-trigger", str(args.per_trigger[0]),
+         *(["--daemon-module", daemon] if daemon else [])],
         capture_output=True, text=True, timeout=600,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
@@ -317,6 +435,14 @@ def cold_child(args: argparse.Namespace, spark_session: Any) -> None:
 
 
 def headline(result: dict[str, Any]) -> str:
+    text = _headline(result)
+    if "cpu_us_per_row" in result:
+        text += "; CPU us/row " + ", ".join(
+            f"{role.split(' (')[0]} {us}" for role, us in result["cpu_us_per_row"].items())
+    return text
+
+
+def _headline(result: dict[str, Any]) -> str:
     if "bridge_us" in result:
         return ", ".join(f"{k} {v}" for k, v in result.items() if k.endswith("_us")) + " (CPU us/row)"
     if "publish_rows_per_s" in result:
@@ -336,6 +462,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--per-trigger", type=int, nargs="+", default=[5000, 50000])
     parser.add_argument("--source-per-trigger", type=int, default=50000)
+    parser.add_argument("--source-partitions", type=int,
+                        help="the source's numPartitions (default: the source's default, 2)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "rowcost", "sink", "source", "e2e"])
     parser.add_argument("--warmup", type=int, default=5000, help="rows for the untimed warm-up")
@@ -343,6 +471,7 @@ def main() -> None:
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
     parser.add_argument("--cold-rows", type=int, default=20_000)
     parser.add_argument("--cold-child", help=argparse.SUPPRESS)
+    parser.add_argument("--daemon-module", help="spark.python.daemon.module for the session")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -352,12 +481,15 @@ def main() -> None:
     from leveret.spark_sink import register
 
     def session() -> Any:
-        spark = (
+        builder = (
             SparkSession.builder.master("local[2]").appName("leveret-spark-bench")
             .config("spark.driver.memory", "1g").config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+            .config("spark.sql.shuffle.partitions", "2")
         )
+        if args.daemon_module:
+            builder = builder.config("spark.python.daemon.module", args.daemon_module)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         return spark
 
@@ -378,17 +510,18 @@ def main() -> None:
         if "cold" in args.scenarios:
             for _ in range(args.repeat):
                 for name, burl in brokers.items():
-                    result = cold_first_batch(args, burl)
+                    result = cold_first_batch(args, burl, args.daemon_module)
                     results.setdefault("cold", {}).setdefault(name, []).append(result)
                     print(f"{'cold':>10} {name:>9}: {headline(result)}", flush=True)
         spark = session()
         register(spark)
         bench = Bench(spark, args, tmp)
-        # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too).
+        # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too),
+        # as many as the measured runs use (a small batch alone would run as one task).
         for burl in brokers.values():
             bench.reset(burl)
             bench.sink(burl, args.warmup)
-            bench.stream(burl, args.warmup, into_exchange=True)
+            bench.stream(burl, args.warmup, into_exchange=True, partitions=args.partitions)
         plan: list[tuple[str, Any]] = []
         if "broker" in args.scenarios:
             plan.append(("broker", bench.run_broker))
@@ -423,6 +556,10 @@ def main() -> None:
                              "publish_rows_per_s", "consume_rows_per_s", "rows_per_s", "first_batch_s", "steady_rows_per_s",
                              "overall_rows_per_s", "planning_ms")
                    if all(k in r for r in runs)}
+            roles = sorted({k for r in runs for k in r.get("cpu_us_per_row", {})})
+            if roles:
+                med["cpu_us_per_row"] = {k: statistics.median(
+                    r.get("cpu_us_per_row", {}).get(k, 0) for r in runs) for k in roles}
             print(f"{scenario:>10} {name:>9}: {json.dumps(med)}")
     print(json.dumps({"rows": args.rows, "size": args.size, "partitions": args.partitions,
                       "results": results}))

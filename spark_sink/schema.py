@@ -24,21 +24,24 @@ The sink takes ``body`` (binary or string) plus any of the columns above with
 the same names and types (extra columns are ignored, missing ones unset), so a
 source DataFrame round-trips through the sink unchanged. Conversion goes
 through Arrow in both directions: the reader hands Spark ``RecordBatch``es and
-the writers receive them, so no Python ``Row`` is built per message.
+the writers receive them, so no Python ``Row`` is built per message. On the way
+in, the driver ships each partition's messages as the frames they were
+delivered in (:class:`RawMessages`), decoded into columns on the executor.
 """
 
 from __future__ import annotations
 
+import array
 import datetime
 import decimal
 import json
+import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from . import wire
-from .amqp_client import Delivery
 
 STRING_PROPERTIES = (
     "content_type",
@@ -121,46 +124,101 @@ def header_value(value: Any) -> str:
     return str(value)
 
 
-class PackedMessages:
-    """Deliveries in plain lists (cheap to pickle into a partition), one per column.
+_U64 = struct.Struct(">Q")
+_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
+_EMPTY_PROPERTIES = b"\x00\x00"
+# The properties a source row usually carries (a persistent message with an id, what the
+# sink and most publishers send): decoded without the general property walk.
+_PERSISTENT_WITH_ID = (wire.PROPERTY_FLAGS[3][1] | wire.PROPERTY_FLAGS[8][1]).to_bytes(2, "big")
+_PROPERTY_COLUMNS = ("message_id", *STRING_PROPERTIES, "delivery_mode", "priority", "timestamp",
+                     "headers")
 
-    Properties stay raw until :meth:`to_arrow`, which runs on the executor.
+
+class RawMessages:
+    """A partition's messages as they were delivered: their frames in one blob.
+
+    The driver only numbers deliveries and ships them (one ``bytes`` to pickle, not
+    a Python object per message); :meth:`to_arrow` decodes them on the executor.
     """
 
     def __init__(self, headers_as_json: bool = False) -> None:
         self.headers_as_json = headers_as_json
-        self.seqs: list[int] = []
-        self.redelivered: list[bool] = []
-        self.exchanges: list[str] = []
-        self.routing_keys: list[str] = []
-        self.properties: list[bytes] = []
-        self.bodies: list[bytes] = []
+        self.seqs = array.array("q")
+        self.frames = b""
 
-    def add(self, seq: int, d: Delivery) -> None:
-        self.seqs.append(seq)
-        self.redelivered.append(d.redelivered)
-        self.exchanges.append(d.exchange)
-        self.routing_keys.append(d.routing_key)
-        self.properties.append(d.raw_properties)
-        self.bodies.append(d.body)
+    @classmethod
+    def of(cls, seqs: Sequence[int], frames: Sequence[bytes], headers_as_json: bool = False
+           ) -> RawMessages:
+        """``frames[i]`` is message ``seqs[i]``'s Basic.Deliver, header and body frames."""
+        packed = cls(headers_as_json)
+        packed.seqs = array.array("q", seqs)
+        packed.frames = b"".join(frames)
+        return packed
 
     def __len__(self) -> int:
         return len(self.seqs)
 
     def to_arrow(self) -> Iterator[pa.RecordBatch]:
+        columns = self._decode()
         for start in range(0, len(self.seqs), ARROW_BATCH_ROWS):
-            yield self._slice_to_arrow(start, start + ARROW_BATCH_ROWS)
+            yield self._slice_to_arrow(columns, start, start + ARROW_BATCH_ROWS)
 
-    def _slice_to_arrow(self, start: int, stop: int) -> pa.RecordBatch:
-        raw = self.properties[start:stop]
-        props: dict[str, list[Any]] = {
-            name: [None] * len(raw)
-            for name in ("message_id", *STRING_PROPERTIES, "delivery_mode", "priority",
-                         "timestamp", "headers")
-        }
-        empty = b"\x00\x00"
+    def _decode(self) -> tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]]:
+        """The frames -> (redelivered, exchange, routing key, raw properties, body) lists."""
+        blob = self.frames
+        unpack = _FRAME_HEAD.unpack_from
+        redelivered: list[bool] = []
+        exchanges: list[bytes] = []
+        routing_keys: list[bytes] = []
+        properties: list[bytes] = []
+        bodies: list[bytes] = []
+        pos, end = 0, len(blob)
+        while pos < end:
+            _type, _channel, size = unpack(blob, pos)
+            at = pos + 12 + blob[pos + 11]  # past the method id and the consumer tag
+            redelivered.append(bool(blob[at + 8] & 1))  # after the delivery tag
+            at += 9
+            exchanges.append(blob[at + 1 : at + 1 + blob[at]])
+            at += 1 + blob[at]
+            routing_keys.append(blob[at + 1 : at + 1 + blob[at]])
+            pos += 8 + size
+            _type, _channel, size = unpack(blob, pos)
+            if _type != wire.FRAME_HEADER:
+                raise ValueError(f"malformed delivery at byte {pos}: frame type {_type}")
+            (remaining,) = _U64.unpack_from(blob, pos + 11)
+            properties.append(blob[pos + 19 : pos + 7 + size])
+            pos += 8 + size
+            if not remaining:
+                bodies.append(b"")
+                continue
+            _type, _channel, size = unpack(blob, pos)
+            if size == remaining:  # the usual case: one body frame
+                bodies.append(blob[pos + 7 : pos + 7 + size])
+                pos += 8 + size
+                continue
+            chunks = []
+            while remaining > 0:
+                _type, _channel, size = unpack(blob, pos)
+                chunks.append(blob[pos + 7 : pos + 7 + size])
+                remaining -= size
+                pos += 8 + size
+            bodies.append(b"".join(chunks))
+        return redelivered, exchanges, routing_keys, properties, bodies
+
+    def _slice_to_arrow(
+        self, columns: tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]],
+        start: int, stop: int,
+    ) -> pa.RecordBatch:
+        redelivered, exchanges, routing_keys, properties, bodies = columns
+        raw = properties[start:stop]
+        props: dict[str, list[Any]] = {name: [None] * len(raw) for name in _PROPERTY_COLUMNS}
+        ids, modes = props["message_id"], props["delivery_mode"]
         for i, blob in enumerate(raw):
-            if blob == empty:
+            if blob == _EMPTY_PROPERTIES:
+                continue
+            if blob[:2] == _PERSISTENT_WITH_ID and len(blob) == 4 + blob[3]:
+                modes[i] = blob[2]
+                ids[i] = blob[4:]  # UTF-8 bytes: Arrow checks them as it builds the column
                 continue
             for name, value in wire.decode_properties(blob).items():
                 if name == "headers":
@@ -173,16 +231,16 @@ class PackedMessages:
                 elif name == "cluster_id":
                     continue
                 props[name][i] = value
-        columns = {
-            "body": pa.array(self.bodies[start:stop], pa.binary()),
-            "routing_key": pa.array(self.routing_keys[start:stop], pa.string()),
-            "exchange": pa.array(self.exchanges[start:stop], pa.string()),
-            "redelivered": pa.array(self.redelivered[start:stop], pa.bool_()),
+        direct = {
+            "body": pa.array(bodies[start:stop], pa.binary()),
+            "routing_key": pa.array(routing_keys[start:stop], pa.string()),
+            "exchange": pa.array(exchanges[start:stop], pa.string()),
+            "redelivered": pa.array(redelivered[start:stop], pa.bool_()),
             "seq": pa.array(self.seqs[start:stop], pa.int64()),
         }
         schema = ARROW_SCHEMA_JSON_HEADERS if self.headers_as_json else ARROW_SCHEMA
         arrays = [
-            columns[name] if name in columns else pa.array(props[name], field.type)
+            direct[name] if name in direct else pa.array(props[name], field.type)
             for name, field in zip(schema.names, schema, strict=True)
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

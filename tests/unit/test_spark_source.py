@@ -182,3 +182,16 @@ def test_headers_as_json_keep_their_types(broker, qname):
     assert json.loads(got[0]["headers"]) == {**headers, "raw": "bytes"}  # JSON has no bytes
     reader.commit(end)
     reader.stop()
+
+
+def test_small_batches_are_one_task_unless_numpartitions_says_otherwise():
+    from leveret.spark_sink.source import MIN_PARTITION_MESSAGES, split
+
+    def sizes(count: int, parts: int | None) -> list[int]:
+        return [len(p.packed) for p in split([(i, b"") for i in range(count)], parts)]
+
+    assert sizes(5000, None) == [5000]
+    assert sizes(2 * MIN_PARTITION_MESSAGES, None) == [MIN_PARTITION_MESSAGES] * 2
+    assert sizes(50000, None) == [25000, 25000]  # at most DEFAULT_PARTITIONS
+    assert sizes(5000, 3) == [1667, 1667, 1666] and sizes(2, 3) == [1, 1]
+    assert SourceOptions.from_options({"url": "u", "queue": "q"}).partitions is None

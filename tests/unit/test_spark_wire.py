@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import itertools
+import pickle
 
 import pytest
 from hypothesis import given
@@ -95,3 +97,81 @@ def test_parse_url_and_lazy_connection():
     assert conn.sock is None
     with pytest.raises(ValueError):
         parse_url("amqps://h/")
+
+
+def _delivery_frames(tag: int, redelivered: bool, exchange: str, routing_key: str,
+                     props: dict, body: bytes, frame_max: int) -> bytes:
+    """One delivered message as pamqp writes it (method, header, body frames)."""
+    out = pframe.marshal(commands.Basic.Deliver("ctag-1", tag, redelivered, exchange,
+                                                routing_key), 1)
+    out += pframe.marshal(pheader.ContentHeader(0, len(body), commands.Basic.Properties(
+        **props)), 1)
+    step = frame_max - 8
+    for start in range(0, len(body), step):
+        out += pframe.marshal(pbody.ContentBody(body[start:start + step]), 1)
+    return out
+
+
+MESSAGES = [  # (redelivered, exchange, routing key, properties, body)
+    (False, "", "q", {"delivery_mode": 2, "message_id": "m0"}, b"x" * 1024),
+    (True, "ex", "k.\u00e9", {}, b""),  # no properties, empty body, non-ASCII key
+    (False, "ex", "k", {"delivery_mode": 2, "message_id": "m\u00e9", "content_type": "t/p",
+                        "headers": {"n": 3}}, bytes(range(256)) * 5),  # three body frames
+    (False, "", "q", {"delivery_mode": 1, "message_id": "m3"}, b"y"),
+]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7])
+def test_raw_deliveries_are_whole_messages_fed_whole_or_byte_by_byte(chunk):
+    pytest.importorskip("pyarrow")
+    from leveret.spark_sink.schema import ARROW_SCHEMA, RawMessages
+
+    frames = [_delivery_frames(tag, *m, frame_max=512) for tag, m in enumerate(MESSAGES, 1)]
+    # A confirm between deliveries goes the ordinary way; a trailing partial message waits.
+    stream = frames[0] + frames[1] + pframe.marshal(commands.Basic.Ack(1), 1) + b"".join(frames[2:])
+    conn = Connection("amqp://h/", raw_deliveries=True)
+    conn.confirms = ConfirmState(published=1)
+    data = stream + frames[0][:20]
+    pieces = [data] if chunk is None else [data[i:i + chunk] for i in range(0, len(data), chunk)]
+    for piece in pieces:
+        conn._feed(piece)
+    assert [tag for tag, _ in conn.raw] == [1, 2, 3, 4]
+    assert [whole for _, whole in conn.raw] == frames
+    assert conn.confirms.outstanding == 0 and not conn.deliveries
+
+    packed = pickle.loads(pickle.dumps(RawMessages.of([10, 11, 12, 13], frames)))
+    (batch,) = list(packed.to_arrow())
+    rows = batch.to_pylist()
+    assert [r["seq"] for r in rows] == [10, 11, 12, 13]
+    for row, (redelivered, exchange, routing_key, props, body) in zip(rows, MESSAGES):
+        assert (row["redelivered"], row["exchange"], row["routing_key"], row["body"]) == (
+            redelivered, exchange, routing_key, body)
+        assert row["message_id"] == props.get("message_id")
+        assert row["delivery_mode"] == props.get("delivery_mode")
+    assert rows[2]["content_type"] == "t/p" and dict(rows[2]["headers"]) == {"n": "3"}
+    assert batch.schema == ARROW_SCHEMA
+
+
+@given(
+    messages=st.lists(st.tuples(st.booleans(), st.sampled_from(["", "ex"]), short,
+                                st.none() | short, st.binary(max_size=1500)),
+                      min_size=1, max_size=8),
+    cuts=st.lists(st.integers(0, 20000), max_size=12),
+)
+def test_raw_deliveries_survive_any_split_of_the_stream(messages, cuts):
+    from leveret.spark_sink.schema import RawMessages
+
+    frames = [_delivery_frames(tag, redelivered, exchange, rk,
+                               {"delivery_mode": 2, **({"message_id": mid} if mid else {})},
+                               body, frame_max=512)
+              for tag, (redelivered, exchange, rk, mid, body) in enumerate(messages, 1)]
+    stream = b"".join(frames)
+    conn = Connection("amqp://h/", raw_deliveries=True)
+    bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    for start, stop in itertools.pairwise(bounds):
+        conn._feed(stream[start:stop])
+    assert [tag for tag, _ in conn.raw] == list(range(1, len(messages) + 1))
+    assert [whole for _, whole in conn.raw] == frames
+    rows = [r for b in RawMessages.of(range(len(frames)), frames).to_arrow() for r in b.to_pylist()]
+    assert [(r["redelivered"], r["exchange"], r["routing_key"], r["message_id"], r["body"])
+            for r in rows] == messages
