@@ -8,12 +8,14 @@ not exist" a 404.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
 from leveret.broker import definitions
 from leveret.broker.accounts import AccountError
+from leveret.broker.limits import USER_LIMITS
 from leveret.management_ui import auth, views
 from leveret.management_ui.listing import respond_list, respond_one
 from leveret.management_ui.read import BY_NAME, vhost_of, vhosts_in_scope
@@ -280,6 +282,35 @@ async def delete_vhost_limit(req: Request) -> web.Response:
         raise not_found()
     _account_call(req.state.broker.accounts.set_vhost_limits, vhost.name,
                   {k: v for k, v in vhost.limits.items() if k != req.params["limit"]})
+    return web.Response(status=204)
+
+
+async def put_user_limit(req: Request) -> web.Response:
+    """``PUT /api/user-limits/{name}/{limit}`` with ``{"value": n}``, with RabbitMQ 3.10's
+    reasons; a negative value means no limit and is listed as set (as RabbitMQ)."""
+    name, limit = req.params["name"], req.params["limit"]
+    accounts = req.state.broker.accounts
+    user = accounts.users.get(name)
+    if user is None:
+        raise bad_request(["no_such_user", name])
+    body = await req.body()
+    if "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    value = body["value"]
+    if limit not in USER_LIMITS:
+        raise bad_request(f'Unrecognised terms [{{<<"{limit}">>,{value}}}] in user-limits')
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = f'<<"{value}">>' if isinstance(value, str) else json.dumps(value)
+        raise bad_request(f"{limit} should be a number, actually was {shown}")
+    _account_call(accounts.set_user_limits, name, {**user.limits, limit: value})
+    return web.Response(status=204)
+
+
+async def delete_user_limit(req: Request) -> web.Response:
+    """``DELETE /api/user-limits/{name}/{limit}``: 204 also when the limit was not set, as
+    RabbitMQ; an unknown user is a 404 (RabbitMQ 3.10.8 answers an empty 500)."""
+    user = _user(req)
+    _account_call(req.state.broker.accounts.clear_user_limits, user.name, req.params["limit"])
     return web.Response(status=204)
 
 

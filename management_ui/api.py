@@ -119,6 +119,8 @@ ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("DELETE", "vhost-limits/{vhost}/{limit}", admin.delete_vhost_limit, ADM),
     ("GET", "user-limits", admin.user_limits, ADM),
     ("GET", "user-limits/{name}", admin.user_limits, ADM),
+    ("PUT", "user-limits/{name}/{limit}", admin.put_user_limit, ADM),
+    ("DELETE", "user-limits/{name}/{limit}", admin.delete_user_limit, ADM),
     ("GET", "definitions", definitions.export, ADM),
     ("POST", "definitions", definitions.import_, ADM),
     ("GET", "definitions/{vhost}", definitions.export, ADM),

@@ -178,6 +178,8 @@ REQUEST_BODIES: dict[tuple[str, str], Any] = {
         "pattern": STR, "definition": OBJ, "priority": INT, "apply-to": STR}},
     ("PUT", "vhost-limits/{vhost}/{limit}"): {"type": "object", "properties": {
         "value": INT}},
+    ("PUT", "user-limits/{name}/{limit}"): {"type": "object", "properties": {
+        "value": INT}},
     ("POST", "exchanges/{vhost}/{name}/publish"): {"type": "object", "properties": {
         "routing_key": STR, "payload": STR,
         "payload_encoding": {"type": "string", "enum": ["string", "base64"]},

@@ -112,8 +112,9 @@ _DATA_ERRORS = (lmdb.Error, struct_error, ValueError, KeyError)
 COMPACT_SUFFIX = ".compact"
 # Entries read or written between two releases of the mapped pages (``PageBudget``): each
 # touches two or three pages, and each page fault maps up to 64 KiB of neighbours, so one
-# call maps at most some tens of MiB before they are given back.
-RELEASE_EVERY_ENTRIES = 256
+# call maps at most some tens of MiB before they are given back. 256 gave a lower peak
+# but cost a deep priority drain a third of its rate (bench/README.md, issue 15).
+RELEASE_EVERY_ENTRIES = 1024
 
 
 def _fsync(path: Path) -> None:
