@@ -16,7 +16,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 # Folders of the repository that are not part of the installed broker.
-NOT_SHIPPED = ["tests", "bench", "examples", "build", "dist"]
+NOT_SHIPPED = ["tests", "bench", "examples", "docs", "build", "dist"]
 
 
 def subpackages() -> list[str]:

@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NOT_SHIPPED = {"tests", "bench", "examples", "build", "dist"}
+NOT_SHIPPED = {"tests", "bench", "examples", "docs", "build", "dist"}
 
 # (module path, imported module): why it may be imported inside a function.
 ALLOWED = {

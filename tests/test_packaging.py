@@ -33,7 +33,7 @@ import pytest
 from .conftest import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-NOT_SHIPPED = {"tests", "bench", "examples", "build", "dist", "setup.py"}
+NOT_SHIPPED = {"tests", "bench", "examples", "docs", "build", "dist", "setup.py"}
 # Optional extras a module may need; a module missing anything else is a packaging bug.
 OPTIONAL = {"pyspark", "pyarrow", "pika"}  # pika: the labs (leveret lab run)
 
