@@ -64,67 +64,60 @@ def _traffic(port: int, queue: str) -> pika.BlockingConnection:
     return conn
 
 
-def test_detailed_families_have_rabbitmqs_names_types_and_labels(broker, qname):
+@pytest.fixture
+def both_trafficked(broker: Any, qname: str) -> Any:
+    """The same traffic (``_traffic``) on this Leveret and on the RabbitMQ on 5672, whose
+    Prometheus endpoint must answer (else skip); the queues are deleted afterwards."""
     try:
         scrape(RABBITMQ_METRICS + "/metrics")
     except OSError:
         pytest.skip("no RabbitMQ Prometheus endpoint on 127.0.0.1:15692")
-    ours_conn, theirs_conn = _traffic(broker.port, qname), _traffic(5672, qname)
-    try:
-        for family in FAMILIES:
-            query = f"/metrics/detailed?family={family}&vhost=%2F"
-            our_types, our_samples = parse(scrape(broker.metrics_url + query)[1])
-            their_types, their_samples = parse(scrape(RABBITMQ_METRICS + query)[1])
-            assert our_types == {n: t for n, t in their_types.items() if n not in LEFT_OUT}, (
-                family)
-            our_labels = {n: set(labels) for n, labels, _ in our_samples}
-            their_labels = {n: set(labels) for n, labels, _ in their_samples}
-            for name in our_labels.keys() & their_labels.keys():
-                if name == "rabbitmq_build_info":  # Leveret adds product_name/_version
-                    assert our_labels[name] >= their_labels[name]
-                    continue
-                assert our_labels[name] == their_labels[name], (family, name)
-            if family not in ("auth_attempt_detailed_metrics",):
-                assert set(our_labels) - {"rabbitmq_build_info", "rabbitmq_identity_info"}, (
-                    f"{family} served no samples")
-    finally:
-        for conn in (ours_conn, theirs_conn):
-            ch = conn.channel()
-            ch.queue_delete(qname)
-            conn.close()
+    conns = (_traffic(broker.port, qname), _traffic(5672, qname))
+    yield
+    for conn in conns:
+        conn.channel().queue_delete(qname)
+        conn.close()
 
 
-def test_per_object_has_rabbitmqs_names_and_types(broker, qname):
+def test_detailed_families_have_rabbitmqs_names_types_and_labels(both_trafficked, broker):
+    for family in FAMILIES:
+        query = f"/metrics/detailed?family={family}&vhost=%2F"
+        our_types, our_samples = parse(scrape(broker.metrics_url + query)[1])
+        their_types, their_samples = parse(scrape(RABBITMQ_METRICS + query)[1])
+        assert our_types == {n: t for n, t in their_types.items() if n not in LEFT_OUT}, (
+            family)
+        our_labels = {n: set(labels) for n, labels, _ in our_samples}
+        their_labels = {n: set(labels) for n, labels, _ in their_samples}
+        for name in our_labels.keys() & their_labels.keys():
+            if name == "rabbitmq_build_info":  # Leveret adds product_name/_version
+                assert our_labels[name] >= their_labels[name]
+                continue
+            assert our_labels[name] == their_labels[name], (family, name)
+        if family not in ("auth_attempt_detailed_metrics",):
+            assert set(our_labels) - {"rabbitmq_build_info", "rabbitmq_identity_info"}, (
+                f"{family} served no samples")
+
+
+def test_per_object_has_rabbitmqs_names_and_types(both_trafficked, broker, qname):
     """Every family of RabbitMQ's /metrics/per-object is served with its type, but those
     listed above; every rabbitmq_queue_ one has a sample per queue."""
-    try:
-        scrape(RABBITMQ_METRICS + "/metrics")
-    except OSError:
-        pytest.skip("no RabbitMQ Prometheus endpoint on 127.0.0.1:15692")
-    ours_conn, theirs_conn = _traffic(broker.port, qname), _traffic(5672, qname)
-    try:
-        our_types, our_samples = parse(scrape(broker.metrics_url + "/metrics/per-object")[1])
-        their_types, their_samples = parse(scrape(RABBITMQ_METRICS + "/metrics/per-object")[1])
-        missing = {name: type_ for name, type_ in their_types.items()
-                   if our_types.get(name) != type_ and name not in PER_OBJECT_NOT_SERVED
-                   and not name.startswith(PER_OBJECT_NOT_SERVED_PREFIXES)}
-        assert not missing
-        assert not {n for n in PER_OBJECT_NOT_SERVED if n in our_types}
-        for name in their_types:  # per channel, and per exchange or queue: the same labels
-            if name not in PER_OBJECT_NOT_SERVED and (name.startswith("rabbitmq_channel_") or (
-                    name == "rabbitmq_queue_messages_published_total")):
-                their_labels = {tuple(sorted(lab)) for n, lab, _ in their_samples if n == name}
-                our_labels = {tuple(sorted(lab)) for n, lab, _ in our_samples if n == name}
-                assert our_labels == their_labels or not their_labels, name
-        queue = {"vhost": "/", "queue": qname}
-        theirs = {n for n, labels, _ in their_samples if labels == queue}
-        ours = {n for n, labels, _ in our_samples if labels == queue}
-        assert theirs - PER_OBJECT_NOT_SERVED == ours
-    finally:
-        for conn in (ours_conn, theirs_conn):
-            ch = conn.channel()
-            ch.queue_delete(qname)
-            conn.close()
+    our_types, our_samples = parse(scrape(broker.metrics_url + "/metrics/per-object")[1])
+    their_types, their_samples = parse(scrape(RABBITMQ_METRICS + "/metrics/per-object")[1])
+    missing = {name: type_ for name, type_ in their_types.items()
+               if our_types.get(name) != type_ and name not in PER_OBJECT_NOT_SERVED
+               and not name.startswith(PER_OBJECT_NOT_SERVED_PREFIXES)}
+    assert not missing
+    assert not {n for n in PER_OBJECT_NOT_SERVED if n in our_types}
+    for name in their_types:  # per channel, and per exchange or queue: the same labels
+        if name not in PER_OBJECT_NOT_SERVED and (name.startswith("rabbitmq_channel_") or (
+                name == "rabbitmq_queue_messages_published_total")):
+            their_labels = {tuple(sorted(lab)) for n, lab, _ in their_samples if n == name}
+            our_labels = {tuple(sorted(lab)) for n, lab, _ in our_samples if n == name}
+            assert our_labels == their_labels or not their_labels, name
+    queue = {"vhost": "/", "queue": qname}
+    theirs = {n for n, labels, _ in their_samples if labels == queue}
+    ours = {n for n, labels, _ in our_samples if labels == queue}
+    assert theirs - PER_OBJECT_NOT_SERVED == ours
 
 
 def test_per_object_queue_counts(broker, qname):
