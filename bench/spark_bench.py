@@ -17,6 +17,12 @@ in the same run, through the same bridge):
   publishes ``--rows`` persistent 1 KB messages with confirms (window 4,000) through the
   bridge's client, then consumes them (prefetch 20,000, acks every 1,000). What is left
   between these and the Spark figures is the bridge's and Spark's cost.
+* ``relay-<n>``: no Spark, what the broker does in ``e2e-<n>`` and at what rate it can: one
+  Python process consumes ``n`` messages at a time (raw, prefetch ``n``), republishes each
+  into the exchange with confirms (persistent, a new ``message_id``), and acks the ``n`` once
+  they are all confirmed, as the bridge does after Spark's commit. Its ``broker`` CPU per
+  row is the broker's share of the pipeline; the rate is the pipeline's ceiling with Spark
+  costing nothing.
 * ``rowcost``: no Spark, the bridge's own Python cost per row, as CPU time of this process
   (so less sensitive to other load than the rates): encoding and publishing ``--rows`` rows
   with ``publish_batches``, the driver's drain (socket to deliveries), splitting into
@@ -84,6 +90,7 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 ROLES = (  # (command-line fragment, role), first match wins
     ("leveret serve", "broker"),
+    ("beam.smp", "rabbitmq"),
     ("python_streaming_source_runner", "source driver (Python)"),
     ("python_streaming_sink_runner", "sink commit (Python)"),
     ("pyspark.daemon", "task workers (Python)"),
@@ -116,6 +123,19 @@ def _descendants(root: int) -> dict[int, str]:
     return out
 
 
+def _rabbitmq_nodes() -> dict[int, str]:
+    """pid -> command line of RabbitMQ nodes (Erlang's ``beam.smp``) on this machine."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "beam.smp":
+                    out[int(entry.name)] = "beam.smp"
+            except OSError:
+                continue
+    return out
+
+
 def _cpu_s(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -128,8 +148,9 @@ class CpuSampler:
     """CPU seconds by role (broker, JVM, Python workers, ...) over a run, from /proc.
 
     Samples every ``interval`` s in a thread so processes that start and exit inside the
-    run (a query's source runner) are counted up to their last sample. Only this bench's
-    own descendants are seen: an external RabbitMQ's CPU is not in the figures.
+    run (a query's source runner) are counted up to their last sample. This bench's own
+    descendants are seen, and a RabbitMQ node on this machine (``beam.smp``, found by name,
+    role ``rabbitmq``): it is idle but for the runs against it.
     """
 
     def __init__(self, interval: float = 0.25) -> None:
@@ -143,7 +164,8 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
-        for pid, cmd in {**_descendants(os.getpid()), os.getpid(): "bench"}.items():
+        for pid, cmd in {**_descendants(os.getpid()), **_rabbitmq_nodes(),
+                         os.getpid(): "bench"}.items():
             cpu = _cpu_s(pid)
             if cpu is None:
                 continue
@@ -328,6 +350,43 @@ class Bench:
         return {"rows": rows, "publish_rows_per_s": round(rows / publish_s),
                 "consume_rows_per_s": round(rows / consume_s)}
 
+    def run_relay(self, url: str, per_trigger: int) -> dict[str, Any]:
+        from leveret.spark_sink import wire
+        from leveret.spark_sink.amqp_client import Connection
+
+        rows = max(self.args.rows, 3 * per_trigger)
+        self.reset(url)
+        fill_with_client(url, rows, self.args.size)
+        body = b"x" * self.args.size
+        done = 0
+        with CpuSampler() as cpu, Connection(url, raw_deliveries=True) as src, \
+                Connection(url) as out:
+            t0 = time.perf_counter()
+            src.qos(min(per_trigger, 65535))
+            src.consume("spark-bench")
+            out.confirm_select()
+            while done < rows:
+                want = min(per_trigger, rows - done)
+                got: list[Any] = []
+                while len(got) < want and (src.raw or src.pump(10)):
+                    while src.raw and len(got) < want:
+                        got.append(src.raw.popleft())
+                assert len(got) == want, (done, len(got))
+                for i in range(want):
+                    props = wire.encode_properties(
+                        {"delivery_mode": 2, "message_id": f"r{done + i}"})
+                    out.publish("spark-bench-x", "out", props, body)
+                    if out.confirms is not None and out.confirms.outstanding > 20000:
+                        out.wait_window(10000)
+                out.wait_window(0)
+                src.ack(got[-1][0])
+                done += want
+            seconds = time.perf_counter() - t0
+        assert self.depth(url, "spark-bench-out") == rows and self.depth(url, "spark-bench") == 0
+        return {"rows": rows, "rows_per_s": round(rows / seconds),
+                "cpu_us_per_row": {role: round(s / rows * 1e6, 1)
+                                   for role, s in sorted(cpu.by_role().items()) if s > 0}}
+
     def run_rowcost(self, url: str) -> dict[str, Any]:
         import pickle
 
@@ -465,7 +524,7 @@ def main() -> None:
     parser.add_argument("--source-partitions", type=int,
                         help="the source's numPartitions (default: the source's default, 2)")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "rowcost", "sink", "source", "e2e"])
+    parser.add_argument("--scenarios", nargs="+", default=["cold", "broker", "relay", "rowcost", "sink", "source", "e2e"])
     parser.add_argument("--warmup", type=int, default=5000, help="rows for the untimed warm-up")
     parser.add_argument("--url", help="use this broker instead of starting a Leveret")
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
@@ -525,6 +584,9 @@ def main() -> None:
         plan: list[tuple[str, Any]] = []
         if "broker" in args.scenarios:
             plan.append(("broker", bench.run_broker))
+        if "relay" in args.scenarios:
+            for n in args.per_trigger:
+                plan.append((f"relay-{n}", lambda u, n=n: bench.run_relay(u, n)))
         if "rowcost" in args.scenarios:
             plan.append(("rowcost", bench.run_rowcost))
         if "sink" in args.scenarios:
