@@ -52,16 +52,19 @@ machine, not the bridge alone. The full results print as one JSON line at the en
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
@@ -203,6 +206,25 @@ class CpuSampler:
         return out
 
 
+@contextlib.contextmanager
+def profiled(directory: str | None, name: str) -> Iterator[None]:
+    """With ``--py-spy DIR``: record every process of the run (this one, Spark's, the broker),
+    holding the GIL, as py-spy's raw stacks in ``DIR/<name>.txt``."""
+    if not directory:
+        yield
+        return
+    out = Path(directory) / f"{name}.txt"
+    spy = subprocess.Popen(["py-spy", "record", "--subprocesses", "--gil", "--rate", "100",
+                            "--format", "raw", "--output", str(out), "--pid", str(os.getpid())],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+
+
 def _epoch(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
@@ -292,7 +314,7 @@ class Bench:
                       .option("exchange", "spark-bench-x"))
         else:
             writer = df.writeStream.format("noop")
-        with CpuSampler() as cpu:
+        with CpuSampler() as cpu, profiled(self.args.py_spy, f"stream{self.runs}"):
             started = time.time()
             query = (writer.option("checkpointLocation", str(self.tmp / f"ck{self.runs}"))
                      .trigger(availableNow=True).start())
@@ -530,6 +552,8 @@ def main() -> None:
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
     parser.add_argument("--cold-rows", type=int, default=20_000)
     parser.add_argument("--cold-child", help=argparse.SUPPRESS)
+    parser.add_argument("--py-spy", metavar="DIR",
+                        help="record each streaming run with py-spy (raw stacks) into DIR")
     parser.add_argument("--daemon-module", help="spark.python.daemon.module for the session")
     args = parser.parse_args()
 

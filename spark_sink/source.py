@@ -64,6 +64,7 @@ from pyspark.sql.streaming.datasource import (
 from .amqp_client import AmqpError, Connection
 from .ledger import Ledger
 from .schema import RawMessages
+from .worker_gc import freeze_survivors
 
 DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds at least (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data
@@ -150,6 +151,7 @@ def split(
 
 
 def read_partition(partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+    freeze_survivors()
     yield from partition.packed.to_arrow()
 
 

@@ -155,3 +155,21 @@ def test_a_json_headers_column_is_published_with_typed_values(broker, qname):
     with pytest.raises(ValueError, match="must hold a JSON object"):
         publish_batches([bad], PublishOptions(url=broker.url, exchange=qname).checked(["body"]),
                         "j-")
+
+
+def test_a_task_leaves_what_survived_before_it_out_of_later_collections(broker, qname):
+    """PySpark's daemon runs gc.collect() after every task; the sink freezes the survivors
+    first (worker_gc.py) so that collection walks only what tasks create."""
+    import gc
+
+    setup_exchange(broker.url, qname)
+    batch = pa.RecordBatch.from_pydict({"body": [b"z"], "routing_key": ["a"]})
+    opts = PublishOptions.from_options({"url": broker.url, "exchange": qname})
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        survivor = [object() for _ in range(100)]
+        assert publish_batches([batch], opts, "gc-") == 1
+        assert gc.get_freeze_count() >= len(survivor)
+    finally:
+        gc.unfreeze()
