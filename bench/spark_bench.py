@@ -303,7 +303,10 @@ class Bench:
                partitions: int | None = None) -> dict[str, Any]:
         self.runs += 1
         partitions = partitions or self.args.source_partitions
-        reader = (self.spark.readStream.format("leveret").option("url", url)
+        reader = self.spark.readStream.format("leveret")
+        if into_exchange and self.args.source_schema:
+            reader = reader.schema(self.args.source_schema)
+        reader = (reader.option("url", url)
                   .option("queue", "spark-bench").option("maxMessagesPerTrigger", per_trigger))
         if partitions:
             reader = reader.option("numPartitions", partitions)
@@ -552,6 +555,9 @@ def main() -> None:
     parser.add_argument("--rabbit", help="also run every scenario against this RabbitMQ")
     parser.add_argument("--cold-rows", type=int, default=20_000)
     parser.add_argument("--cold-child", help=argparse.SUPPRESS)
+    parser.add_argument("--source-schema", default="body binary, message_id string",
+                        help="the schema e2e declares on its source (only the columns it "
+                             "uses); '' for the source's own, every column")
     parser.add_argument("--py-spy", metavar="DIR",
                         help="record each streaming run with py-spy (raw stacks) into DIR")
     parser.add_argument("--daemon-module", help="spark.python.daemon.module for the session")

@@ -28,10 +28,10 @@ class LeveretDataSource(DataSource):  # type: ignore[misc]
         return schema_ddl(str(opts.get("headersasjson", "false")).strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LeveretBatchReader(self.options)
+        return LeveretBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LeveretStreamReader(self.options)
+        return LeveretStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

@@ -37,7 +37,7 @@ import decimal
 import json
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -81,6 +81,51 @@ def arrow_schema(headers_as_json: bool = False) -> pa.Schema:
     )
 
 
+# Spark's name for each column's type (``DataType.simpleString()``), to check a user's schema.
+_SPARK_TYPES = {"binary": "binary", "string": "string", "int32": "int", "int64": "bigint",
+                "bool": "boolean", "timestamp[us, tz=UTC]": "timestamp",
+                "map<string, string>": "map<string,string>"}
+
+
+class Layout(NamedTuple):
+    """What a source row holds: which of the columns, in which order, and the headers' form.
+
+    By default every column of :func:`schema_ddl`. A user who declares a schema
+    (``readStream.format("leveret").schema("body binary, message_id string")``) gets
+    those columns only: the executor decodes and Spark converts nothing else, which
+    is most of the per-row cost of the columns a query drops anyway.
+    """
+
+    headers_as_json: bool = False
+    columns: tuple[str, ...] | None = None  # None: all of them
+
+    @classmethod
+    def of(cls, fields: Sequence[tuple[str, str]] | None, headers_as_json: bool) -> Layout:
+        """``fields``: the user's schema as (name, Spark type) pairs, or None (ours).
+
+        Raises ``ValueError`` naming a column we do not have or a type we do not give."""
+        full = arrow_schema(headers_as_json)
+        if fields is None or [name for name, _ in fields] == full.names:
+            return cls(headers_as_json)
+        for name, spark_type in fields:
+            if name not in full.names:
+                raise ValueError(
+                    f"the leveret source has no column {name!r}; its columns are: "
+                    f"{schema_ddl(headers_as_json)}")
+            ours = _SPARK_TYPES[str(full.field(name).type)]
+            if spark_type.replace(" ", "") != ours:
+                raise ValueError(f"the leveret source's column {name!r} is {ours}, "
+                                 f"not {spark_type}")
+        return cls(headers_as_json, tuple(name for name, _ in fields))
+
+    def arrow_schema(self) -> pa.Schema:
+        full = ARROW_SCHEMA_JSON_HEADERS if self.headers_as_json else ARROW_SCHEMA
+        if self.columns is None:
+            return full
+        return pa.schema([full.field(name) for name in self.columns])
+
+
+ALL_COLUMNS = Layout()
 SCHEMA_DDL = schema_ddl()
 ARROW_SCHEMA = arrow_schema()
 ARROW_SCHEMA_JSON_HEADERS = arrow_schema(headers_as_json=True)
@@ -141,16 +186,16 @@ class RawMessages:
     a Python object per message); :meth:`to_arrow` decodes them on the executor.
     """
 
-    def __init__(self, headers_as_json: bool = False) -> None:
-        self.headers_as_json = headers_as_json
+    def __init__(self, layout: Layout = ALL_COLUMNS) -> None:
+        self.layout = layout
         self.seqs = array.array("q")
         self.frames = b""
 
     @classmethod
-    def of(cls, seqs: Sequence[int], frames: Sequence[bytes], headers_as_json: bool = False
+    def of(cls, seqs: Sequence[int], frames: Sequence[bytes], layout: Layout = ALL_COLUMNS
            ) -> RawMessages:
         """``frames[i]`` is message ``seqs[i]``'s Basic.Deliver, header and body frames."""
-        packed = cls(headers_as_json)
+        packed = cls(layout)
         packed.seqs = array.array("q", seqs)
         packed.frames = b"".join(frames)
         return packed
@@ -160,8 +205,10 @@ class RawMessages:
 
     def to_arrow(self) -> Iterator[pa.RecordBatch]:
         columns = self._decode()
+        schema = self.layout.arrow_schema()
+        wanted = set(schema.names)
         for start in range(0, len(self.seqs), ARROW_BATCH_ROWS):
-            yield self._slice_to_arrow(columns, start, start + ARROW_BATCH_ROWS)
+            yield self._slice_to_arrow(columns, start, start + ARROW_BATCH_ROWS, schema, wanted)
 
     def _decode(self) -> tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]]:
         """The frames -> (redelivered, exchange, routing key, raw properties, body) lists."""
@@ -207,13 +254,14 @@ class RawMessages:
 
     def _slice_to_arrow(
         self, columns: tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]],
-        start: int, stop: int,
+        start: int, stop: int, schema: pa.Schema, wanted: set[str],
     ) -> pa.RecordBatch:
         redelivered, exchanges, routing_keys, properties, bodies = columns
         raw = properties[start:stop]
         props: dict[str, list[Any]] = {name: [None] * len(raw) for name in _PROPERTY_COLUMNS}
         ids, modes = props["message_id"], props["delivery_mode"]
-        for i, blob in enumerate(raw):
+        headers_as_json = self.layout.headers_as_json
+        for i, blob in enumerate(raw if wanted.intersection(_PROPERTY_COLUMNS) else ()):
             if blob == _EMPTY_PROPERTIES:
                 continue
             if blob[:2] == _PERSISTENT_WITH_ID and len(blob) == 4 + blob[3]:
@@ -222,7 +270,7 @@ class RawMessages:
                 continue
             for name, value in wire.decode_properties(blob).items():
                 if name == "headers":
-                    if self.headers_as_json:
+                    if headers_as_json:
                         value = headers_to_json(value)
                     else:
                         value = [(str(k), header_value(v)) for k, v in value.items()]
@@ -232,15 +280,14 @@ class RawMessages:
                     continue
                 props[name][i] = value
         direct = {
-            "body": pa.array(bodies[start:stop], pa.binary()),
-            "routing_key": pa.array(routing_keys[start:stop], pa.string()),
-            "exchange": pa.array(exchanges[start:stop], pa.string()),
-            "redelivered": pa.array(redelivered[start:stop], pa.bool_()),
-            "seq": pa.array(self.seqs[start:stop], pa.int64()),
+            "body": lambda: bodies[start:stop],
+            "routing_key": lambda: routing_keys[start:stop],
+            "exchange": lambda: exchanges[start:stop],
+            "redelivered": lambda: redelivered[start:stop],
+            "seq": lambda: self.seqs[start:stop],
         }
-        schema = ARROW_SCHEMA_JSON_HEADERS if self.headers_as_json else ARROW_SCHEMA
         arrays = [
-            direct[name] if name in direct else pa.array(props[name], field.type)
+            pa.array(direct[name]() if name in direct else props[name], field.type)
             for name, field in zip(schema.names, schema, strict=True)
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

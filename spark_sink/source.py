@@ -60,10 +60,11 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from .amqp_client import AmqpError, Connection
 from .ledger import Ledger
-from .schema import RawMessages
+from .schema import ALL_COLUMNS, Layout, RawMessages
 from .worker_gc import freeze_survivors
 
 DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds at least (~20 MB of 1 KB messages)
@@ -130,7 +131,7 @@ class MessagesPartition(InputPartition):  # type: ignore[misc]
 
 
 def split(
-    messages: Sequence[tuple[int, bytes]], parts: int | None, headers_as_json: bool = False
+    messages: Sequence[tuple[int, bytes]], parts: int | None, layout: Layout = ALL_COLUMNS
 ) -> list[MessagesPartition]:
     """Contiguous runs of seq, one partition each (at most ``parts``, none empty).
 
@@ -146,7 +147,7 @@ def split(
     for start in range(0, len(messages), size):
         run = messages[start : start + size]
         out.append(MessagesPartition(RawMessages.of(
-            [seq for seq, _ in run], [frames for _, frames in run], headers_as_json)))
+            [seq for seq, _ in run], [frames for _, frames in run], layout)))
     return out
 
 
@@ -177,9 +178,16 @@ def consume_windowed(conn: Connection, queue: str, window: int) -> int:
     return consumers
 
 
+def layout_of(schema: StructType | None, opts: SourceOptions) -> Layout:
+    """The columns Spark asks for (a user's schema, or ours)."""
+    fields = None if schema is None else [(f.name, f.dataType.simpleString()) for f in schema]
+    return Layout.of(fields, opts.headers_as_json)
+
+
 class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
         self.opts = SourceOptions.from_options(options)
+        self.layout = layout_of(schema, self.opts)
         self._conn: Connection | None = None
         self._cond: threading.Condition | None = None  # guards conn and ledger once connected
         self._thread: threading.Thread | None = None
@@ -358,7 +366,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         with self._locked():
             self._ledger.skip_to(stop)
             held = self._ledger.between(begin, stop)
-        return split(held, self.opts.partitions, self.opts.headers_as_json)
+        return split(held, self.opts.partitions, self.layout)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MessagesPartition)
@@ -386,8 +394,9 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
     ``consume=true``, acks them once planned (at-most-once for the job).
     """
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
         self.opts = SourceOptions.from_options(options)
+        self.layout = layout_of(schema, self.opts)
 
     def partitions(self) -> Sequence[InputPartition]:
         conn = Connection(self.opts.url, raw_deliveries=True).open()
@@ -395,7 +404,7 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
             ready = check_queue(conn, self.opts.queue)
             want = ready if self.opts.max_messages is None else min(ready, self.opts.max_messages)
             if want == 0:
-                return [MessagesPartition(RawMessages(self.opts.headers_as_json))]
+                return [MessagesPartition(RawMessages(self.layout))]
             # Without acks, the prefetch window must hold the whole read (0 = unlimited).
             window = min(want, self.opts.prefetch) if self.opts.consume else want
             conn.qos(window if window <= MAX_PREFETCH else 0)
@@ -411,8 +420,8 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
                 if self.opts.consume and last_tag:
                     conn.ack(last_tag)
                     last_tag = 0
-            return split(got, self.opts.partitions, self.opts.headers_as_json) or [
-                MessagesPartition(RawMessages(self.opts.headers_as_json))]
+            return split(got, self.opts.partitions, self.layout) or [
+                MessagesPartition(RawMessages(self.layout))]
         finally:
             conn.close()  # unacked deliveries (all of them unless consume=true) are requeued
 

@@ -306,3 +306,28 @@ def test_batch_write_then_batch_read(spark, broker, qname, tmp_path):
 
     with pytest.raises(Exception, match="needs a 'body' column"):
         spark.range(3).write.format("leveret").mode("append").option("url", url).save()
+
+
+def test_a_declared_schema_reads_only_its_columns(spark, broker, qname, tmp_path):
+    """``.schema(...)`` on the source picks columns, in the user's order; a column the
+    format has not, or a type it does not give, is a clear error before anything is read."""
+    url, n = broker.url, 300
+    fill(url, qname, range(n))
+    df = (spark.readStream.format("leveret").schema("message_id string, body binary")
+          .option("url", url).option("queue", qname).load())
+    assert df.columns == ["message_id", "body"]
+    (df.writeStream.format("memory").queryName("declared_schema")
+     .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+     .awaitTermination())
+    got = spark.sql("SELECT * FROM declared_schema").collect()
+    assert sorted((r.message_id, r.body) for r in got) == sorted(
+        (f"m{i}", f"payload {i}".encode()) for i in range(n))
+    assert depth(url, qname) == 0
+
+    fill(url, qname, range(3))
+    for ddl, message in (("body binary, colour string", "has no column 'colour'"),
+                         ("body string", "'body' is binary, not string")):
+        with pytest.raises(Exception, match=message):
+            spark.read.format("leveret").schema(ddl).option("url", url).option(
+                "queue", qname).load().collect()
+    assert depth(url, qname) == 3  # nothing was taken

@@ -195,3 +195,40 @@ def test_small_batches_are_one_task_unless_numpartitions_says_otherwise():
     assert sizes(50000, None) == [25000, 25000]  # at most DEFAULT_PARTITIONS
     assert sizes(5000, 3) == [1667, 1667, 1666] and sizes(2, 3) == [1, 1]
     assert SourceOptions.from_options({"url": "u", "queue": "q"}).partitions is None
+
+
+def test_layout_of_a_declared_schema():
+    from leveret.spark_sink.schema import ALL_COLUMNS, Layout
+
+    assert Layout.of(None, False) == ALL_COLUMNS
+    every = [(f.name, f.type) for f in ARROW_SCHEMA]
+    spark_types = {"int32": "int", "int64": "bigint", "bool": "boolean",
+                   "timestamp[us, tz=UTC]": "timestamp", "map<string, string>": "map<string,string>"}
+    assert Layout.of([(n, spark_types.get(str(t), str(t))) for n, t in every],
+                     False) == ALL_COLUMNS  # Spark hands the reader our own schema so
+    picked = Layout.of([("seq", "bigint"), ("body", "binary"), ("headers", "map<string,string>")],
+                       False)
+    assert picked.arrow_schema().names == ["seq", "body", "headers"]
+    assert Layout.of([("headers", "string")], True).arrow_schema().field("headers").type == "string"
+    with pytest.raises(ValueError, match="'headers' is map<string,string>, not string"):
+        Layout.of([("headers", "string")], False)
+    with pytest.raises(ValueError, match="has no column 'colour'"):
+        Layout.of([("colour", "string")], False)
+
+
+def test_projected_partitions_decode_only_the_declared_columns(broker, qname):
+    from leveret.spark_sink.schema import Layout
+
+    fill(broker.url, qname, 5, content_type="text/plain")
+    reader = LeveretStreamReader({"url": broker.url, "queue": qname, "polltimeoutms": "300"})
+    reader.layout = Layout(False, ("content_type", "seq", "body"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    try:
+        batches = [b for p in reader.partitions(start, end)
+                   for b in reader.read(pickle.loads(pickle.dumps(p)))]
+    finally:
+        reader.stop()
+    assert [b.schema.names for b in batches] == [["content_type", "seq", "body"]]
+    assert batches[0].to_pylist() == [
+        {"content_type": "text/plain", "seq": i, "body": f"body-{i}".encode()} for i in range(5)]
