@@ -454,7 +454,7 @@ class Bench:
             blob = cpu_us("pickle_us", lambda: pickle.dumps(parts))
             parts = cpu_us("unpickle_us", lambda: pickle.loads(blob))
             cpu_us("to_arrow_us", lambda: [b for p in parts for b in read_partition(p)])
-            conn.ack(got[-1].delivery_tag)
+            conn.ack(got[-1][0])
         out["bridge_us"] = round(sum(v for k, v in out.items() if k.endswith("_us")), 2)
         return out
 
