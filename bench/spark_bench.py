@@ -63,11 +63,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+NO_SPARK = ("broker", "rowcost", "relay")  # scenarios (by name before any "-<n>") without Spark
 PLANNING_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 
 
@@ -274,6 +275,13 @@ class Bench:
             df.count()
             self.frames[rows] = df
         return self.frames[rows]
+
+    def warm_workers(self) -> None:
+        """Spark stops Python workers idle for a minute, and a new one imports PySpark from
+        ``pyspark.zip`` (about 0.7 s of CPU): without this, whichever broker runs first after
+        a pause pays for that inside its measured run."""
+        parts = self.args.partitions
+        self.spark.sparkContext.parallelize(range(parts), parts).map(lambda x: x).collect()
 
     def reset(self, url: str) -> None:
         from leveret.spark_sink.amqp_client import Connection
@@ -629,6 +637,8 @@ def main() -> None:
         for _ in range(args.repeat):
             for scenario, run in plan:
                 for name, burl in brokers.items():
+                    if scenario.split("-")[0] not in NO_SPARK:
+                        bench.warm_workers()
                     result = run(burl)
                     results.setdefault(scenario, {}).setdefault(name, []).append(result)
                     print(f"{scenario:>10} {name:>9}: {headline(result)}", flush=True)

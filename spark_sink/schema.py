@@ -10,8 +10,9 @@ A source row is one delivered message::
 
 ``seq`` is the reader's position for the message (the streaming offset it
 belongs to). A user's declared schema (``.schema("body binary, message_id string")``)
-selects some of these columns, in its order (:class:`Layout`). Header values become strings (bytes as UTF-8, numbers and booleans
-with ``str``), since a Spark map needs one value type; the sink publishes them
+selects some of these columns, in its order (:class:`Layout`). Header values
+become strings (bytes as UTF-8, numbers and booleans with ``str``), since a
+Spark map needs one value type; the sink publishes them
 back as AMQP long strings. With the source option ``headersAsJson=true`` the
 ``headers`` column is instead a ``string`` holding the table as one JSON object
 (``{"n": 42, "ratio": 0.5, "ok": true, "tags": ["a"]}``; read it with
