@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import gc
 
+from pyspark import TaskContext
+
 
 def freeze_survivors() -> None:
-    """Leave every object alive now out of later collections (cheap: a list splice)."""
-    gc.freeze()
+    """In a Spark task, leave every object alive now out of later collections (cheap: a
+    list splice). Anywhere else (a test, a user's own process calling the publisher) it
+    does nothing: the process's objects are not ours to freeze."""
+    if TaskContext.get() is not None:
+        gc.freeze()

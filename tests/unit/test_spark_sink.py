@@ -162,14 +162,19 @@ def test_a_task_leaves_what_survived_before_it_out_of_later_collections(broker, 
     first (worker_gc.py) so that collection walks only what tasks create."""
     import gc
 
+    from pyspark import TaskContext
+
     setup_exchange(broker.url, qname)
     batch = pa.RecordBatch.from_pydict({"body": [b"z"], "routing_key": ["a"]})
     opts = PublishOptions.from_options({"url": broker.url, "exchange": qname})
     gc.unfreeze()
     try:
-        assert gc.get_freeze_count() == 0
         survivor = [object() for _ in range(100)]
+        assert publish_batches([batch], opts, "gc-") == 1
+        assert gc.get_freeze_count() == 0  # not in a Spark task: the process is not ours
+        TaskContext._setTaskContext(TaskContext._getOrCreate())  # what a Spark worker has
         assert publish_batches([batch], opts, "gc-") == 1
         assert gc.get_freeze_count() >= len(survivor)
     finally:
+        TaskContext._setTaskContext(None)
         gc.unfreeze()
