@@ -7,7 +7,9 @@ Leveret under ``valgrind --tool=callgrind`` twice, once for ``--messages`` and o
 twice that many, with the ``transient`` or ``confirmed`` workload of ``loadgen.py``
 (one publisher and one consumer connection, 256-byte bodies, one ``basic.ack`` per
 message; ``confirmed``: persistent messages to a durable queue with publisher
-confirms), and prints the difference divided by the extra messages: startup,
+confirms), or ``relay`` (the Spark pipeline's broker work: a backlog of 1 KB persistent
+messages filled, then consumed 5,000 at a time, each republished with confirms to a second
+durable queue and the batch acked; ``spark_bench.py``'s ``relay``), and prints the difference divided by the extra messages: startup,
 handshakes and shutdown cancel out.
 
     python bench/icount.py --scenario transient --messages 20000
@@ -43,6 +45,7 @@ import pamqp.commands as cmd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen  # bench/ is not a package: found through sys.path above
+import spark_bench  # the relay workload (no Spark: its imports are inside functions)
 
 # LMDB reserves a 1 TiB map; valgrind's address space is smaller. Both builds get the same
 # cap through a sitecustomize on the broker's PYTHONPATH (the transient path never maps it).
@@ -54,6 +57,7 @@ def _capped(path, *args, **kw):
     return _open(path, *args, **kw)
 lmdb.open = _capped
 """
+RELAY_BATCH = 5000  # deliveries per relayed batch (a Spark trigger's worth)
 SUMMARY_RE = re.compile(rb"^summary: (\d+)", re.MULTILINE)
 # Startup under callgrind (CPython imports, LMDB open) takes a minute on a loaded 2-CPU VM.
 START_TIMEOUT = 600.0
@@ -122,6 +126,16 @@ async def transient(port: int, messages: int, confirmed: bool) -> None:
     await cconn.close(timeout=60)
 
 
+def relay_workload(port: int, messages: int) -> None:
+    """The Spark pipeline's broker work (``spark_bench.py``'s ``relay``): fill a durable
+    queue with ``messages`` persistent 1 KB messages (most of them paged out to the store),
+    then take them 5,000 at a time, republish each with confirms, and ack each batch."""
+    url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    spark_bench.declare_queues(url)
+    spark_bench.fill_with_client(url, messages, 1024)
+    spark_bench.relay(url, messages, RELAY_BATCH, 1024)
+
+
 def start_tracing(port: int, proc: subprocess.Popen[bytes]) -> None:
     """``PUT /api/traces/%2F`` on the broker's management listener (waits for it)."""
     wait_for_port(port, proc, START_TIMEOUT)
@@ -157,7 +171,10 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -
         wait_for_port(port, broker, START_TIMEOUT)
         if trace:
             start_tracing(mgmt_port, broker)
-        asyncio.run(transient(port, messages, scenario == "confirmed"))
+        if scenario == "relay":
+            relay_workload(port, messages)
+        else:
+            asyncio.run(transient(port, messages, scenario == "confirmed"))
     finally:
         broker.send_signal(signal.SIGTERM)
         broker.wait(timeout=600)
@@ -169,7 +186,8 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", choices=("transient", "confirmed"), default="transient")
+    parser.add_argument("--scenario", choices=("transient", "confirmed", "relay"),
+                        default="transient")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--trace", action="store_true",
                         help="message tracing on for vhost / during the workload")

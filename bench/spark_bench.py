@@ -284,15 +284,7 @@ class Bench:
         self.spark.sparkContext.parallelize(range(parts), parts).map(lambda x: x).collect()
 
     def reset(self, url: str) -> None:
-        from leveret.spark_sink.amqp_client import Connection
-
-        with Connection(url) as conn:
-            conn.exchange_declare("spark-bench-x")
-            for queue, key in (("spark-bench", "bench"), ("spark-bench-out", "out")):
-                conn.queue_declare(queue)
-                conn.queue_delete(queue)
-                conn.queue_declare(queue)
-                conn.queue_bind(queue, "spark-bench-x", key)
+        declare_queues(url)
 
     def depth(self, url: str, queue: str) -> int:
         from leveret.spark_sink.amqp_client import Connection
@@ -384,36 +376,12 @@ class Bench:
                 "consume_rows_per_s": round(rows / consume_s)}
 
     def run_relay(self, url: str, per_trigger: int) -> dict[str, Any]:
-        from leveret.spark_sink import wire
-        from leveret.spark_sink.amqp_client import Connection
-
         rows = max(self.args.rows, 3 * per_trigger)
         self.reset(url)
         fill_with_client(url, rows, self.args.size)
-        body = b"x" * self.args.size
-        done = 0
-        with CpuSampler() as cpu, Connection(url, raw_deliveries=True) as src, \
-                Connection(url) as out:
+        with CpuSampler() as cpu:
             t0 = time.perf_counter()
-            src.qos(min(per_trigger, 65535))
-            src.consume("spark-bench")
-            out.confirm_select()
-            while done < rows:
-                want = min(per_trigger, rows - done)
-                got: list[Any] = []
-                while len(got) < want and (src.raw or src.pump(10)):
-                    while src.raw and len(got) < want:
-                        got.append(src.raw.popleft())
-                assert len(got) == want, (done, len(got))
-                for i in range(want):
-                    props = wire.encode_properties(
-                        {"delivery_mode": 2, "message_id": f"r{done + i}"})
-                    out.publish("spark-bench-x", "out", props, body)
-                    if out.confirms is not None and out.confirms.outstanding > 20000:
-                        out.wait_window(10000)
-                out.wait_window(0)
-                src.ack(got[-1][0])
-                done += want
+            relay(url, rows, per_trigger, self.args.size)
             seconds = time.perf_counter() - t0
         assert self.depth(url, "spark-bench-out") == rows and self.depth(url, "spark-bench") == 0
         return {"rows": rows, "rows_per_s": round(rows / seconds),
@@ -475,6 +443,50 @@ class Bench:
         assert out["rows"] == rows and published == rows, (out, published)
         assert self.depth(url, "spark-bench") == 0
         return out
+
+
+def declare_queues(url: str) -> None:
+    """``spark-bench-x`` (direct, durable) -> ``spark-bench`` (key ``bench``) and
+    ``spark-bench-out`` (key ``out``), both durable and empty."""
+    from leveret.spark_sink.amqp_client import Connection
+
+    with Connection(url) as conn:
+        conn.exchange_declare("spark-bench-x")
+        for queue, key in (("spark-bench", "bench"), ("spark-bench-out", "out")):
+            conn.queue_declare(queue)
+            conn.queue_delete(queue)
+            conn.queue_declare(queue)
+            conn.queue_bind(queue, "spark-bench-x", key)
+
+
+def relay(url: str, rows: int, per_batch: int, size: int) -> None:
+    """The broker's work in the e2e pipeline, without Spark: take ``per_batch`` deliveries
+    from ``spark-bench`` (raw, prefetch ``per_batch``), republish each into the exchange with
+    confirms (persistent, a new ``message_id``), ack the batch once all are confirmed."""
+    from leveret.spark_sink import wire
+    from leveret.spark_sink.amqp_client import Connection
+
+    body = b"x" * size
+    done = 0
+    with Connection(url, raw_deliveries=True) as src, Connection(url) as out:
+        src.qos(min(per_batch, 65535))
+        src.consume("spark-bench")
+        out.confirm_select()
+        while done < rows:
+            want = min(per_batch, rows - done)
+            got: list[Any] = []
+            while len(got) < want and (src.raw or src.pump(10)):
+                while src.raw and len(got) < want:
+                    got.append(src.raw.popleft())
+            assert len(got) == want, (done, len(got))
+            for i in range(want):
+                props = wire.encode_properties({"delivery_mode": 2, "message_id": f"r{done + i}"})
+                out.publish("spark-bench-x", "out", props, body)
+                if out.confirms is not None and out.confirms.outstanding > 20000:
+                    out.wait_window(10000)
+            out.wait_window(0)
+            src.ack(got[-1][0])
+            done += want
 
 
 def fill_with_client(url: str, rows: int, size: int) -> None:
