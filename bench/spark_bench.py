@@ -463,7 +463,6 @@ def relay(url: str, rows: int, per_batch: int, size: int) -> None:
     """The broker's work in the e2e pipeline, without Spark: take ``per_batch`` deliveries
     from ``spark-bench`` (raw, prefetch ``per_batch``), republish each into the exchange with
     confirms (persistent, a new ``message_id``), ack the batch once all are confirmed."""
-    from leveret.spark_sink import wire
     from leveret.spark_sink.amqp_client import Connection
 
     body = b"x" * size
@@ -479,30 +478,32 @@ def relay(url: str, rows: int, per_batch: int, size: int) -> None:
                 while src.raw and len(got) < want:
                     got.append(src.raw.popleft())
             assert len(got) == want, (done, len(got))
-            for i in range(want):
-                props = wire.encode_properties({"delivery_mode": 2, "message_id": f"r{done + i}"})
-                out.publish("spark-bench-x", "out", props, body)
-                if out.confirms is not None and out.confirms.outstanding > 20000:
-                    out.wait_window(10000)
-            out.wait_window(0)
+            publish_confirmed(out, "out", f"r{done}-", want, body, window=20000)
             src.ack(got[-1][0])
             done += want
 
 
+def publish_confirmed(conn: Any, routing_key: str, id_prefix: str, count: int, body: bytes,
+                      window: int) -> None:
+    """``count`` persistent messages into ``spark-bench-x`` (ids ``<id_prefix><i>``), at most
+    ``window`` unconfirmed; returns once all are confirmed (``conn`` in confirm mode)."""
+    from leveret.spark_sink import wire
+
+    for i in range(count):
+        props = wire.encode_properties({"delivery_mode": 2, "message_id": f"{id_prefix}{i}"})
+        conn.publish("spark-bench-x", routing_key, props, body)
+        if conn.confirms.outstanding > window:
+            conn.wait_window(window // 2)
+    conn.wait_window(0)
+
+
 def fill_with_client(url: str, rows: int, size: int) -> None:
     """Fill ``spark-bench`` without Spark (so no Python worker is started before the query)."""
-    from leveret.spark_sink import wire
     from leveret.spark_sink.amqp_client import Connection
 
-    body = b"x" * size
     with Connection(url) as conn:
         conn.confirm_select()
-        for i in range(rows):
-            props = wire.encode_properties({"delivery_mode": 2, "message_id": f"m{i}"})
-            conn.publish("spark-bench-x", "bench", props, body)
-            if conn.confirms is not None and conn.confirms.outstanding > 4000:
-                conn.wait_window(2000)
-        conn.wait_window(0)
+        publish_confirmed(conn, "bench", "m", rows, b"x" * size, window=4000)
 
 
 def cold_first_batch(args: argparse.Namespace, url: str, daemon: str | None = None

@@ -208,9 +208,8 @@ class RawMessages:
     def to_arrow(self) -> Iterator[pa.RecordBatch]:
         columns = self._decode()
         schema = self.layout.arrow_schema()
-        wanted = set(schema.names)
         for start in range(0, len(self.seqs), ARROW_BATCH_ROWS):
-            yield self._slice_to_arrow(columns, start, start + ARROW_BATCH_ROWS, schema, wanted)
+            yield self._slice_to_arrow(columns, start, start + ARROW_BATCH_ROWS, schema)
 
     def _decode(self) -> tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]]:
         """The frames -> (redelivered, exchange, routing key, raw properties, body) lists."""
@@ -256,14 +255,15 @@ class RawMessages:
 
     def _slice_to_arrow(
         self, columns: tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]],
-        start: int, stop: int, schema: pa.Schema, wanted: set[str],
+        start: int, stop: int, schema: pa.Schema,
     ) -> pa.RecordBatch:
         redelivered, exchanges, routing_keys, properties, bodies = columns
         raw = properties[start:stop]
         props: dict[str, list[Any]] = {name: [None] * len(raw) for name in _PROPERTY_COLUMNS}
         ids, modes = props["message_id"], props["delivery_mode"]
         headers_as_json = self.layout.headers_as_json
-        for i, blob in enumerate(raw if wanted.intersection(_PROPERTY_COLUMNS) else ()):
+        wants_properties = any(name in props for name in schema.names)
+        for i, blob in enumerate(raw if wants_properties else ()):
             if blob == _EMPTY_PROPERTIES:
                 continue
             if blob[:2] == _PERSISTENT_WITH_ID and len(blob) == 4 + blob[3]:
@@ -281,15 +281,12 @@ class RawMessages:
                 elif name == "cluster_id":
                     continue
                 props[name][i] = value
-        direct = {
-            "body": lambda: bodies[start:stop],
-            "routing_key": lambda: routing_keys[start:stop],
-            "exchange": lambda: exchanges[start:stop],
-            "redelivered": lambda: redelivered[start:stop],
-            "seq": lambda: self.seqs[start:stop],
+        direct: dict[str, Sequence[Any]] = {
+            "body": bodies, "routing_key": routing_keys, "exchange": exchanges,
+            "redelivered": redelivered, "seq": self.seqs,
         }
         arrays = [
-            pa.array(direct[name]() if name in direct else props[name], field.type)
+            pa.array(direct[name][start:stop] if name in direct else props[name], field.type)
             for name, field in zip(schema.names, schema, strict=True)
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
