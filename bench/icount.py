@@ -9,7 +9,7 @@ twice that many, with the ``transient`` or ``confirmed`` workload of ``loadgen.p
 message; ``confirmed``: persistent messages to a durable queue with publisher
 confirms), or ``relay`` (the Spark pipeline's broker work: a backlog of 1 KB persistent
 messages filled, then consumed 5,000 at a time, each republished with confirms to a second
-durable queue and the batch acked; ``spark_bench.py``'s ``relay``), and prints the difference divided by the extra messages: startup,
+durable queue and the batch acked; ``relay_workload.py``), and prints the difference divided by the extra messages: startup,
 handshakes and shutdown cancel out.
 
     python bench/icount.py --scenario transient --messages 20000
@@ -45,7 +45,7 @@ import pamqp.commands as cmd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen  # bench/ is not a package: found through sys.path above
-import spark_bench  # the relay workload (no Spark: its imports are inside functions)
+import relay_workload  # the Spark pipeline's broker work, without Spark
 
 # LMDB reserves a 1 TiB map; valgrind's address space is smaller. Both builds get the same
 # cap through a sitecustomize on the broker's PYTHONPATH (the transient path never maps it).
@@ -126,14 +126,14 @@ async def transient(port: int, messages: int, confirmed: bool) -> None:
     await cconn.close(timeout=60)
 
 
-def relay_workload(port: int, messages: int) -> None:
-    """The Spark pipeline's broker work (``spark_bench.py``'s ``relay``): fill a durable
+def relay_run(port: int, messages: int) -> None:
+    """The Spark pipeline's broker work (``relay_workload.py``): fill a durable
     queue with ``messages`` persistent 1 KB messages (most of them paged out to the store),
     then take them 5,000 at a time, republish each with confirms, and ack each batch."""
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
-    spark_bench.declare_queues(url)
-    spark_bench.fill_with_client(url, messages, 1024)
-    spark_bench.relay(url, messages, RELAY_BATCH, 1024)
+    relay_workload.declare_queues(url)
+    relay_workload.fill_with_client(url, messages, 1024)
+    relay_workload.relay(url, messages, RELAY_BATCH, 1024)
 
 
 def start_tracing(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -172,7 +172,7 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -
         if trace:
             start_tracing(mgmt_port, broker)
         if scenario == "relay":
-            relay_workload(port, messages)
+            relay_run(port, messages)
         else:
             asyncio.run(transient(port, messages, scenario == "confirmed"))
     finally:
