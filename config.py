@@ -116,6 +116,9 @@ class Config:
     disk_capacity: int = 0
     # Fraction of RAM above which publishers are blocked (RabbitMQ's vm_memory_high_watermark).
     memory_high_watermark: float = 0.6
+    # Fraction of that limit above which queues page messages out of memory (RabbitMQ's
+    # vm_memory_high_watermark_paging_ratio; queues/paging.py). 0: always page.
+    memory_high_watermark_paging_ratio: float = 0.5
     log_level: str = "info"
     handshake_timeout: float = 10.0
     # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
@@ -255,6 +258,10 @@ def _positive_float(value: Any) -> str | None:
     return None if value > 0 else f"must be greater than 0, got {value}"
 
 
+def _non_negative_float(value: Any) -> str | None:
+    return None if value >= 0 else f"must be 0 or greater, got {value}"
+
+
 def _non_empty(value: Any) -> str | None:
     return None if value else "must not be empty"
 
@@ -317,6 +324,7 @@ _FIELDS: dict[str, _Field] = {
     "disk_free_limit": _Field("int", _int_range(0, 2**63 - 1)),
     "disk_capacity": _Field("int", _int_range(0, 2**63 - 1)),
     "memory_high_watermark": _Field("float", _positive_float),
+    "memory_high_watermark_paging_ratio": _Field("float", _non_negative_float),
     "log_level": _Field("str", _log_level),
     "handshake_timeout": _Field("float", _positive_float),
     "connection_max": _Field("int", _int_range(0, 2**31 - 1, " (0 = no limit)")),

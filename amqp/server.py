@@ -178,15 +178,19 @@ async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> Non
 
 
 async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) -> None:
-    monitor = MemoryMonitor(config.memory_high_watermark)
-    log.info("memory high watermark: %d MiB (%.2f of %d MiB)", monitor.limit >> 20,
-             config.memory_high_watermark, monitor.total >> 20)
+    monitor = MemoryMonitor(config.memory_high_watermark,
+                            paging_ratio=config.memory_high_watermark_paging_ratio)
+    log.info("memory high watermark: %d MiB (%.2f of %d MiB); queues page above %d MiB",
+             monitor.limit >> 20, config.memory_high_watermark, monitor.total >> 20,
+             monitor.paging_limit >> 20)
     while True:
         # Store pages read while draining a backlog are page cache, not heap; unmapping
         # them each second keeps RSS a measure of what the broker really holds.
         broker.log.release_memory()
         trim_heap()
-        broker.set_alarm(MEMORY, monitor.check())
+        over_limit, paging = monitor.check()
+        broker.set_memory_pressure(paging)
+        broker.set_alarm(MEMORY, over_limit)
         await asyncio.sleep(interval)
 
 

@@ -72,15 +72,22 @@ _malloc_trim = _find_malloc_trim()
 
 
 class MemoryMonitor:
-    """Compares RSS with ``watermark`` x RAM; the caller polls ``check()`` periodically."""
+    """Compares RSS with ``watermark`` x RAM (the alarm) and with ``paging_ratio`` of that
+    (queues page, ``queues/paging.py``); the caller polls ``check()`` periodically."""
 
-    def __init__(self, watermark: float, total: int | None = None) -> None:
+    def __init__(self, watermark: float, total: int | None = None,
+                 paging_ratio: float = 0.5) -> None:
         self.total = total if total is not None else total_memory()
         self.limit = int(self.total * watermark)
+        self.paging_limit = int(self.limit * paging_ratio)
 
-    def check(self) -> bool:
-        """True while memory use is above the limit."""
-        return bool(self.limit) and resident_memory() > self.limit
+    def check(self) -> tuple[bool, bool]:
+        """(above the limit, above the paging threshold), from one RSS reading. Without a
+        limit (RAM not known) neither; a paging ratio of 0 pages always."""
+        if not self.limit:
+            return False, False
+        rss = resident_memory()
+        return rss > self.limit, rss > self.paging_limit
 
 
 # Check free disk space each time the store's file has grown by this much: well under

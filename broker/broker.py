@@ -23,6 +23,7 @@ from leveret.model.stats import Churn, MessageStats
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
+from leveret.queues.paging import Paging
 from leveret.queues.policy import Policy
 from leveret.queues.queue import Queue
 
@@ -38,6 +39,7 @@ class Broker:
         self.config = config
         self.store: Store = store if store is not None else MemoryStore()
         self.log = GroupCommit(self.store, loop)
+        self.paging = Paging()  # memory pressure, as durable queues page by it (paging.py)
         self.cluster_name = f"leveret@{socket.gethostname()}"
         self.vhosts: dict[str, VirtualHost] = {}
         self.new_vhost(config.default_vhost)
@@ -75,7 +77,7 @@ class Broker:
         return total
 
     def new_vhost(self, name: str) -> VirtualHost:
-        vhost = self.vhosts[name] = VirtualHost(name, self.log)
+        vhost = self.vhosts[name] = VirtualHost(name, self.log, self.paging)
         return vhost
 
     def recover(self) -> None:
@@ -121,6 +123,20 @@ class Broker:
                 vhost.apply_policies()  # recovered exchanges were added directly
         log.info("recovered %d exchange(s), %d queue(s) holding %d message(s), %d binding(s)",
                  len(defs.exchanges), len(defs.queues), messages, len(defs.bindings))
+
+    def set_memory_pressure(self, pressed: bool) -> None:
+        """Memory use crossed the paging threshold (RabbitMQ's
+        ``vm_memory_high_watermark_paging_ratio``): every queue pages by the new state."""
+        if pressed == self.paging.pressed:
+            return
+        self.paging.pressed = pressed
+        if pressed:
+            log.warning("memory use above the paging threshold; queues page messages to disk")
+        else:
+            log.info("memory use below the paging threshold; queues keep messages in memory")
+        for vhost in self.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                queue.repage()
 
     def set_alarm(self, resource: str, active: bool) -> None:
         """Raise or clear a resource alarm; connections are (un)blocked accordingly."""

@@ -185,7 +185,7 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
             tags = item.get("tags", metadata.get("tags", ())) or ()
             dqt = item.get("default_queue_type") or None
             if name not in broker.vhosts:
-                planned_vhosts[name] = VirtualHost(name, broker.log)
+                planned_vhosts[name] = VirtualHost(name, broker.log, broker.paging)
             ops.append(lambda n=name, d=description, t=tags, q=dqt:
                        broker.accounts.add_vhost(n, d, t, q))
 

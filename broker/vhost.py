@@ -36,6 +36,7 @@ from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues import queue_types
 from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
+from leveret.queues.paging import Paging
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues.queue import Queue
 from leveret.queues.tracing import Tracer
@@ -57,9 +58,10 @@ DEFAULT_EXCHANGES = (
 
 
 class VirtualHost:
-    def __init__(self, name: str, log: GroupCommit) -> None:
+    def __init__(self, name: str, log: GroupCommit, paging: Paging | None = None) -> None:
         self.name = name
         self.log = log
+        self.paging = paging if paging is not None else Paging()  # the broker's (paging.py)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.policies = PolicySet()

@@ -113,7 +113,7 @@ CHECKS: dict[str, Check] = {
     "x-max-length-bytes": _non_negative,
     "x-max-priority": _max_priority,
     "x-overflow": _one_of(OVERFLOW_VALUES, "invalid_overflow"),
-    "x-queue-mode": _queue_mode,  # "lazy" is accepted and ignored (all queues page alike)
+    "x-queue-mode": _queue_mode,  # "lazy": the queue pages at once (paging.py)
     "x-queue-type": check_type_argument,
     "x-single-active-consumer": _bool,
     "x-delivery-limit": _non_negative,

@@ -38,7 +38,14 @@ from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.persistence.batch import SEQ_MASK
 from leveret.queues import dead_letter, limits, plain_store, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
-from leveret.queues.ready import Owner, Tail, fifo_segments, purge_ready, take_entries
+from leveret.queues.ready import (
+    Owner,
+    Tail,
+    fifo_segments,
+    page_out_fresh,
+    purge_ready,
+    take_entries,
+)
 
 _EXPIRATION_BIT = FLAG_EXPIRATION >> 8
 _ACCEPTED = PublishResult.ACCEPTED
@@ -105,7 +112,7 @@ class FeaturedStore:
     def _page_to(self, entry: QueueEntry) -> Tail | None:
         """The tail a new entry of a durable queue goes to, or None to keep it in memory."""
         tail = self.tail
-        return tail if tail.count or len(self.fresh) >= plain_store.PAGE_HIGH else None
+        return tail if tail.count or len(self.fresh) >= self._owner.page_high else None
 
     def _cluster(self, entry: QueueEntry) -> int:
         """Where the store keeps the entry's message among others (``Recorder.enqueue``)."""
@@ -244,6 +251,10 @@ class FeaturedStore:
         self.fresh, self.returned, taken = take_entries(self.fresh, self.returned, seqs)
         self.bytes -= sum(len(e.message.body) for e in taken)
         return taken
+
+    def page_out(self, keep: int) -> None:
+        if self._owner.log is not None:
+            self.bytes -= page_out_fresh(self.fresh, self.tail, keep)
 
     def recover(self, count: int, first_seq: int, size: int | None = None) -> None:
         self.tail.count = count

@@ -16,6 +16,7 @@ from leveret.model.message import Message
 if TYPE_CHECKING:
     from leveret.exchanges import Exchange
     from leveret.persistence.store import QueueStats, StoredEntry
+    from leveret.queues.paging import Paging
     from leveret.queues.queue import Queue
     from leveret.queues.tracing import Tracer
     from leveret.queues.ttl import Timekeeping
@@ -35,6 +36,10 @@ class QueueHost(Protocol):
 
     @property
     def time(self) -> Timekeeping: ...
+
+    @property
+    def paging(self) -> Paging:
+        """The broker's memory state its durable queues page by (``paging.py``)."""
 
     @property
     def tracer(self) -> Tracer | None:

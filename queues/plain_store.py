@@ -32,7 +32,14 @@ from collections.abc import Collection, Iterator
 from leveret.model.message import Message
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.fifo_bytes import FifoBytes
-from leveret.queues.ready import Owner, Tail, fifo_segments, purge_ready, take_entries
+from leveret.queues.ready import (
+    Owner,
+    Tail,
+    fifo_segments,
+    page_out_fresh,
+    purge_ready,
+    take_entries,
+)
 
 # Ready entries a durable queue holds in memory before paging new ones to the store only,
 # and how many it reads back at once when its in-memory head runs dry.
@@ -91,7 +98,7 @@ class PlainStore:
             return _ACCEPTED
         persistent = message.persistent
         tail = self.tail
-        if tail.count or len(self.fresh) >= PAGE_HIGH:
+        if tail.count or len(self.fresh) >= owner.page_high:
             # Paging: the entry lives only in the store until the head needs it.
             tail.append(seq, len(message.body))
             log.enqueue(owner.qid, seq, message, not persistent)
@@ -145,6 +152,10 @@ class PlainStore:
             self._owner.needs_expiry()
             return False
         return bool(stored)
+
+    def page_out(self, keep: int) -> None:
+        if self._owner.log is not None and page_out_fresh(self.fresh, self.tail, keep):
+            self._sized.invalidate()
 
     def take_all(self) -> tuple[list[QueueEntry], Tail]:
         """Hand everything over to a featured store: ready entries in order, and the tail."""

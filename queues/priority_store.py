@@ -94,6 +94,10 @@ class PriorityStore(FeaturedStore):
             return None
         return tail or self._new_tail(entry.priority)
 
+    def page_out(self, keep: int) -> None:
+        """Nothing to do: a priority queue always pages at ``PAGE_HIGH`` (its heap is not
+        FIFO, so memory-driven paging is not done here; ``paging.py``)."""
+
     def _cluster(self, entry: QueueEntry) -> int:
         # Each level's messages together in the store, highest level first: a level drains
         # page by page instead of rewriting a page shared with other levels for every ack

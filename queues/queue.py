@@ -43,6 +43,7 @@ from leveret.queues.dispatch import Dispatcher
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
 from leveret.queues.host import QueueHost, QueueLog
+from leveret.queues.paging import UNBOUNDED, Paging
 from leveret.queues.plain_store import PAGE_BATCH, PAGE_HIGH, PlainStore
 from leveret.queues.priority_store import PriorityStore
 from leveret.queues.ready import ReadyStore
@@ -90,6 +91,8 @@ class Queue(Dispatcher):
         "flow_waiters",
         "log",
         "name",
+        "page_high",
+        "paging",
         "qid",
         "settings",
         "time",
@@ -113,6 +116,9 @@ class Queue(Dispatcher):
         self.arguments = arguments or {}
         self.settings: QueueSettings = from_arguments(self.arguments)
         self.time = ttl.timekeeping_of(vhost)
+        # Ready entries the store keeps in memory before paging (paging.py).
+        self.paging = vhost.paging if vhost is not None else Paging()
+        self.page_high = self.paging.page_high(self.settings)
         # Durability: set by the vhost for durable queues (qid from the store).
         self.qid = 0
         self.log: QueueLog | None = None
@@ -191,6 +197,13 @@ class Queue(Dispatcher):
                                         self._in_use)
         if old is not None:
             self._store.after_change()
+
+    def repage(self) -> None:
+        """The broker's memory pressure changed (``paging.py``): page by the new bound, and
+        page out what is in memory beyond it."""
+        self.page_high = high = self.paging.page_high(self.settings)
+        if high < UNBOUNDED and not self.deleted:
+            self._store.page_out(high)
 
     def needs_expiry(self) -> None:
         """Plain → featured, once: the plain store hands over its entries and its tail."""

@@ -59,6 +59,7 @@ class Owner(Protocol):
 
     log: QueueLog | None  # the group commit, for durable queues
     qid: int
+    page_high: int  # ready entries kept in memory before new ones page out (paging.py)
     settings: QueueSettings
     time: Timekeeping
     deleted: bool
@@ -135,6 +136,10 @@ class ReadyStore(Protocol):
         """Remove the in-memory ready entries with these sequence numbers (the management
         operations: ``broker/queue_messages.py``); the caller removes their stored copies."""
 
+    def page_out(self, keep: int) -> None:
+        """Memory is short: keep at most ``keep`` fresh entries in memory, moving the newest
+        of the others (those on disk already) to the tail (``paging.py``)."""
+
     def recover(self, count: int, first_seq: int, size: int | None = None) -> None:
         """After a restart: ``count`` stored entries from ``first_seq`` on are ready, with
         ``size`` body bytes (None: not known)."""
@@ -182,6 +187,15 @@ class Tail:
             self.first = seq
             self.bytes = 0  # an empty tail's bytes are known
         self.count += 1
+        if self.bytes is not None:
+            self.bytes += size
+
+    def prepend(self, first: int, count: int, size: int) -> None:
+        """``count`` entries from ``first`` on, all before the tail's, leave memory for it."""
+        if not self.count:
+            self.bytes = 0
+        self.first = first
+        self.count += count
         if self.bytes is not None:
             self.bytes += size
 
@@ -254,6 +268,22 @@ class Tail:
         if lost:
             self.bytes = None if self.count else 0  # the lost entries' sizes are not known
         return lost
+
+
+def page_out_fresh(fresh: deque[QueueEntry], tail: Tail, keep: int) -> int:
+    """Move the newest ``fresh`` entries beyond the first ``keep`` to the front of ``tail``
+    (memory pressure, ``paging.py``); returns their body bytes. Only entries on disk can
+    go: it stops at a transient message (in memory only), which keeps the older ones too,
+    since the tail is every stored entry from its first on."""
+    size = moved = first = 0
+    while len(fresh) > keep and fresh[-1].stored:
+        entry = fresh.pop()
+        size += len(entry.message.body)
+        moved += 1
+        first = entry.seq
+    if moved:
+        tail.prepend(first, moved, size)
+    return size
 
 
 class SeqIndex:

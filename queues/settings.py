@@ -30,6 +30,7 @@ class QueueSettings:
     delivery_limit: int | None = None
     single_active_consumer: bool = False  # arguments only
     queue_type: str = "classic"  # arguments only
+    lazy: bool = False  # x-queue-mode "lazy" (arguments only): pages at once (paging.py)
 
 
 def _text(value: Any) -> str | None:
@@ -57,4 +58,5 @@ def from_arguments(arguments: dict[str, Any]) -> QueueSettings:
         delivery_limit=_int(get("x-delivery-limit")),
         single_active_consumer=get("x-single-active-consumer") is True,
         queue_type=_text(get("x-queue-type")) or "classic",
+        lazy=_text(get("x-queue-mode")) == "lazy",
     )

@@ -12,6 +12,8 @@ import pika
 import pytest
 
 Q = "/queues/%2F/"
+# A lazy queue pages past PAGE_HIGH whatever the memory (queues/paging.py).
+LAZY = {"x-queue-mode": "lazy"}
 
 
 def _channel(broker: Any) -> tuple[pika.BlockingConnection, Any]:
@@ -104,10 +106,11 @@ def test_peek_unacked_shows_consumer_channel_and_age(api, broker, qname):
 
 
 def test_peek_in_the_middle_of_a_paged_queue(api, broker, qname):
-    """Deeper than PAGE_HIGH (10,000 in memory): the rest is read from the store."""
+    """Deeper than PAGE_HIGH (a lazy queue keeps 10,000 in memory, queues/paging.py): the
+    rest is read from the store."""
     total = 12_500
     conn, ch = _channel(broker)
-    ch.queue_declare(qname, durable=True)
+    ch.queue_declare(qname, durable=True, arguments=LAZY)
     persistent = pika.BasicProperties(delivery_mode=2)
     for i in range(total - 1):
         ch.basic_publish("", qname, f"m{i}".encode(), persistent)
@@ -134,7 +137,7 @@ def test_move_and_delete_by_position_reach_paged_out_messages(api, broker, qname
     same, and the queue then delivers everything else once, in order."""
     total = 12_500
     conn, ch = _channel(broker)
-    ch.queue_declare(qname, durable=True)
+    ch.queue_declare(qname, durable=True, arguments=LAZY)
     ch.queue_declare(qname + "-to", durable=True)
     persistent = pika.BasicProperties(delivery_mode=2)
     for i in range(total - 1):

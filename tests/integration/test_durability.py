@@ -117,14 +117,15 @@ def test_tx_commit_is_durable(make_broker, qname):
 
 
 def test_backlog_beyond_memory_window_is_paged_and_kept_in_order(make_broker, qname):
-    """More messages than a queue keeps in memory: they stream back in order, also after restart."""
+    """More messages than a lazy queue keeps in memory (queues/paging.py): they stream back
+    in order, also after restart."""
     from leveret.queues.queue import PAGE_HIGH
 
     count = PAGE_HIGH + 5000
     b = make_broker()
     conn = connect(b)
     ch = conn.channel()
-    ch.queue_declare(qname, durable=True)
+    ch.queue_declare(qname, durable=True, arguments={"x-queue-mode": "lazy"})
     ch.confirm_delivery()
     body = b"x" * 100
     for i in range(count):
@@ -158,6 +159,47 @@ def test_backlog_beyond_memory_window_is_paged_and_kept_in_order(make_broker, qn
             ch.basic_ack(method.delivery_tag, multiple=True)
             break
     assert seen == count
+    conn.close()
+
+
+def _queue_info(b, queue: str) -> dict:
+    with urllib.request.urlopen(urllib.request.Request(
+            f"{b.api_url}/api/queues/%2F/{queue}",
+            headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})) as response:  # guest:guest
+        return json.load(response)
+
+
+@pytest.mark.parametrize("paging_ratio", [None, "0"])
+def test_a_default_queue_keeps_its_backlog_in_memory_until_memory_is_short(
+        make_broker, qname, paging_ratio):
+    """RabbitMQ 3.10's paging (queues/paging.py): under the paging threshold a durable
+    queue holds its whole backlog in memory (written to disk too); a broker over it (a
+    paging ratio of 0 is always over) keeps PAGE_HIGH and pages the rest. Either way the
+    backlog comes back complete and in order, after a restart too."""
+    from leveret.queues.queue import PAGE_HIGH
+
+    count = PAGE_HIGH + 2000
+    env = {} if paging_ratio is None else {"LEVERET_MEMORY_HIGH_WATERMARK_PAGING_RATIO": paging_ratio}
+    b = make_broker(None, **env)
+    conn = connect(b)
+    ch = conn.channel()
+    ch.queue_declare(qname, durable=True)
+    ch.confirm_delivery()
+    for i in range(count):
+        ch.basic_publish("", qname, b"%08d" % i, PERSISTENT)
+    info = _queue_info(b, qname)
+    paged = 0 if paging_ratio is None else count - PAGE_HIGH
+    assert (info["messages"], info["messages_paged_out"], info["messages_ram"]) == (
+        count, paged, count - paged)
+    assert info["messages_persistent"] == count
+    got = [ch.basic_get(qname, auto_ack=True)[2] for _ in range(100)]
+    assert got == [b"%08d" % i for i in range(100)]
+    conn.close()
+    b.stop()
+    b.start()  # a restart: everything is on disk, read back as the head drains
+    conn = connect(b)
+    got = [body for body, _ in drain(conn.channel(), qname, limit=60)]
+    assert got == [b"%08d" % i for i in range(100, count)]
     conn.close()
 
 

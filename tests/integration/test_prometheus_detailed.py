@@ -170,12 +170,12 @@ def test_leveret_series_and_paged_out_messages(make_broker, tmp_path):
     b = make_broker(tmp_path / "data")
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     ch = conn.channel()
-    ch.queue_declare("deep", durable=True)
+    ch.queue_declare("deep", durable=True, arguments={"x-queue-mode": "lazy"})
     ch.confirm_delivery()
     props = pika.BasicProperties(delivery_mode=2)
     for _ in range(20):  # confirmed one by one: one group commit each, at least
         ch.basic_publish("", "deep", b"m" * 100, props)
-    count = 10_000 + 1_000  # past PAGE_HIGH (queues/plain_store.py): the tail pages out
+    count = 10_000 + 1_000  # past PAGE_HIGH (queues/paging.py): a lazy queue's tail pages out
     unconfirmed = conn.channel()
     for _ in range(count - 20):
         unconfirmed.basic_publish("", "deep", b"m" * 100, props)

@@ -30,6 +30,8 @@ RABBITMQ_METRICS = "http://127.0.0.1:15692"
 SETTLE = 15.0
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)
+# A lazy queue pages past PAGE_HIGH whatever the memory (queues/paging.py).
+LAZY = {"x-queue-mode": "lazy"}
 
 
 def _http(api: HttpApi, queue: str) -> dict[str, int]:
@@ -117,7 +119,7 @@ def test_byte_fields_of_a_small_queue_as_rabbitmq(target, request, qname):
 
 
 def test_byte_fields_of_a_paged_queue_across_a_restart(make_broker, tmp_path):
-    """A durable queue past PAGE_HIGH (queues/plain_store.py): 10,200 persistent bodies of
+    """A lazy durable queue past PAGE_HIGH (queues/paging.py): 10,200 persistent bodies of
     100 B, then 300 transient ones of 30 B, the tail paged out (200 persistent, 300
     transient); 5 delivered and unacked. Every field over HTTP, per-object and detailed
     Prometheus; then after a restart (the transient ones and the deliveries are gone, all
@@ -127,7 +129,7 @@ def test_byte_fields_of_a_paged_queue_across_a_restart(make_broker, tmp_path):
     api = HttpApi(b.api_url + "/api")
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     ch = conn.channel()
-    ch.queue_declare("deep", durable=True)
+    ch.queue_declare("deep", durable=True, arguments=LAZY)
     for _ in range(10_200):
         ch.basic_publish("", "deep", b"p" * 100, PERSISTENT)
     for _ in range(300):

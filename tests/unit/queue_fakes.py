@@ -7,6 +7,7 @@ from typing import Any
 from leveret.model.message import Message
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
+from leveret.queues.paging import Paging
 from leveret.queues.queue import Queue
 from leveret.queues.ttl import Timekeeping
 
@@ -55,8 +56,11 @@ class FakeClock:
 
 
 class FakeVhost:
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, paging: Paging | None = None) -> None:
         self.name = "/"
+        # As a broker over its paging threshold: durable queues page at PAGE_HIGH, which
+        # the tests of the paged tail set small (queues/paging.py; its tests choose).
+        self.paging = paging if paging is not None else Paging(pressed=True)
         self.exchanges: dict[str, Any] = {}
         self.queues: dict[str, Queue] = {}
         self.time = Timekeeping(clock.monotonic, clock.wall, clock)

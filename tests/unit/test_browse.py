@@ -37,6 +37,8 @@ def _queue(kind: str) -> Queue:
     elif kind == "paged-limit":
         arguments = {"x-max-length": 10_000, "x-max-length-bytes": 1_000_000}
     durable = kind.startswith("paged")
+    if durable:  # lazy: pages at PAGE_HIGH whatever the memory (queues/paging.py)
+        arguments["x-queue-mode"] = "lazy"
     q = Queue(None, "q", durable=durable, arguments=arguments)
     if durable:
         log = GroupCommit(MemoryStore())  # no loop: every write is committed at once

@@ -38,7 +38,8 @@ def transient(n: int) -> Message:
 
 def durable_queue(store: MemoryStore) -> tuple[Queue, GroupCommit]:
     log = GroupCommit(store, asyncio.get_running_loop())
-    q = Queue(None, "q", durable=True)
+    # Lazy: pages at PAGE_HIGH whatever the memory (queues/paging.py).
+    q = Queue(None, "q", durable=True, arguments={"x-queue-mode": "lazy"})
     q.qid = log.put_queue(QueueDef("/", "q", True, False, {}))
     q.log = log
     return q, log
