@@ -17,7 +17,7 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -183,15 +183,32 @@ async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) ->
     log.info("memory high watermark: %d MiB (%.2f of %d MiB); queues page above %d MiB",
              monitor.limit >> 20, config.memory_high_watermark, monitor.total >> 20,
              monitor.paging_limit >> 20)
-    while True:
-        # Store pages read while draining a backlog are page cache, not heap; unmapping
-        # them each second keeps RSS a measure of what the broker really holds.
+
+    def release() -> None:
         broker.log.release_memory()
         trim_heap()
-        over_limit, paging = monitor.check()
-        broker.set_memory_pressure(paging)
-        broker.set_alarm(MEMORY, over_limit)
+
+    while True:
+        check_memory(broker, monitor, release)
         await asyncio.sleep(interval)
+
+
+def check_memory(broker: Broker, monitor: MemoryMonitor, release: Callable[[], None]) -> None:
+    """Page and alarm by RSS, measured again after ``release`` when it is over a threshold.
+
+    RSS also counts what the broker does not hold: store pages read while draining a
+    backlog (page cache, unmapped by ``release_memory``) and heap that glibc keeps
+    mapped after bodies are freed (``trim_heap``). Both are handed back only when memory
+    matters: under the paging threshold, freed heap is reused by the next messages, and
+    trimming it each second made them fault their pages in again (the relay of
+    ``bench/README.md``, "Paging": 0.55 against 0.37 page faults a row).
+    """
+    over_limit, paging = monitor.check()
+    if over_limit or paging:
+        release()
+        over_limit, paging = monitor.check()
+    broker.set_memory_pressure(paging)
+    broker.set_alarm(MEMORY, over_limit)
 
 
 async def watch_disk(broker: Broker, config: Config, interval: float = 5.0) -> None:
