@@ -17,8 +17,8 @@ is exempt until its publish completes: a TTL of 0 delivers it if a consumer
 can take it at once and expires it otherwise (RabbitMQ's replacement for
 ``immediate``).
 
-A durable featured store pages like the plain one: at most ``PAGE_HIGH`` ready
-entries in memory, the rest only in the disk store (its ``Tail``), read back
+A durable featured store pages like the plain one: at most ``page_high`` ready
+entries in memory (``paging.py``), the rest only in the disk store (its ``Tail``), read back
 ``PAGE_BATCH`` at a time as the head drains. That is enough for TTL and limits
 because both act at the head only: expiry is lazy there (a paged entry keeps its
 absolute expiry, stored with it), ``drop-head`` drops from the head (reading the

@@ -8,7 +8,8 @@ ever takes from the head, so every requeued entry is older than every fresh
 one: taking the heap first (smallest sequence first) and then the deque puts a
 requeued message back "in its original position", as RabbitMQ does since 2.7.
 
-A durable queue keeps at most ``PAGE_HIGH`` ready entries in memory; beyond
+A durable queue keeps at most ``page_high`` ready entries in memory (``paging.py``:
+``PAGE_HIGH`` for a lazy queue or under memory pressure, else unbounded); beyond
 that new entries exist only in the disk store (the ``Tail``, ``ready.py``) and
 are read back in order, ``PAGE_BATCH`` at a time, as the head drains. A
 restarted queue starts with everything in its tail: startup reads nothing.
@@ -41,8 +42,9 @@ from leveret.queues.ready import (
     take_entries,
 )
 
-# Ready entries a durable queue holds in memory before paging new ones to the store only,
-# and how many it reads back at once when its in-memory head runs dry.
+# Ready entries a lazy durable queue (or any, under memory pressure: paging.py) holds in
+# memory before paging new ones to the store only, and how many it reads back at once
+# when its in-memory head runs dry.
 PAGE_HIGH = 10_000
 PAGE_BATCH = 2_000
 
