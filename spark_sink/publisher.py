@@ -42,8 +42,8 @@ from pamqp import encode as pencode
 
 from . import wire
 from .amqp_client import AmqpError, Connection, parse_url
+from .process_tuning import task_started
 from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns, headers_from_json
-from .worker_gc import freeze_survivors
 
 MIN_CONFIRM_WINDOW = 2000  # unconfirmed publishes per task at least (~2 MB of 1 KB messages)
 MAX_CONFIRM_WINDOW = 65536  # and at most, by default (~64 MB of 1 KB messages)
@@ -181,7 +181,7 @@ def publish_batches(
     pool: ConnectionPool | None = None,
 ) -> int:
     """Publish every row of ``batches`` and wait for all confirms; returns the row count."""
-    freeze_survivors()
+    task_started()
     pool = POOL if pool is None else pool
     conn = pool.take(options.url)
     try:

@@ -64,8 +64,8 @@ from pyspark.sql.types import StructType
 
 from .amqp_client import AmqpError, Connection
 from .ledger import Ledger
+from .process_tuning import keep_freed_memory, task_started
 from .schema import ALL_COLUMNS, Layout, RawMessages
-from .worker_gc import freeze_survivors
 
 DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds at least (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data
@@ -152,7 +152,7 @@ def split(
 
 
 def read_partition(partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
-    freeze_survivors()
+    task_started()
     yield from partition.packed.to_arrow()
 
 
@@ -203,6 +203,7 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self._error is not None:
             raise self._error
         if self._conn is None:
+            keep_freed_memory()  # this is Spark's runner process for the reader
             conn = Connection(self.opts.url, raw_deliveries=True).open()
             try:
                 check_queue(conn, self.opts.queue)

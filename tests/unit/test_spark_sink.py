@@ -159,7 +159,7 @@ def test_a_json_headers_column_is_published_with_typed_values(broker, qname):
 
 def test_a_task_leaves_what_survived_before_it_out_of_later_collections(broker, qname):
     """PySpark's daemon runs gc.collect() after every task; the sink freezes the survivors
-    first (worker_gc.py) so that collection walks only what tasks create."""
+    first (process_tuning.py) so that collection walks only what tasks create."""
     import gc
 
     from pyspark import TaskContext
@@ -178,3 +178,51 @@ def test_a_task_leaves_what_survived_before_it_out_of_later_collections(broker, 
     finally:
         TaskContext._setTaskContext(None)
         gc.unfreeze()
+
+
+_BATCHES = """
+import resource, sys
+from leveret.spark_sink.process_tuning import tune_heap
+if sys.argv[1] == "tuned":
+    assert tune_heap()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+seen = []
+for size in (8 << 20, (8 << 20) + 4096, (8 << 20) - 4096):  # three batches' partition blobs
+    before = faults()
+    blob = b"x" * size  # every page written, as a copy writes them
+    seen.append(faults() - before)
+    del blob
+print(*seen)
+"""
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_a_tuned_heap_gives_the_next_batch_the_pages_of_the_last(tmp_path):
+    """process_tuning.tune_heap: glibc returns a freed batch-sized block to the kernel, so
+    the next batch's block is fresh pages to fault in and zero; tuned, it is the same
+    memory again. Run in fresh interpreters, one as glibc leaves it, one tuned."""
+    import subprocess
+    import sys
+
+    def run(mode: str) -> list[int]:
+        out = subprocess.run([sys.executable, "-c", _BATCHES, mode], check=True,
+                             capture_output=True, text=True).stdout
+        return [int(n) for n in out.split()]
+
+    pages = (8 << 20) // 4096
+    plain, tuned = run("plain"), run("tuned")
+    assert min(plain[1:]) > pages // 2, plain  # what the tuning is for
+    assert max(tuned[1:]) < pages // 20, tuned
+
+
+def test_only_processes_spark_started_are_tuned(monkeypatch):
+    import sys
+    import types
+
+    from leveret.spark_sink import process_tuning
+
+    assert not process_tuning.in_spark_python_process()  # pytest's process: not ours
+    spec = types.SimpleNamespace(name="pyspark.daemon")
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=spec))
+    assert process_tuning.in_spark_python_process()
