@@ -524,6 +524,8 @@ def main() -> None:
     parser.add_argument("--py-spy", metavar="DIR",
                         help="record each streaming run with py-spy (raw stacks) into DIR")
     parser.add_argument("--daemon-module", help="spark.python.daemon.module for the session")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable)")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -541,6 +543,9 @@ def main() -> None:
         )
         if args.daemon_module:
             builder = builder.config("spark.python.daemon.module", args.daemon_module)
+        for setting in args.conf:
+            key, _, value = setting.partition("=")
+            builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         return spark

@@ -86,6 +86,14 @@ _LAYOUT = (
     (1 << 2, _SHORTSTR),  # cluster-id
 )
 _SIZES = {_OCTET: 1, _TIMESTAMP: 8}
+_PLANS: dict[int, tuple[int, ...]] = {}  # flag word -> its properties' kinds, in wire order
+
+
+def _plan(flags: int) -> tuple[int, ...]:
+    """The kinds of the properties ``flags`` announces, in wire order (cached per flag
+    word: at most 2**15, and a publisher uses a few)."""
+    plan = _PLANS[flags] = tuple(kind for bit, kind in _LAYOUT if flags & bit)
+    return plan
 
 
 def check_properties(raw: bytes) -> None:
@@ -107,9 +115,7 @@ def check_properties(raw: bytes) -> None:
     if flags & 1:
         raise ValueError("a second property flag word (basic has one)")
     pos = 2
-    for bit, kind in _LAYOUT:
-        if not flags & bit:
-            continue
+    for kind in _PLANS.get(flags) or _plan(flags):
         if pos >= end:
             raise ValueError("property list is truncated")
         if kind == _SHORTSTR:
