@@ -143,9 +143,9 @@ class Recorder:
         self._qids = dict(state.qids)  # (vhost, name) -> qid, pending included
         self._ops: list[Op] = []
         self._live = 0
-        # Entries enqueued / marked in this batch, by (qid, seq), for folding.
-        self._enqueued: dict[tuple[int, int], Enqueue] = {}
-        self._delivered: dict[tuple[int, int], MarkDelivered] = {}
+        # The entry's one live operation in this batch (an enqueue, or a mark of an entry
+        # enqueued earlier), by (qid, seq), for folding: one dict, one lookup per call.
+        self._pending: dict[tuple[int, int], Enqueue | MarkDelivered] = {}
 
     def _recorded(self) -> None:
         """Called after each operation added to the batch."""
@@ -160,8 +160,7 @@ class Recorder:
         batch = Batch(self._ops, self.next_msg_id, self.next_qid, self._live, seq)
         self._ops = []
         self._live = 0
-        self._enqueued = {}
-        self._delivered = {}
+        self._pending = {}
         return batch
 
     def _add(self, op: Op) -> None:
@@ -182,30 +181,31 @@ class Recorder:
             message.store_id = (cluster << CLUSTER_SHIFT) | self.next_msg_id
             self.next_msg_id += 1
         key = (qid, seq)
-        if key in self._enqueued or key in self._delivered:
+        pending = self._pending
+        if key in pending:
             self._cancel(key)  # a re-used (qid, seq) replaces the entry
         op = Enqueue(qid, seq, message, 0, transient, False, expires_at)
-        self._enqueued[key] = op  # before _add: a synchronous write takes the batch there
+        pending[key] = op  # before _add: a synchronous write takes the batch there
         self._add(op)
 
     def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
         """Persist an entry's delivery count (its ``redelivered`` flag after a restart)."""
         key = (qid, seq)
-        pending = self._enqueued.get(key) or self._delivered.get(key)
+        pending = self._pending.get(key)
         if pending is not None:
             pending.delivery_count = delivery_count
             return
-        op = MarkDelivered(qid, seq, delivery_count)
-        self._delivered[key] = op
+        op = self._pending[key] = MarkDelivered(qid, seq, delivery_count)
         self._add(op)
 
     def remove(self, qid: int, seq: int, message: Message | None = None) -> None:
         """The entry is gone (acked, rejected, dropped); the message goes with its last entry."""
-        key = (qid, seq)
-        if key in self._enqueued:
-            self._cancel(key)  # never reached disk: nothing to remove
-            return
-        self._cancel(key)
+        pending = self._pending.pop((qid, seq), None)
+        if pending is not None:
+            pending.cancelled = True
+            self._live -= 1
+            if type(pending) is Enqueue:
+                return  # never reached disk: nothing to remove
         self._add(Remove(qid, seq))
 
     def purge(self, qid: int, from_seq: int = 0) -> None:
@@ -256,13 +256,13 @@ class Recorder:
     # -- folding ----------------------------------------------------------------------------
 
     def _cancel(self, key: tuple[int, int]) -> None:
-        for pending in (self._enqueued.pop(key, None), self._delivered.pop(key, None)):
-            if pending is not None:
-                pending.cancelled = True
-                self._live -= 1
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            pending.cancelled = True
+            self._live -= 1
 
     def _cancel_queue(self, qid: int, from_seq: int) -> None:
-        keys = [k for k in (*self._enqueued, *self._delivered) if k[0] == qid and k[1] >= from_seq]
+        keys = [k for k in self._pending if k[0] == qid and k[1] >= from_seq]
         for key in keys:
             self._cancel(key)
 
