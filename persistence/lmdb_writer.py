@@ -122,10 +122,8 @@ class LmdbWriter:
     def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.get(key, db=self.index)
-        if old is not None:
-            msg_id, _, flags, expires_at, size = decode_index_value(old)
-            self.txn.put(key, encode_index_value(msg_id, delivery_count, flags, expires_at,
-                                                 size), db=self.index)
+        if old is not None:  # the count is the u32 after the message id (records.INDEX_VALUE)
+            self.txn.put(key, old[:8] + U32.pack(delivery_count) + old[12:], db=self.index)
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
         cursor = self.txn.cursor(db=self.index)
