@@ -222,7 +222,15 @@ def test_only_processes_spark_started_are_tuned(monkeypatch):
 
     from leveret.spark_sink import process_tuning
 
+    tuned: list[bool] = []
+    monkeypatch.setattr(process_tuning, "tune_heap", lambda: tuned.append(True) or True)
+    monkeypatch.setattr(process_tuning, "_heap_tuned", False)
     assert not process_tuning.in_spark_python_process()  # pytest's process: not ours
+    process_tuning.keep_freed_memory()
+    assert tuned == []
     spec = types.SimpleNamespace(name="pyspark.daemon")
     monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=spec))
     assert process_tuning.in_spark_python_process()
+    process_tuning.keep_freed_memory()
+    process_tuning.keep_freed_memory()
+    assert tuned == [True]  # once per process
