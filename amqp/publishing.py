@@ -13,7 +13,7 @@ channel; then the ``user-id`` and ``expiration`` checks (only when their flags
 are set), CC/BCC and direct reply-to (``broker/publish_props.py``); then ``publish``:
 route, enqueue in every queue, and confirm or return as RabbitMQ does. A
 persistent message in a durable queue is confirmed after its group commit
-(``confirm_settled``); confirms go out in one batch per loop turn
+(``confirms_settled``); confirms go out in one batch per loop turn
 (``flush_confirms``), behind any reply held for a commit (``held_output.py``).
 
 ``Publisher`` is a base of ``Channel``, so the hot path costs no extra hop.
@@ -231,10 +231,10 @@ class Publisher(HeldOutput):
                 confirms.publish()
                 self.connection.want_flush(self)
 
-    def confirm_settled(self, seq: int, ok: bool) -> None:
-        """The store committed (or failed to commit) held message ``seq``."""
+    def confirms_settled(self, seqs: list[int], ok: bool) -> None:
+        """The store committed (or failed to commit) held messages ``seqs``."""
         if self.confirms is not None and not self.closing:
-            self.confirms.settle(seq, ok)
+            self.confirms.settle_many(seqs, ok)
             self.connection.want_flush(self)
 
     def flush_confirms(self) -> None:

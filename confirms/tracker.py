@@ -45,6 +45,16 @@ class ConfirmTracker:
             self._held.discard(seq)
             (self._acked if ok else self._nacked).append(seq)
 
+    def settle_many(self, seqs: list[int], ok: bool) -> None:
+        """``settle`` each of ``seqs``: a commit releases a whole batch at once."""
+        held = self._held
+        if held.issuperset(seqs):  # the usual case: one C-level pass, no call per seq
+            held.difference_update(seqs)
+            (self._acked if ok else self._nacked).extend(seqs)
+        else:
+            for seq in seqs:
+                self.settle(seq, ok)
+
     def settle_all(self, ok: bool) -> None:
         """Settle everything held (e.g. a failed commit nacks the whole batch)."""
         for seq in self._held_order:

@@ -63,6 +63,17 @@ def test_held_message_splits_the_multiple_ack() -> None:
     assert t.drain() == []
 
 
+def test_settle_many_releases_a_commits_list() -> None:
+    t = ConfirmTracker()
+    for _ in range(5):
+        t.publish(hold=True)
+    t.settle_many([1, 2, 4], ok=True)
+    assert t.drain() == [(2, True, True), (4, False, True)]  # (tag, multiple, ack)
+    t.settle_many([3, 4, 5], ok=False)  # 4 is settled already: only 3 and 5 become nacks
+    assert t.drain() == [(3, False, False), (5, False, False)]
+    assert t.unconfirmed == 0
+
+
 def test_nacks_come_first_and_settle_all() -> None:
     t = ConfirmTracker()
     for hold in (True, False, True, True):
@@ -77,6 +88,8 @@ ops = st.lists(
         st.tuples(st.just("publish"), st.booleans()),
         st.tuples(st.just("settle"), st.integers(0, 200), st.booleans()),
         st.tuples(st.just("settle_all"), st.booleans()),
+        st.tuples(st.just("settle_many"), st.lists(st.integers(0, 200), max_size=6),
+                  st.booleans()),
         st.tuples(st.just("drain")),
     ),
     max_size=80,
@@ -104,6 +117,14 @@ def test_against_model(ops: list[tuple], final_ok: bool) -> None:
             tracker.settle(seq, op[2])
             if outcome[seq] is None:
                 outcome[seq] = op[2]
+        elif op[0] == "settle_many":  # a commit's list: ascending, held or settled already
+            if not outcome:
+                continue
+            seqs = sorted({1 + n % len(outcome) for n in op[1]})
+            tracker.settle_many(seqs, op[2])
+            for seq in seqs:
+                if outcome[seq] is None:
+                    outcome[seq] = op[2]
         elif op[0] == "settle_all":
             tracker.settle_all(op[1])
             for seq, value in outcome.items():

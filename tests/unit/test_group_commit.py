@@ -28,8 +28,8 @@ class FakeChannel:
     def __init__(self) -> None:
         self.settled: list[tuple[int, bool]] = []
 
-    def confirm_settled(self, seq: int, ok: bool) -> None:
-        self.settled.append((seq, ok))
+    def confirms_settled(self, seqs: list[int], ok: bool) -> None:
+        self.settled.extend((seq, ok) for seq in seqs)
 
 
 def message(n: int) -> Message:
