@@ -20,9 +20,10 @@ Named databases (``records.py`` has the byte layouts):
   transient entries and bytes), kept up to date inside the write
   transactions so ``queue_stats`` never scans;
 * ``defs``: exchanges, queues and bindings as JSON, keyed by kind + hash;
-* ``messages``: message id -> record; ``refs``: message id -> entry count.
-  A message is written once however many queues hold it and deleted with
-  its last entry;
+* ``messages``: message id -> record; ``refs``: message id -> entry count,
+  only for counts above one (format 4: a message with an index entry and no
+  refs record has one). A message is written once however many queues hold
+  it and deleted with its last entry;
 * ``index``: (qid, seq) -> (message id, delivery count, flags[, expires_at]);
 * ``transient``: the index keys of transient entries (paged out, not meant to
   survive), so dropping them at startup does not scan the index.
@@ -91,13 +92,15 @@ log = logging.getLogger(__name__)
 
 FORMAT_MARKER = b"leveret-store"
 # 2: index values may carry expires_at (records.FLAG_EXPIRES); 3: and the body size
-# (records.FLAG_SIZED), and queue counters their byte totals.
-FORMAT_VERSION = 3
+# (records.FLAG_SIZED), and queue counters their byte totals; 4: a message with one
+# entry has no refs record (lmdb_writer.LmdbWriter.refcount).
+FORMAT_VERSION = 4
 # Versions this code opens; an older one is upgraded in place (its marker is rewritten)
 # because each is a subset of the next: no entry of version 1 has FLAG_EXPIRES, none of
-# version 2 has FLAG_SIZED, and a version 2 counter reads as "bytes not known"
-# (records.decode_counter) until its queue is next empty.
-READABLE_VERSIONS = (1, 2, 3)
+# version 2 has FLAG_SIZED, a version 2 counter reads as "bytes not known"
+# (records.decode_counter) until its queue is next empty, and every message of version 3
+# has a refs record (which version 4 still reads: only absent records are new).
+READABLE_VERSIONS = (1, 2, 3, 4)
 _DB_NAMES = (b"meta", b"defs", b"messages", b"refs", b"index", b"transient")
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.persistence.batch import SEQ_MASK, Enqueue
+from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, Enqueue
 from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER,
@@ -45,6 +45,9 @@ META_LAST_SEQ = b"last_batch_seq"
 COUNTER_PREFIX = b"c"
 
 
+_ID_MASK = (1 << CLUSTER_SHIFT) - 1  # a message id's counter, under its cluster byte
+
+
 def _no_budget(n: int = 1) -> None:
     pass
 
@@ -54,7 +57,9 @@ class LmdbWriter:
 
     Reference counts and queue counters are cached for the transaction and
     written once in ``finish`` (a message routed to many queues in one batch
-    costs one refs write, not one per queue).
+    costs one refs write, not one per queue). A message with one entry, the
+    usual case, has no refs record at all (format 4: absent means one), so
+    storing and removing it touches only its record and its index entry.
     """
 
     def __init__(self, txn: Any, dbs: dict[bytes, Any], pages: PageBudget | None = None) -> None:
@@ -65,14 +70,36 @@ class LmdbWriter:
         self.messages, self.refs_db = dbs[b"messages"], dbs[b"refs"]
         self.index, self.transient = dbs[b"index"], dbs[b"transient"]
         self.refs: dict[int, int] = {}
+        self.counted: set[int] = set()  # message ids whose refs record is on disk
+        self._first_new = -1  # ids (counter part) from here on were never committed
         self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
 
-    def refcount(self, msg_id: int) -> int:
+    def refcount(self, msg_id: int, has_entry: bool) -> int:
+        """Entries referring to ``msg_id``; ``has_entry``: the caller holds one of them."""
         refs = self.refs.get(msg_id)
-        if refs is None:
+        if refs is not None:
+            return refs
+        if not has_entry and msg_id & _ID_MASK >= self.first_new_id():
+            refs = 0  # handed out after the last commit: not on disk, no read needed
+        else:
             raw = self.txn.get(U64.pack(msg_id), db=self.refs_db)
-            refs = self.refs[msg_id] = U32.unpack(raw)[0] if raw is not None else 0
+            if raw is not None:
+                self.counted.add(msg_id)
+                refs = U32.unpack(raw)[0]
+            elif has_entry:
+                refs = 1
+            else:  # an older message gaining an entry: one if its record is there
+                refs = int(self.txn.get(U64.pack(msg_id), db=self.messages) is not None)
+        self.refs[msg_id] = refs
         return refs
+
+    def first_new_id(self) -> int:
+        """The committed ``next_msg_id``: ids are handed out in order and each commit
+        persists the highest issued, so no id from here on has a record on disk."""
+        if self._first_new < 0:
+            raw = self.txn.get(META_NEXT_MSG, db=self.meta)
+            self._first_new = U64.unpack(raw)[0] if raw is not None else 0
+        return self._first_new
 
     def counter(self, qid: int) -> list[int]:
         """[entries, next seq, body bytes, transient entries, their body bytes]
@@ -90,7 +117,7 @@ class LmdbWriter:
         self.spend()
         message = op.message
         msg_id = message.store_id
-        refs = self.refcount(msg_id)
+        refs = self.refcount(msg_id, False)
         if refs == 0:  # first entry on disk: write the record (once for all queues)
             self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
         self.refs[msg_id] = refs + 1
@@ -170,7 +197,7 @@ class LmdbWriter:
         transient = flags & FLAG_TRANSIENT
         if transient:
             self.txn.delete(key, db=self.transient)
-        self.refs[msg_id] = self.refcount(msg_id) - 1
+        self.refs[msg_id] = self.refcount(msg_id, True) - 1
         counter[0] -= 1
         if not counter[0]:  # empty: every total is known again
             counter[2] = counter[3] = counter[4] = 0
@@ -185,12 +212,15 @@ class LmdbWriter:
 
     def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
         txn = self.txn
+        counted = self.counted
         for msg_id, refs in self.refs.items():
+            if refs > 1:
+                txn.put(U64.pack(msg_id), U32.pack(refs), db=self.refs_db)
+                continue
             key = U64.pack(msg_id)
-            if refs > 0:
-                txn.put(key, U32.pack(refs), db=self.refs_db)
-            else:
+            if msg_id in counted:  # one entry left (absent means one) or none
                 txn.delete(key, db=self.refs_db)
+            if refs <= 0:
                 txn.delete(key, db=self.messages)
                 self.spend()
         for qid, counter in self.counters.items():

@@ -229,7 +229,77 @@ def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
     env = lmdb.open(str(path), max_dbs=8)
     with env.begin() as txn:
         version = U32.unpack(txn.get(b"version", db=env.open_db(b"meta", txn=txn)))[0]
-        assert version == FORMAT_VERSION == 3
+        assert version == FORMAT_VERSION == 4
+    env.close()
+
+
+def _refs(path: Path) -> dict[int, int]:
+    """The refs database of a closed store: message id -> explicit entry count."""
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin() as txn:
+        out = {U64.unpack(k)[0]: U32.unpack(v)[0]
+               for k, v in txn.cursor(db=env.open_db(b"refs", txn=txn))}
+    env.close()
+    return out
+
+
+def test_refs_records_only_for_messages_in_more_than_one_queue(path: Path) -> None:
+    """Format 4: one entry, no refs record (the usual message costs no refs write); two
+    or more, a record; an older message gaining an entry later is counted from its record."""
+    store = recording(LmdbStore(path))
+    a, b = store.put_queue(QueueDef("/", "a")), store.put_queue(QueueDef("/", "b"))
+    single, shared, later = msg(b"single"), msg(b"shared"), msg(b"later")
+    store.enqueue(a, 0, single)
+    store.enqueue(a, 1, shared)
+    store.enqueue(b, 0, shared)
+    store.enqueue(a, 2, later)
+    commit(store)
+    store.enqueue(b, 1, later)  # a committed message (no refs record) gains an entry
+    commit(store)
+    store.close()
+    assert _refs(path) == {shared.store_id: 2, later.store_id: 2}
+    store = recording(LmdbStore(path))
+    store.remove(a, 1, shared)
+    store.remove(a, 2, later)
+    commit(store)
+    assert [e.message.body for e in store.read_queue(b, 0, 10)] == [b"shared", b"later"]
+    store.close()
+    assert _refs(path) == {}  # one entry left each: absent means one
+    store = recording(LmdbStore(path))
+    for seq, m in ((0, shared), (1, later)):
+        store.remove(b, seq, m)
+    store.remove(a, 0, single)
+    commit(store)
+    store.close()
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin() as txn:
+        assert txn.stat(env.open_db(b"messages", txn=txn))["entries"] == 0
+    env.close()
+
+
+def test_version_3_refs_record_of_one_is_read_and_dropped(path: Path) -> None:
+    """Version 3 wrote a refs record for every message: a count of one still reads as one."""
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    m = msg(b"v3")
+    store.enqueue(qid, 0, m)
+    commit(store)
+    store.close()
+    assert _refs(path) == {}
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin(write=True) as txn:
+        txn.put(U64.pack(m.store_id), U32.pack(1), db=env.open_db(b"refs", txn=txn))
+        txn.put(b"version", U32.pack(3), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    store = recording(LmdbStore(path))
+    [entry] = store.read_queue(qid, 0, 10)
+    store.remove(qid, 0, entry.message)
+    commit(store)
+    store.close()
+    assert _refs(path) == {}
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin() as txn:
+        assert txn.stat(env.open_db(b"messages", txn=txn))["entries"] == 0
     env.close()
 
 
