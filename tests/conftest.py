@@ -24,6 +24,9 @@ import pytest
 LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
 MANAGEMENT_RE = re.compile(r"listening for HTTP management API on 127\.0\.0\.1:(\d+)")
 PROMETHEUS_RE = re.compile(r"listening for Prometheus metrics on 127\.0\.0\.1:(\d+)")
+# Logged once every listener and the control socket (ctl.sock) are up: tests that use
+# `leveret ctl` right after start would otherwise race the socket's creation.
+STARTED_RE = re.compile(r"Leveret started \(")
 START_TIMEOUT = 20.0
 
 
@@ -70,7 +73,7 @@ class BrokerProcess:
             match = LISTEN_RE.search(text)
             management = MANAGEMENT_RE.search(text)
             prometheus = PROMETHEUS_RE.search(text)
-            if match and management and prometheus:
+            if match and management and prometheus and STARTED_RE.search(text):
                 self.port = int(match.group(1))
                 self.management_port = int(management.group(1))
                 self.prometheus_port = int(prometheus.group(1))
