@@ -213,15 +213,14 @@ class LmdbWriter:
     def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
         txn = self.txn
         counted = self.counted
-        for msg_id, refs in self.refs.items():
+        for msg_id, refs in self.refs.items():  # the usual, one entry and no record: nothing
             if refs > 1:
                 txn.put(U64.pack(msg_id), U32.pack(refs), db=self.refs_db)
                 continue
-            key = U64.pack(msg_id)
             if msg_id in counted:  # one entry left (absent means one) or none
-                txn.delete(key, db=self.refs_db)
+                txn.delete(U64.pack(msg_id), db=self.refs_db)
             if refs <= 0:
-                txn.delete(key, db=self.messages)
+                txn.delete(U64.pack(msg_id), db=self.messages)
                 self.spend()
         for qid, counter in self.counters.items():
             key = COUNTER_PREFIX + U32.pack(qid)

@@ -243,6 +243,15 @@ def _refs(path: Path) -> dict[int, int]:
     return out
 
 
+def _messages(path: Path) -> int:
+    """Message records in a closed store."""
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin() as txn:
+        count = txn.stat(env.open_db(b"messages", txn=txn))["entries"]
+    env.close()
+    return count
+
+
 def test_refs_records_only_for_messages_in_more_than_one_queue(path: Path) -> None:
     """Format 4: one entry, no refs record (the usual message costs no refs write); two
     or more, a record; an older message gaining an entry later is counted from its record."""
@@ -271,10 +280,7 @@ def test_refs_records_only_for_messages_in_more_than_one_queue(path: Path) -> No
     store.remove(a, 0, single)
     commit(store)
     store.close()
-    env = lmdb.open(str(path), max_dbs=8)
-    with env.begin() as txn:
-        assert txn.stat(env.open_db(b"messages", txn=txn))["entries"] == 0
-    env.close()
+    assert _messages(path) == 0
 
 
 def test_version_3_refs_record_of_one_is_read_and_dropped(path: Path) -> None:
@@ -297,10 +303,7 @@ def test_version_3_refs_record_of_one_is_read_and_dropped(path: Path) -> None:
     commit(store)
     store.close()
     assert _refs(path) == {}
-    env = lmdb.open(str(path), max_dbs=8)
-    with env.begin() as txn:
-        assert txn.stat(env.open_db(b"messages", txn=txn))["entries"] == 0
-    env.close()
+    assert _messages(path) == 0
 
 
 def _as_format_2(path: Path) -> None:
