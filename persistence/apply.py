@@ -20,6 +20,7 @@ from leveret.persistence.batch import (
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
+    DeliveredBelow,
     Enqueue,
     MarkDelivered,
     Purge,
@@ -41,6 +42,9 @@ class Applier(Protocol):
 
     def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         """Update the entry if present."""
+
+    def set_delivered_below(self, qid: int, below: int) -> None:
+        """Raise the queue's delivered mark to ``below`` (``batch.DeliveredBelow``)."""
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
         """Drop the queue's entries with seq >= from_seq."""
@@ -72,6 +76,11 @@ def _enqueue(store: Applier, op: Enqueue) -> None:
 def _mark_delivered(store: Applier, op: MarkDelivered) -> None:
     if not op.cancelled:
         store.set_delivery_count(op.qid, op.seq, op.delivery_count)
+
+
+def _delivered_below(store: Applier, op: DeliveredBelow) -> None:
+    if not op.cancelled:
+        store.set_delivered_below(op.qid, op.below)
 
 
 def _remove(store: Applier, op: Remove) -> None:
@@ -116,6 +125,7 @@ def _delete_definition(store: Applier, op: DeleteDefinition) -> None:
 _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     Enqueue: _enqueue,
     MarkDelivered: _mark_delivered,
+    DeliveredBelow: _delivered_below,
     Remove: _remove,
     Purge: _purge,
     DeleteQueue: _delete_queue,

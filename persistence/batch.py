@@ -19,7 +19,9 @@ messages are published and acked within one commit window:
   entry never reaches disk, and a message all of whose entries cancel is never
   written at all (the store writes a message record only for a live enqueue);
 * ``mark_delivered`` of an entry enqueued in the same batch updates the
-  enqueue's delivery count instead of adding an operation.
+  enqueue's delivery count instead of adding an operation;
+* ``mark_delivered_below`` keeps one ``DeliveredBelow`` per queue and batch,
+  raised in place: a FIFO queue's first deliveries cost no operation each.
 
 A ``purge`` or ``delete_queue`` cancels the pending enqueues it covers.
 
@@ -65,6 +67,21 @@ class MarkDelivered:
 
 
 @dataclass(slots=True)
+class DeliveredBelow:
+    """Every entry of the queue with seq < ``below`` was delivered at least once.
+
+    A FIFO queue delivers in seq order (requeued entries return to their place), so
+    one number per queue records what a mark per entry would: stores keep the highest
+    and report ``delivery_count`` >= 1 below it (``redelivered`` after a restart, as
+    RabbitMQ's queue index does). Priority queues deliver out of seq order and keep
+    marking each entry; so does every redelivery (the count matters to a delivery limit)."""
+
+    qid: int
+    below: int
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
 class Remove:
     qid: int
     seq: int
@@ -106,8 +123,8 @@ class DeleteDefinition:
     identity: tuple[str, ...]
 
 
-Op = (Enqueue | MarkDelivered | Remove | Purge | DeleteQueue | DeleteExchange | PutDefinition
-      | DeleteDefinition)
+Op = (Enqueue | MarkDelivered | DeliveredBelow | Remove | Purge | DeleteQueue | DeleteExchange
+      | PutDefinition | DeleteDefinition)
 
 
 @dataclass(slots=True)
@@ -146,6 +163,7 @@ class Recorder:
         # The entry's one live operation in this batch (an enqueue, or a mark of an entry
         # enqueued earlier), by (qid, seq), for folding: one dict, one lookup per call.
         self._pending: dict[tuple[int, int], Enqueue | MarkDelivered] = {}
+        self._below: dict[int, DeliveredBelow] = {}  # this batch's, by qid
 
     def _recorded(self) -> None:
         """Called after each operation added to the batch."""
@@ -161,6 +179,7 @@ class Recorder:
         self._ops = []
         self._live = 0
         self._pending = {}
+        self._below = {}
         return batch
 
     def _add(self, op: Op) -> None:
@@ -197,6 +216,15 @@ class Recorder:
             return
         op = self._pending[key] = MarkDelivered(qid, seq, delivery_count)
         self._add(op)
+
+    def mark_delivered_below(self, qid: int, below: int) -> None:
+        """Entries of a FIFO queue with seq < ``below`` were delivered (``DeliveredBelow``)."""
+        op = self._below.get(qid)
+        if op is None:
+            op = self._below[qid] = DeliveredBelow(qid, below)
+            self._add(op)
+        elif below > op.below:
+            op.below = below
 
     def remove(self, qid: int, seq: int, message: Message | None = None) -> None:
         """The entry is gone (acked, rejected, dropped); the message goes with its last entry."""
@@ -241,6 +269,10 @@ class Recorder:
         if self._qids.get((vhost, name)) == qid:
             del self._qids[vhost, name]
         self._cancel_queue(qid, 0)
+        below = self._below.pop(qid, None)
+        if below is not None:
+            below.cancelled = True
+            self._live -= 1
         self._add(DeleteQueue(vhost, name, qid))
 
     def delete_binding(self, binding: BindingDef) -> None:

@@ -19,6 +19,7 @@ from leveret.persistence.batch import (
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
+    DeliveredBelow,
     Enqueue,
     MarkDelivered,
     Op,
@@ -40,7 +41,7 @@ _DELIVERED = struct.Struct(">IQI")
 _LEN = struct.Struct(">I")
 _WITH_MESSAGE, _TRANSIENT = 1, 2
 (_T_ENQUEUE, _T_DELIVERED, _T_REMOVE, _T_PURGE, _T_DELETE_QUEUE, _T_DELETE_EXCHANGE,
- _T_PUT_DEF, _T_DELETE_DEF) = range(1, 9)
+ _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW) = range(1, 10)
 
 
 def _blob(data: bytes) -> bytes:
@@ -73,6 +74,10 @@ def encode_batch(batch: Batch) -> bytes:
                 continue
             parts.append(bytes((_T_DELIVERED,)) + _DELIVERED.pack(op.qid, op.seq,
                                                                   op.delivery_count))
+        elif isinstance(op, DeliveredBelow):
+            if op.cancelled:
+                continue
+            parts.append(bytes((_T_DELIVERED_BELOW,)) + _ENTRY.pack(op.qid, op.below))
         elif isinstance(op, Remove):
             parts.append(bytes((_T_REMOVE,)) + _ENTRY.pack(op.qid, op.seq))
         elif isinstance(op, Purge):
@@ -133,10 +138,11 @@ def decode_batch(data: bytes) -> Batch:
             qid, entry_seq, deliveries = _DELIVERED.unpack_from(view, at)
             at += _DELIVERED.size
             ops.append(MarkDelivered(qid, entry_seq, deliveries))
-        elif tag in (_T_REMOVE, _T_PURGE):
+        elif tag in (_T_REMOVE, _T_PURGE, _T_DELIVERED_BELOW):
             qid, entry_seq = _ENTRY.unpack_from(view, at)
             at += _ENTRY.size
-            ops.append(Remove(qid, entry_seq) if tag == _T_REMOVE else Purge(qid, entry_seq))
+            ops.append(Remove(qid, entry_seq) if tag == _T_REMOVE else Purge(qid, entry_seq)
+                       if tag == _T_PURGE else DeliveredBelow(qid, entry_seq))
         elif tag == _T_DELETE_QUEUE:
             vhost, name, qid = doc()
             ops.append(DeleteQueue(str(vhost), str(name), int(qid)))  # type: ignore[call-overload]

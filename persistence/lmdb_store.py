@@ -17,8 +17,8 @@ Named databases (``records.py`` has the byte layouts):
 * ``meta``: format marker and version, next message id, next queue id, the
   sequence number of the last batch applied, and
   per-queue counters ``b"c" + qid`` -> (entry count, next seq, body bytes,
-  transient entries and bytes), kept up to date inside the write
-  transactions so ``queue_stats`` never scans;
+  transient entries and bytes, delivered below), kept up to date inside the
+  write transactions so ``queue_stats`` never scans;
 * ``defs``: exchanges, queues and bindings as JSON, keyed by kind + hash;
 * ``messages``: message id -> record; ``refs``: message id -> entry count,
   only for counts above one (format 4: a message with an index entry and no
@@ -93,14 +93,16 @@ log = logging.getLogger(__name__)
 FORMAT_MARKER = b"leveret-store"
 # 2: index values may carry expires_at (records.FLAG_EXPIRES); 3: and the body size
 # (records.FLAG_SIZED), and queue counters their byte totals; 4: a message with one
-# entry has no refs record (lmdb_writer.LmdbWriter.refcount).
-FORMAT_VERSION = 4
+# entry has no refs record (lmdb_writer.LmdbWriter.refcount); 5: a FIFO queue's counter
+# says which entries were delivered (batch.DeliveredBelow) instead of a mark per entry.
+FORMAT_VERSION = 5
 # Versions this code opens; an older one is upgraded in place (its marker is rewritten)
 # because each is a subset of the next: no entry of version 1 has FLAG_EXPIRES, none of
 # version 2 has FLAG_SIZED, a version 2 counter reads as "bytes not known"
 # (records.decode_counter) until its queue is next empty, and every message of version 3
-# has a refs record (which version 4 still reads: only absent records are new).
-READABLE_VERSIONS = (1, 2, 3, 4)
+# has a refs record (which version 4 still reads: only absent records are new), and
+# version 4 counters read as "delivered below 0" (its entries carry their own counts).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 _DB_NAMES = (b"meta", b"defs", b"messages", b"refs", b"index", b"transient")
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
 
@@ -301,7 +303,7 @@ class LmdbStore:
                 raw = txn.get(COUNTER_PREFIX + U32.pack(qid), db=self._dbs[b"meta"])
                 if raw is None:
                     return QueueStats(0, 0, 0)
-                count, next_seq, size, transient, transient_bytes = decode_counter(raw)
+                count, next_seq, size, transient, transient_bytes, _ = decode_counter(raw)
                 first_seq = 0
                 cursor = txn.cursor(db=self._dbs[b"index"])
                 if count and cursor.set_range(INDEX_KEY.pack(qid, 0)):
@@ -322,12 +324,13 @@ class LmdbStore:
                 cursor = txn.cursor(db=self._dbs[b"index"])
                 if not cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
                     return out
+                below = self._delivered_below(txn, qid)
                 spend = self.pages.spend
                 for key, value in cursor.iternext():
                     key_qid, seq = INDEX_KEY.unpack(key)
                     if key_qid != qid:
                         break
-                    out.append(self._stored(txn, messages, qid, seq, value))
+                    out.append(self._stored(txn, messages, qid, seq, value, below))
                     spend()
                     if len(out) >= limit:
                         break
@@ -335,9 +338,17 @@ class LmdbStore:
             raise self._error(f"cannot read queue {qid}", exc) from exc
         return out
 
-    def _stored(self, txn: Any, messages: Any, qid: int, seq: int, value: Any) -> StoredEntry:
-        """The entry (qid, seq) with index value ``value``, its message read in ``txn``."""
+    def _delivered_below(self, txn: Any, qid: int) -> int:
+        raw = txn.get(COUNTER_PREFIX + U32.pack(qid), db=self._dbs[b"meta"])
+        return decode_counter(raw)[5] if raw is not None else 0
+
+    def _stored(self, txn: Any, messages: Any, qid: int, seq: int, value: Any,
+                below: int) -> StoredEntry:
+        """The entry (qid, seq) with index value ``value``, its message read in ``txn``;
+        delivered at least once if seq < ``below`` (``batch.DeliveredBelow``)."""
         msg_id, deliveries, _, expires_at, _ = decode_index_value(value)
+        if seq < below and not deliveries:
+            deliveries = 1
         record = txn.get(U64.pack(msg_id), db=messages)
         if record is None:
             raise self._error(f"corrupt: entry ({qid}, {seq}) refers to missing message {msg_id}")
@@ -348,11 +359,12 @@ class LmdbStore:
         messages, index = self._dbs[b"messages"], self._dbs[b"index"]
         try:
             with self._require_env().begin(buffers=True) as txn:
+                below = self._delivered_below(txn, qid)
                 spend = self.pages.spend
                 for seq in seqs:
                     value = txn.get(INDEX_KEY.pack(qid, seq), db=index)
                     if value is not None:
-                        out.append(self._stored(txn, messages, qid, seq, value))
+                        out.append(self._stored(txn, messages, qid, seq, value, below))
                     spend()
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc

@@ -102,15 +102,15 @@ class LmdbWriter:
         return self._first_new
 
     def counter(self, qid: int) -> list[int]:
-        """[entries, next seq, body bytes, transient entries, their body bytes]
-        (``records.decode_counter``), cached for the transaction."""
+        """[entries, next seq, body bytes, transient entries, their body bytes, delivered
+        below] (``records.decode_counter``), cached for the transaction."""
         if qid in self.counters:
             counter = self.counters[qid]
             if counter is None:  # deleted earlier in this transaction: starts afresh
-                counter = self.counters[qid] = [0, 0, 0, 0, 0]
+                counter = self.counters[qid] = [0, 0, 0, 0, 0, 0]
             return counter
         raw = self.txn.get(COUNTER_PREFIX + U32.pack(qid), db=self.meta)
-        counter = self.counters[qid] = decode_counter(raw) if raw else [0, 0, 0, 0, 0]
+        counter = self.counters[qid] = decode_counter(raw) if raw else [0, 0, 0, 0, 0, 0]
         return counter
 
     def put_entry(self, op: Enqueue) -> None:
@@ -151,6 +151,11 @@ class LmdbWriter:
         old = self.txn.get(key, db=self.index)
         if old is not None:  # the count is the u32 after the message id (records.INDEX_VALUE)
             self.txn.put(key, old[:8] + U32.pack(delivery_count) + old[12:], db=self.index)
+
+    def set_delivered_below(self, qid: int, below: int) -> None:
+        counter = self.counter(qid)  # written with the counter in finish: no put of its own
+        if below > counter[5]:
+            counter[5] = below
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
         cursor = self.txn.cursor(db=self.index)

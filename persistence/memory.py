@@ -94,6 +94,7 @@ class MemoryStore:
         self._next_seq: dict[int, int] = {}
         # Per queue: [body bytes, transient entries, their body bytes], as LMDB's counters.
         self._sizes: dict[int, list[int]] = {}
+        self._below: dict[int, int] = {}  # qid -> delivered below (batch.DeliveredBelow)
         self._state = StoreState()
 
     def state(self) -> StoreState:
@@ -131,8 +132,10 @@ class MemoryStore:
             entries = self._entries.get(qid)
             if entries is None or limit <= 0:
                 return out
+            below = self._below.get(qid, 0)
             for seq in entries.seqs_from(from_seq):
                 msg_id, deliveries, _, expires_at = entries.by_seq[seq]
+                deliveries = deliveries or int(seq < below)
                 out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
                 if len(out) >= limit:
                     break
@@ -144,10 +147,12 @@ class MemoryStore:
             entries = self._entries.get(qid)
             if entries is None:
                 return out
+            below = self._below.get(qid, 0)
             for seq in seqs:
                 found = entries.by_seq.get(seq)
                 if found is not None:
                     msg_id, deliveries, _, expires_at = found
+                    deliveries = deliveries or int(seq < below)
                     out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
         return out
 
@@ -208,6 +213,9 @@ class MemoryStore:
             msg_id, _, transient, expires_at = entries.by_seq[seq]
             entries.by_seq[seq] = (msg_id, delivery_count, transient, expires_at)
 
+    def set_delivered_below(self, qid: int, below: int) -> None:
+        self._below[qid] = max(self._below.get(qid, 0), below)
+
     def remove_entries(self, qid: int, from_seq: int) -> None:
         entries = self._entries.get(qid)
         if entries is None:
@@ -221,6 +229,7 @@ class MemoryStore:
         self._entries.pop(qid, None)
         self._next_seq.pop(qid, None)
         self._sizes.pop(qid, None)
+        self._below.pop(qid, None)
 
     def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
         return self._defs.get((kind, identity))

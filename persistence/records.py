@@ -14,9 +14,12 @@ layouts (big-endian, so LMDB's byte order is numeric order):
   wall-clock ms. Each field is there only when its flag is set, so a version 1
   or 2 store is a valid version 3 store (its entries' sizes are not known).
 * per-queue counter: ``u64 entries, u64 next seq, u64 body bytes, u64
-  transient entries, u64 their body bytes`` (``decode_counter``). The body
-  size in each index value is what lets a removal keep the byte totals without
-  reading the message record. Version 2 wrote only the first two fields.
+  transient entries, u64 their body bytes, u64 delivered below``
+  (``decode_counter``). The body size in each index value is what lets a
+  removal keep the byte totals without reading the message record. Entries
+  with a seq under "delivered below" count as delivered at least once
+  (``batch.DeliveredBelow``). Version 2 wrote only the first two fields,
+  versions 3 and 4 the first five.
 
 Definitions are rare and small, so they are JSON; field-table values (AMQP
 arguments) go through a tagged encoding that keeps every type pamqp decodes
@@ -49,9 +52,10 @@ INDEX_KEY = struct.Struct(">IQ")
 INDEX_VALUE = struct.Struct(">QIB")
 INDEX_SIZED = struct.Struct(">QIBI")  # INDEX_VALUE and the body size (FLAG_SIZED)
 # Entry count, next seq (one past the highest ever stored), body bytes (UNKNOWN: see
-# decode_counter), transient entries and their body bytes.
-COUNTER = struct.Struct(">QQQQQ")
+# decode_counter), transient entries and their body bytes, delivered below (format 5).
+COUNTER = struct.Struct(">QQQQQQ")
 COUNTER_V2 = struct.Struct(">QQ")  # format 2: entry count, next seq
+COUNTER_V3 = struct.Struct(">QQQQQ")  # formats 3 and 4: no delivered mark
 UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF  # a byte total that is not known
 _MESSAGE_HEAD = struct.Struct(">HHI")
 
@@ -93,12 +97,17 @@ def decode_index_value(value: bytes | memoryview) -> tuple[int, int, int, int, i
 
 def decode_counter(raw: bytes | memoryview) -> list[int]:
     """A queue's counter: [entries, next seq, body bytes, transient entries, their body
-    bytes]. A format 2 record (two fields) knows no byte total: ``UNKNOWN`` until the
-    queue is next empty. Transient totals count only entries with a size (format 3); the
-    older ones are dropped at the first start of a format 3 store, before anything reads."""
-    if len(raw) == COUNTER_V2.size:
+    bytes, delivered below]. A format 2 record (two fields) knows no byte total:
+    ``UNKNOWN`` until the queue is next empty. Transient totals count only entries with a
+    size (format 3); the older ones are dropped at the first start of a format 3 store,
+    before anything reads. Before format 5 each entry carried its own delivery count, so
+    the delivered mark reads as 0."""
+    size = len(raw)
+    if size == COUNTER_V2.size:
         count, next_seq = COUNTER_V2.unpack(raw)
-        return [count, next_seq, UNKNOWN if count else 0, 0, 0]
+        return [count, next_seq, UNKNOWN if count else 0, 0, 0, 0]
+    if size == COUNTER_V3.size:
+        return [*COUNTER_V3.unpack(raw), 0]
     return list(COUNTER.unpack(raw))
 
 

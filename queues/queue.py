@@ -77,6 +77,7 @@ class Queue(Dispatcher):
         "_acked",
         "_batch_no",
         "_batches",
+        "_delivered_below",
         "_dropped",
         "_lease",
         "_next_seq",
@@ -130,6 +131,9 @@ class Queue(Dispatcher):
         self._store: ReadyStore = self._choose_store()
         super().__init__()  # the consumer ring (dispatch.py)
         self._next_seq = 0
+        # Stored entries with a lower seq were delivered (batch.DeliveredBelow); -1: a
+        # priority queue, which delivers out of seq order and marks each entry instead.
+        self._delivered_below = -1 if self.settings.max_priority else 0
         self._lease: ttl.Lease | None = None
         # Store batches holding our enqueues: (batch number, first seq), oldest first.
         self._batches: deque[tuple[int, int]] = deque()
@@ -259,9 +263,18 @@ class Queue(Dispatcher):
         return entry
 
     def note_delivered(self, entry: QueueEntry) -> None:
-        """Persist the delivery count of a stored entry delivered for manual ack."""
+        """Persist that a stored entry was delivered for manual ack (its ``redelivered``
+        flag after a restart): a first delivery in a FIFO queue raises the queue's mark,
+        any other delivery records the entry's count."""
         log = self.log
         assert log is not None  # stored entries belong to durable queues
+        below = self._delivered_below
+        if below >= 0 and entry.delivery_count == 1:
+            seq = entry.seq
+            if seq >= below:
+                self._delivered_below = seq + 1
+                log.mark_delivered_below(self.qid, seq + 1)
+            return
         log.mark_delivered(self.qid, entry.seq, entry.message, entry.delivery_count)
 
     def settle(self, entry: QueueEntry, resume: bool = True) -> None:

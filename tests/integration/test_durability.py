@@ -98,6 +98,55 @@ def test_unacked_messages_come_back_redelivered_after_kill(make_broker, qname):
     conn.close()
 
 
+def test_redelivered_flags_and_delivery_counts_survive_kill(make_broker, qname):
+    """A FIFO queue records its first deliveries as one mark (persistence/batch.py,
+    DeliveredBelow), a priority queue per entry, redeliveries by count: after kill -9 a
+    consumer sees redelivered=true exactly on what was delivered before, and a delivery
+    limit still counts the deliveries made before the crash."""
+    b = make_broker()
+    conn = connect(b)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    fifo, prio, limited = qname, f"{qname}.prio", f"{qname}.limited"
+    ch.queue_declare(fifo, durable=True)
+    ch.queue_declare(prio, durable=True, arguments={"x-max-priority": 5})
+    ch.queue_declare(limited, durable=True, arguments={"x-delivery-limit": 2})
+    for i in range(6):
+        ch.basic_publish("", fifo, b"f%d" % i, PERSISTENT)
+    ch.basic_publish("", prio, b"p0", pika.BasicProperties(delivery_mode=2, priority=1))
+    ch.basic_publish("", limited, b"poison", PERSISTENT)
+    # fifo: f0..f3 delivered; f1 acked; f2 requeued and delivered again (count 2); f4, f5 not.
+    got = [ch.basic_get(fifo, auto_ack=False) for _ in range(4)]
+    assert [body for _, _, body in got] == [b"f0", b"f1", b"f2", b"f3"]
+    ch.basic_ack(got[1][0].delivery_tag)
+    ch.basic_nack(got[2][0].delivery_tag, requeue=True)
+    method, _, body = ch.basic_get(fifo, auto_ack=False)
+    assert body == b"f2" and method.redelivered
+    # prio: p0 delivered, unacked, then p1 (priority 5, ahead of it) and p2 published;
+    # limited: delivered and requeued twice (2 of 2).
+    method, _, body = ch.basic_get(prio, auto_ack=False)
+    assert body == b"p0"
+    for name, priority in ((b"p1", 5), (b"p2", 1)):
+        ch.basic_publish("", prio, name, pika.BasicProperties(delivery_mode=2, priority=priority))
+    for _ in range(2):
+        method, _, body = ch.basic_get(limited, auto_ack=False)
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    time.sleep(0.3)  # recorded and committed within a loop turn or two
+    b.stop(kill=True)
+    b.start()
+    conn = connect(b)
+    ch = conn.channel()
+    assert drain(ch, fifo) == [(b"f0", True), (b"f2", True), (b"f3", True), (b"f4", False),
+                               (b"f5", False)]
+    assert drain(ch, prio) == [(b"p1", False), (b"p0", True), (b"p2", False)]
+    # The third delivery (count 3 > limit 2) is the last: requeued, it is dropped.
+    method, _, body = ch.basic_get(limited, auto_ack=False)
+    assert body == b"poison" and method.redelivered
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    assert ch.queue_declare(limited, passive=True).method.message_count == 0
+    conn.close()
+
+
 def test_tx_commit_is_durable(make_broker, qname):
     b = make_broker()
     conn = connect(b)

@@ -33,6 +33,9 @@ def record_some(recorder: Recorder) -> list[Batch]:
     batches.append(recorder.take_batch())
     assert recorder.take_batch().seq == 0  # nothing recorded: not numbered
     recorder.mark_delivered(q1, 1, shared, 3)
+    recorder.mark_delivered_below(q1, 3)  # seq 3 reads as delivered once; 1 keeps its 3
+    recorder.mark_delivered_below(q1, 4)  # raises the same operation
+    recorder.mark_delivered_below(q2, 1)  # cancelled with its queue
     recorder.remove(q1, 2, shared)
     recorder.purge(q1, 4)
     recorder.delete_binding(BindingDef("/", "x", "q1", "queue", "a.#"))

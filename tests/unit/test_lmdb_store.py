@@ -21,6 +21,7 @@ from leveret.persistence.lmdb_writer import COUNTER_PREFIX
 from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER_V2,
+    COUNTER_V3,
     FLAG_SIZED,
     INDEX_VALUE,
     U32,
@@ -229,7 +230,7 @@ def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
     env = lmdb.open(str(path), max_dbs=8)
     with env.begin() as txn:
         version = U32.unpack(txn.get(b"version", db=env.open_db(b"meta", txn=txn)))[0]
-        assert version == FORMAT_VERSION == 4
+        assert version == FORMAT_VERSION == 5
     env.close()
 
 
@@ -553,3 +554,38 @@ def test_page_budget_releases_every_so_many_accesses() -> None:
     assert len(calls) == 2
     budget.spend(5)
     assert len(calls) == 3
+
+
+def test_version_4_counters_read_as_nothing_delivered_below(path: Path) -> None:
+    """Version 4 marked each delivered entry and wrote five-field counters: those open
+    with a delivered mark of 0 and their per-entry counts kept; a mark written after the
+    upgrade covers the entries under it, and one stays in the queue's counter."""
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    for seq in range(4):
+        store.enqueue(qid, seq, msg(b"m%d" % seq))
+    commit(store)
+    store.mark_delivered(qid, 0, msg(b"m0"), 2)
+    commit(store)
+    store.close()
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        key = COUNTER_PREFIX + U32.pack(qid)
+        assert decode_counter(txn.get(key, db=meta))[5] == 0
+        txn.put(key, COUNTER_V3.pack(*decode_counter(txn.get(key, db=meta))[:5]), db=meta)
+        txn.put(b"version", U32.pack(4), db=meta)
+    env.close()
+    store = recording(LmdbStore(path))
+    assert [e.delivery_count for e in store.read_queue(qid, 0, 10)] == [2, 0, 0, 0]
+    store.mark_delivered_below(qid, 3)
+    commit(store)
+    assert [e.delivery_count for e in store.read_queue(qid, 0, 10)] == [2, 1, 1, 0]
+    assert [e.delivery_count for e in store.read_entries(qid, [1, 3])] == [1, 0]
+    store.mark_delivered_below(qid, 2)  # a lower mark (a restarted queue's first) is kept out
+    commit(store)
+    store.close()
+    store = recording(LmdbStore(path))
+    assert [e.delivery_count for e in store.read_queue(qid, 0, 10)] == [2, 1, 1, 0]
+    assert store.queue_stats(qid) == QueueStats(4, 0, 4, 8)
+    store.close()

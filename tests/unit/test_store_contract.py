@@ -504,6 +504,7 @@ op_strategy = st.one_of(
               st.booleans()),  # (kind, qid, message choice, new message?, transient)
     st.tuples(st.just("deliver"), st.sampled_from(QIDS), st.integers(0, 50), st.integers(1, 5)),
     st.tuples(st.just("remove"), st.sampled_from(QIDS), st.integers(0, 50)),
+    st.tuples(st.just("deliver_below"), st.sampled_from(QIDS), st.integers(0, 50)),
     st.tuples(st.just("purge"), st.sampled_from(QIDS), st.integers(0, 8)),
     st.tuples(st.just("commit")),
     st.tuples(st.just("drop_batch")),  # a batch whose write failed
@@ -580,6 +581,12 @@ def run_model(stores: Stores, ops: list[tuple[Any, ...]]) -> None:
             else:
                 store.remove(qid, seq, m)
                 del model.pending[qid][seq]
+        elif kind == "deliver_below":
+            # A FIFO queue's first deliveries: every entry under the mark reads as delivered.
+            below = op[2] % (model.next_seq[op[1]] + 1)  # never above a seq handed out
+            store.mark_delivered_below(op[1], below)
+            model.pending[op[1]] = {s: (m, dc or int(s < below), t)
+                                    for s, (m, dc, t) in model.pending[op[1]].items()}
         elif kind == "purge":
             _, qid, from_seq = op
             store.purge(qid, from_seq)
