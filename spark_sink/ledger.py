@@ -14,12 +14,19 @@ new reader numbers the redelivered messages from there, so a batch Spark
 replays from its offset log is refilled with whatever the queue delivers first
 (the requeued messages): at-least-once, never a gap in the numbers.
 
+The driver is one Python process for the whole stream, so the ledger is
+columns (seqs, tags, messages as lists) and works on ranges: a drain adds
+its deliveries with one ``extend``, a batch is two slices, an ack one
+``del`` of a prefix, all in C, where a dict of pairs cost a Python step per
+message in each.
+
 No I/O here: plain values in, plain values out, unit-tested without a broker.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from bisect import bisect_left
+from collections.abc import Collection
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -27,7 +34,11 @@ T = TypeVar("T")
 
 class Ledger(Generic[T]):
     def __init__(self) -> None:
-        self._held: OrderedDict[int, tuple[int, T]] = OrderedDict()  # seq -> (tag, message)
+        # Held messages by column, in seq order. Seqs ascend by one except where
+        # ``skip_to`` left a gap, so positions are found by bisection.
+        self._seqs: list[int] = []
+        self._tags: list[int] = []
+        self._messages: list[T] = []
         self.next_seq: int | None = None  # None until the first offset is known
 
     def catch_up(self, seq: int) -> None:
@@ -38,31 +49,45 @@ class Ledger(Generic[T]):
     def add(self, delivery_tag: int, message: T) -> int:
         assert self.next_seq is not None, "catch_up() before add()"
         seq = self.next_seq
-        self._held[seq] = (delivery_tag, message)
+        self._seqs.append(seq)
+        self._tags.append(delivery_tag)
+        self._messages.append(message)
         self.next_seq = seq + 1
         return seq
+
+    def extend(self, deliveries: Collection[tuple[int, T]]) -> int:
+        """``add`` each (delivery tag, message) in order; returns the last seq given."""
+        assert self.next_seq is not None, "catch_up() before add()"
+        assert deliveries, "nothing to add"
+        tags, messages = zip(*deliveries, strict=True)
+        seq = self.next_seq
+        self.next_seq = end = seq + len(tags)
+        self._seqs.extend(range(seq, end))
+        self._tags.extend(tags)
+        self._messages.extend(messages)
+        return end - 1
 
     def skip_to(self, seq: int) -> None:
         """Numbers below ``seq`` that no message filled stay empty (a short replayed batch)."""
         self.catch_up(seq)
 
-    def between(self, start: int, end: int) -> list[tuple[int, T]]:
-        """Held messages with start <= seq < end, in order."""
-        return [(seq, msg) for seq, (_tag, msg) in self._held.items() if start <= seq < end]
+    def between(self, start: int, end: int) -> tuple[list[int], list[T]]:
+        """The seqs and messages held with start <= seq < end, in order."""
+        lo, hi = bisect_left(self._seqs, start), bisect_left(self._seqs, end)
+        return self._seqs[lo:hi], self._messages[lo:hi]
 
     def release_below(self, seq: int) -> int | None:
         """Forget messages below ``seq``; returns the delivery tag to ack (multiple) or None."""
-        tag = None
-        while self._held:
-            first = next(iter(self._held))
-            if first >= seq:
-                break
-            tag = self._held.popitem(last=False)[1][0]
+        n = bisect_left(self._seqs, seq)
+        if not n:
+            return None
+        tag = self._tags[n - 1]
+        del self._seqs[:n], self._tags[:n], self._messages[:n]
         return tag
 
     @property
     def held(self) -> int:
-        return len(self._held)
+        return len(self._seqs)
 
     def available_from(self, start: int) -> int:
         """Messages held at or above ``start``."""
@@ -71,4 +96,4 @@ class Ledger(Generic[T]):
         return max(0, self.next_seq - start)
 
     def first_seq(self) -> int | None:
-        return next(iter(self._held), None)
+        return self._seqs[0] if self._seqs else None

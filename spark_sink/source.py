@@ -131,24 +131,22 @@ class MessagesPartition(InputPartition):  # type: ignore[misc]
 
 
 def split(
-    messages: Sequence[tuple[int, bytes]], parts: int | None, layout: Layout = ALL_COLUMNS
+    seqs: Sequence[int], frames: Sequence[bytes], parts: int | None,
+    layout: Layout = ALL_COLUMNS,
 ) -> list[MessagesPartition]:
     """Contiguous runs of seq, one partition each (at most ``parts``, none empty).
 
-    ``messages`` are (seq, delivered frames) pairs (``amqp_client.RawDelivery``).
+    ``frames[i]`` is message ``seqs[i]``'s delivered frames (``amqp_client.RawDelivery``).
     ``parts=None``: up to ``DEFAULT_PARTITIONS`` runs of ``MIN_PARTITION_MESSAGES`` or more.
     """
-    if not messages:
+    if not seqs:
         return []
     if parts is None:
-        parts = max(1, min(DEFAULT_PARTITIONS, len(messages) // MIN_PARTITION_MESSAGES))
-    size = math.ceil(len(messages) / parts)
-    out = []
-    for start in range(0, len(messages), size):
-        run = messages[start : start + size]
-        out.append(MessagesPartition(RawMessages.of(
-            [seq for seq, _ in run], [frames for _, frames in run], layout)))
-    return out
+        parts = max(1, min(DEFAULT_PARTITIONS, len(seqs) // MIN_PARTITION_MESSAGES))
+    size = math.ceil(len(seqs) / parts)
+    return [MessagesPartition(RawMessages.of(seqs[start : start + size],
+                                             frames[start : start + size], layout))
+            for start in range(0, len(seqs), size)]
 
 
 def read_partition(partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
@@ -251,9 +249,8 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         count = len(deliveries)
         if not count:
             return 0
-        add = self._ledger.add
-        for _ in range(count):
-            seq = add(*deliveries.popleft())
+        seq = self._ledger.extend(deliveries)
+        deliveries.clear()
         if self._avail_now_left:
             # The availableNow target ends at its last message (later arrivals are not in it).
             taken = min(self._avail_now_left, count)
@@ -366,8 +363,8 @@ class LeveretStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             self._drain(begin, stop - begin, self.opts.refill_timeout_s)
         with self._locked():
             self._ledger.skip_to(stop)
-            held = self._ledger.between(begin, stop)
-        return split(held, self.opts.partitions, self.layout)
+            seqs, frames = self._ledger.between(begin, stop)
+        return split(seqs, frames, self.opts.partitions, self.layout)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MessagesPartition)
@@ -410,18 +407,18 @@ class LeveretBatchReader(DataSourceReader):  # type: ignore[misc]
             window = min(want, self.opts.prefetch) if self.opts.consume else want
             conn.qos(window if window <= MAX_PREFETCH else 0)
             conn.consume(self.opts.queue)
-            got: list[tuple[int, bytes]] = []
+            got: list[bytes] = []
             last_tag = 0
             while len(got) < want:
                 if not conn.raw and not conn.pump(self.opts.refill_timeout_s):
                     break
                 while conn.raw and len(got) < want:
                     last_tag, frames = conn.raw.popleft()
-                    got.append((len(got), frames))
+                    got.append(frames)
                 if self.opts.consume and last_tag:
                     conn.ack(last_tag)
                     last_tag = 0
-            return split(got, self.opts.partitions, self.layout) or [
+            return split(range(len(got)), got, self.opts.partitions, self.layout) or [
                 MessagesPartition(RawMessages(self.layout))]
         finally:
             conn.close()  # unacked deliveries (all of them unless consume=true) are requeued

@@ -188,7 +188,7 @@ def test_small_batches_are_one_task_unless_numpartitions_says_otherwise():
     from leveret.spark_sink.source import MIN_PARTITION_MESSAGES, split
 
     def sizes(count: int, parts: int | None) -> list[int]:
-        return [len(p.packed) for p in split([(i, b"") for i in range(count)], parts)]
+        return [len(p.packed) for p in split(range(count), [b""] * count, parts)]
 
     assert sizes(5000, None) == [5000]
     assert sizes(2 * MIN_PARTITION_MESSAGES, None) == [MIN_PARTITION_MESSAGES] * 2
