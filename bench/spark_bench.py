@@ -428,8 +428,8 @@ class Bench:
                         got.append(conn.raw.popleft())
 
             cpu_us("drain_us", drain)
-            frames = [frames for _tag, frames in got]
-            parts = cpu_us("split_us", lambda: split(range(len(frames)), frames,
+            delivered = [frames for _tag, frames in got]
+            parts = cpu_us("split_us", lambda: split(range(len(delivered)), delivered,
                                                       self.args.partitions))
             blob = cpu_us("pickle_us", lambda: pickle.dumps(parts))
             parts = cpu_us("unpickle_us", lambda: pickle.loads(blob))

@@ -47,19 +47,14 @@ class Ledger(Generic[T]):
             self.next_seq = seq
 
     def add(self, delivery_tag: int, message: T) -> int:
-        assert self.next_seq is not None, "catch_up() before add()"
-        seq = self.next_seq
-        self._seqs.append(seq)
-        self._tags.append(delivery_tag)
-        self._messages.append(message)
-        self.next_seq = seq + 1
-        return seq
+        """Number one delivery; returns its seq."""
+        return self.extend(((delivery_tag, message),))
 
     def extend(self, deliveries: Collection[tuple[int, T]]) -> int:
-        """``add`` each (delivery tag, message) in order; returns the last seq given."""
+        """Number each (delivery tag, message) in order; returns the last seq given."""
         assert self.next_seq is not None, "catch_up() before add()"
         assert deliveries, "nothing to add"
-        tags, messages = zip(*deliveries, strict=True)
+        tags, messages = zip(*deliveries)
         seq = self.next_seq
         self.next_seq = end = seq + len(tags)
         self._seqs.extend(range(seq, end))
