@@ -59,7 +59,10 @@ class LmdbWriter:
     written once in ``finish`` (a message routed to many queues in one batch
     costs one refs write, not one per queue). A message with one entry, the
     usual case, has no refs record at all (format 4: absent means one), so
-    storing and removing it touches only its record and its index entry.
+    storing and removing it touches only its record and its index entry. Entries under
+    keys the queue never had (seq at or above its counter's next seq: publishes) are
+    written in bulk, one ``putmulti`` per database, before the next operation that reads
+    or deletes (``_write_fresh``); removals go through one cursor for the transaction.
     """
 
     def __init__(self, txn: Any, dbs: dict[bytes, Any], pages: PageBudget | None = None) -> None:
@@ -73,6 +76,9 @@ class LmdbWriter:
         self.counted: set[int] = set()  # message ids whose refs record is on disk
         self._first_new = -1  # ids (counter part) from here on were never committed
         self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
+        self._fresh_messages: list[tuple[bytes, bytes]] = []  # put_entry's deferred writes
+        self._fresh_index: list[tuple[bytes, bytes]] = []
+        self._index_cursor: Any = None  # remove_entry's
 
     def refcount(self, msg_id: int, has_entry: bool) -> int:
         """Entries referring to ``msg_id``; ``has_entry``: the caller holds one of them."""
@@ -118,20 +124,29 @@ class LmdbWriter:
         message = op.message
         msg_id = message.store_id
         refs = self.refcount(msg_id, False)
-        if refs == 0:  # first entry on disk: write the record (once for all queues)
-            self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
-        self.refs[msg_id] = refs + 1
         key = INDEX_KEY.pack(op.qid, op.seq)
         size = len(message.body)
         transient = op.transient
-        old = self.txn.replace(key, encode_index_value(
-            msg_id, op.delivery_count, FLAG_TRANSIENT if transient else 0, op.expires_at, size),
-            db=self.index)
+        value = encode_index_value(
+            msg_id, op.delivery_count, FLAG_TRANSIENT if transient else 0, op.expires_at, size)
         counter = self.counter(op.qid)
-        if old is not None:  # (qid, seq) reused: the old entry is replaced
-            self._forget_entry(key, old, counter)
+        seq = op.seq & SEQ_MASK
+        if seq >= counter[1]:
+            # Above every seq the queue has on disk, so the key is new: the record and the
+            # entry wait in ``_fresh`` and go in with one C call each (``_write_fresh``).
+            if refs == 0:
+                self._fresh_messages.append((U64.pack(msg_id), encode_message(message)))
+            self._fresh_index.append((key, value))
+            counter[1] = seq + 1
+        else:
+            self._write_fresh()
+            if refs == 0:  # first entry on disk: write the record (once for all queues)
+                self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
+            old = self.txn.replace(key, value, db=self.index)
+            if old is not None:  # (qid, seq) reused: the old entry is replaced
+                self._forget_entry(key, old, counter)
+        self.refs[msg_id] = refs + 1
         counter[0] += 1
-        counter[1] = max(counter[1], (op.seq & SEQ_MASK) + 1)
         if counter[2] != UNKNOWN:
             counter[2] += size
         if transient:
@@ -139,14 +154,32 @@ class LmdbWriter:
             counter[4] += size
             self.txn.put(key, b"", db=self.transient)
 
+    def _write_fresh(self) -> None:
+        """Write the deferred records and entries of new keys (before anything reads or
+        deletes, and at the end)."""
+        if self._fresh_index:
+            txn = self.txn
+            if self._fresh_messages:
+                txn.cursor(db=self.messages).putmulti(self._fresh_messages)
+                self._fresh_messages = []
+            txn.cursor(db=self.index).putmulti(self._fresh_index)
+            self._fresh_index = []
+
     def remove_entry(self, qid: int, seq: int) -> None:
+        self._write_fresh()
         self.spend()
         key = INDEX_KEY.pack(qid, seq)
-        old = self.txn.pop(key, db=self.index)
-        if old is not None:  # absent: its enqueue was in a batch that failed
-            self._forget_entry(key, old, self.counter(qid))
+        cursor = self._index_cursor
+        if cursor is None:
+            # One cursor for the batch: acks remove neighbouring keys, and LMDB finds a key
+            # on the cursor's page without descending from the root.
+            cursor = self._index_cursor = self.txn.cursor(db=self.index)
+        if cursor.set_key(key):  # absent: its enqueue was in a batch that failed
+            self._forget_entry(key, cursor.value(), self.counter(qid))
+            cursor.delete()
 
     def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
+        self._write_fresh()
         key = INDEX_KEY.pack(qid, seq)
         old = self.txn.get(key, db=self.index)
         if old is not None:  # the count is the u32 after the message id (records.INDEX_VALUE)
@@ -158,6 +191,7 @@ class LmdbWriter:
             counter[5] = below
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
+        self._write_fresh()
         cursor = self.txn.cursor(db=self.index)
         counter: list[int] | None = None
         if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
@@ -216,8 +250,10 @@ class LmdbWriter:
                 counter[4] -= size
 
     def finish(self, next_msg_id: int = 0, next_qid: int = 0, last_seq: int = 0) -> None:
+        self._write_fresh()
         txn = self.txn
         counted = self.counted
+        messages = txn.cursor(db=self.messages)  # ids ascend: deletes stay on a page
         for msg_id, refs in self.refs.items():  # the usual, one entry and no record: nothing
             if refs > 1:
                 txn.put(U64.pack(msg_id), U32.pack(refs), db=self.refs_db)
@@ -225,7 +261,8 @@ class LmdbWriter:
             if msg_id in counted:  # one entry left (absent means one) or none
                 txn.delete(U64.pack(msg_id), db=self.refs_db)
             if refs <= 0:
-                txn.delete(U64.pack(msg_id), db=self.messages)
+                if messages.set_key(U64.pack(msg_id)):
+                    messages.delete()
                 self.spend()
         for qid, counter in self.counters.items():
             key = COUNTER_PREFIX + U32.pack(qid)
