@@ -41,7 +41,9 @@ Streaming figures come from Spark's own progress reports (``query.recentProgress
 first, ``overall_rows_per_s`` is every row over ``start()`` to ``awaitTermination()``, and
 ``phases_ms`` is the median of each ``durationMs`` phase over those later batches
 (``latestOffset`` + ``getBatch`` + ``queryPlanning`` + ``walCommit`` + ``commitOffsets`` is
-the planning overhead, ``addBatch`` runs the tasks). Every count is checked on the broker:
+the planning overhead, ``addBatch`` runs the tasks), and ``overlap`` is, over those later
+batches and sampled every 0.1 s, the share of the time the broker worked alone (Spark waits
+for confirms or deliveries), Spark alone (the broker waits), both, or neither. Every count is checked on the broker:
 rows in = rows out, nothing left behind.
 
 Each scenario runs ``--repeat`` times, brokers alternating (A B A B); the summary table is of
@@ -103,6 +105,7 @@ ROLES = (  # (command-line fragment, role), first match wins
     ("pyspark.daemon", "task workers (Python)"),
     ("java", "JVM"),
 )
+SPARK_ROLES = ("source driver (Python)", "sink commit (Python)", "task workers (Python)", "JVM")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -167,10 +170,15 @@ class CpuSampler:
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
         self.role: dict[int, str] = {}
+        # (epoch seconds, {role: cores busy since the previous sample}): who works when.
+        self.timeline: list[tuple[float, dict[str, float]]] = []
+        self._at = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
+        now = time.time()
+        busy: dict[str, float] = {}
         for pid, cmd in {**_descendants(os.getpid()), **_rabbitmq_nodes(),
                          os.getpid(): "bench"}.items():
             cpu = _cpu_s(pid)
@@ -182,7 +190,12 @@ class CpuSampler:
                 self.first[pid] = cpu if not self._started else 0.0
                 self.role[pid] = next((r for frag, r in ROLES if frag in cmd),
                                       "bench (Python)" if pid == os.getpid() else "other")
+            role = self.role[pid]
+            busy[role] = busy.get(role, 0.0) + cpu - self.last.get(pid, self.first[pid])
             self.last[pid] = cpu
+        if self._at:
+            self.timeline.append((now, {r: c / (now - self._at) for r, c in busy.items()}))
+        self._at = now
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -227,6 +240,28 @@ def profiled(directory: str | None, name: str) -> Iterator[None]:
     finally:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
+
+
+def overlap_shares(timeline: list[tuple[float, dict[str, float]]],
+                   windows: list[tuple[float, float]]) -> dict[str, float]:
+    """Of the samples inside ``windows`` (the later batches), the share in which the broker
+    worked alone, Spark alone, both, or neither ("works": at least half a core).
+
+    Spark's later batches run one after another: its phases can overlap the broker's work
+    only inside a batch. "broker alone" is where Spark waits for the broker (publisher
+    confirms, deliveries), "Spark alone" where the broker waits for Spark.
+    """
+    counts = {"broker alone": 0, "Spark alone": 0, "both": 0, "neither": 0}
+    for at, busy in timeline:
+        if not any(start <= at <= end for start, end in windows):
+            continue
+        broker = busy.get("broker", 0.0) + busy.get("rabbitmq", 0.0) >= 0.5
+        spark = sum(c for r, c in busy.items() if r in SPARK_ROLES) >= 0.5
+        key = ("both" if spark else "broker alone") if broker else (
+            "Spark alone" if spark else "neither")
+        counts[key] += 1
+    total = sum(counts.values())
+    return {k: round(v / total, 2) for k, v in counts.items()} if total else {}
 
 
 def _epoch(stamp: str) -> float:
@@ -320,7 +355,7 @@ class Bench:
                       .option("exchange", "spark-bench-x"))
         else:
             writer = df.writeStream.format("noop")
-        with CpuSampler() as cpu, profiled(self.args.py_spy, f"stream{self.runs}"):
+        with CpuSampler(0.1) as cpu, profiled(self.args.py_spy, f"stream{self.runs}"):
             started = time.time()
             query = (writer.option("checkpointLocation", str(self.tmp / f"ck{self.runs}"))
                      .trigger(availableNow=True).start())
@@ -331,6 +366,10 @@ class Bench:
             out["cpu_us_per_row"] = {role: round(s / out["rows"] * 1e6, 1)
                                      for role, s in sorted(cpu.by_role().items()) if s > 0}
             out["cpu_busy_cores"] = round(sum(cpu.by_role().values()) / cpu.wall, 2)
+            later = [p for p in query.recentProgress if p["numInputRows"]][1:]
+            out["overlap"] = overlap_shares(cpu.timeline, [
+                (_epoch(p["timestamp"]), _epoch(p["timestamp"])
+                 + p["durationMs"]["triggerExecution"] / 1000) for p in later])
         return out
 
     def run_sink(self, url: str) -> dict[str, Any]:
@@ -487,6 +526,9 @@ def headline(result: dict[str, Any]) -> str:
     if "cpu_us_per_row" in result:
         text += "; CPU us/row " + ", ".join(
             f"{role.split(' (')[0]} {us}" for role, us in result["cpu_us_per_row"].items())
+    if result.get("overlap"):
+        text += "; later batches: " + ", ".join(
+            f"{name} {share:.0%}" for name, share in result["overlap"].items())
     return text
 
 
@@ -636,6 +678,9 @@ def main() -> None:
             if roles:
                 med["cpu_us_per_row"] = {k: statistics.median(
                     r.get("cpu_us_per_row", {}).get(k, 0) for r in runs) for k in roles}
+            if all(r.get("overlap") for r in runs):
+                med["overlap"] = {k: statistics.median(r["overlap"][k] for r in runs)
+                                  for k in runs[0]["overlap"]}
             print(f"{scenario:>10} {name:>9}: {json.dumps(med)}")
     print(json.dumps({"rows": args.rows, "size": args.size, "partitions": args.partitions,
                       "results": results}))
