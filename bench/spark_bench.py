@@ -43,8 +43,8 @@ first, ``overall_rows_per_s`` is every row over ``start()`` to ``awaitTerminatio
 (``latestOffset`` + ``getBatch`` + ``queryPlanning`` + ``walCommit`` + ``commitOffsets`` is
 the planning overhead, ``addBatch`` runs the tasks), and ``overlap`` is, over those later
 batches and sampled every 0.1 s, the share of the time the broker worked alone (Spark waits
-for confirms or deliveries), Spark alone (the broker waits), both, or neither. Every count is checked on the broker:
-rows in = rows out, nothing left behind.
+for confirms or deliveries), Spark alone (the broker waits), both, or neither. Every count
+is checked on the broker: rows in = rows out, nothing left behind.
 
 Each scenario runs ``--repeat`` times, brokers alternating (A B A B); the summary table is of
 medians. The broker runs on the same cores as Spark, so figures are end to end on one
@@ -268,17 +268,28 @@ def _epoch(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def batches_of(progress: list[dict]) -> list[dict]:
+    """The progress reports of batches that read rows (an ``availableNow`` query ends with
+    an empty one)."""
+    return [p for p in progress if p["numInputRows"]]
+
+
+def window(batch: dict) -> tuple[float, float]:
+    """A batch's trigger, as epoch seconds from its start to its end."""
+    start = _epoch(batch["timestamp"])
+    return start, start + batch["durationMs"]["triggerExecution"] / 1000
+
+
 def stream_figures(started: float, finished: float, progress: list[dict]) -> dict[str, Any]:
     """First-batch time, steady rate and phase medians from Spark's progress reports."""
-    batches = [p for p in progress if p["numInputRows"]]
+    batches = batches_of(progress)
     rows = sum(p["numInputRows"] for p in batches)
     out: dict[str, Any] = {"rows": rows, "batches": len(batches),
                            "overall_rows_per_s": round(rows / (finished - started))}
     if not batches:
         return out
     first = batches[0]
-    out["first_batch_s"] = round(
-        _epoch(first["timestamp"]) + first["durationMs"]["triggerExecution"] / 1000 - started, 2)
+    out["first_batch_s"] = round(window(first)[1] - started, 2)
     out["first_batch_phases_ms"] = first["durationMs"]
     later = batches[1:]
     if later:
@@ -366,10 +377,8 @@ class Bench:
             out["cpu_us_per_row"] = {role: round(s / out["rows"] * 1e6, 1)
                                      for role, s in sorted(cpu.by_role().items()) if s > 0}
             out["cpu_busy_cores"] = round(sum(cpu.by_role().values()) / cpu.wall, 2)
-            later = [p for p in query.recentProgress if p["numInputRows"]][1:]
-            out["overlap"] = overlap_shares(cpu.timeline, [
-                (_epoch(p["timestamp"]), _epoch(p["timestamp"])
-                 + p["durationMs"]["triggerExecution"] / 1000) for p in later])
+            out["overlap"] = overlap_shares(
+                cpu.timeline, [window(p) for p in batches_of(query.recentProgress)[1:]])
         return out
 
     def run_sink(self, url: str) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class LmdbWriter:
         self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
         self._fresh_messages: list[tuple[bytes, bytes]] = []  # put_entry's deferred writes
         self._fresh_index: list[tuple[bytes, bytes]] = []
-        self._index_cursor: Any = None  # remove_entry's
+        self._index_cursor: Any = None  # _index()
 
     def refcount(self, msg_id: int, has_entry: bool) -> int:
         """Entries referring to ``msg_id``; ``has_entry``: the caller holds one of them."""
@@ -165,15 +165,18 @@ class LmdbWriter:
             txn.cursor(db=self.index).putmulti(self._fresh_index)
             self._fresh_index = []
 
+    def _index(self) -> Any:
+        """The transaction's one cursor on the index: acks remove neighbouring keys, and
+        LMDB finds a key on the cursor's page without descending from the root."""
+        if self._index_cursor is None:
+            self._index_cursor = self.txn.cursor(db=self.index)
+        return self._index_cursor
+
     def remove_entry(self, qid: int, seq: int) -> None:
         self._write_fresh()
         self.spend()
         key = INDEX_KEY.pack(qid, seq)
-        cursor = self._index_cursor
-        if cursor is None:
-            # One cursor for the batch: acks remove neighbouring keys, and LMDB finds a key
-            # on the cursor's page without descending from the root.
-            cursor = self._index_cursor = self.txn.cursor(db=self.index)
+        cursor = self._index()
         if cursor.set_key(key):  # absent: its enqueue was in a batch that failed
             self._forget_entry(key, cursor.value(), self.counter(qid))
             cursor.delete()
@@ -192,7 +195,7 @@ class LmdbWriter:
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
         self._write_fresh()
-        cursor = self.txn.cursor(db=self.index)
+        cursor = self._index()
         counter: list[int] | None = None
         if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
             while True:
