@@ -78,6 +78,23 @@ class ContentAssembler:
         if self.state != HEADER:
             raise ConnectionError_(
                 UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
+        body_size, props = self._check_header(payload, max_size)
+        if body_size == 0:
+            self.state = IDLE
+            return self._publish, props, b""
+        self.state = BODY
+        self._props = props
+        self._body_size = body_size
+        return None
+
+    def whole(self, publish: Publish, header: bytes, body: bytes, max_size: int) -> Content:
+        """A publish whose header and one body frame came with it (``frames.FRAME_PUBLISH``,
+        which checked that the body is the announced size): the content, from ``IDLE`` to
+        ``IDLE`` with the checks and errors of ``start``, ``header`` and ``body``."""
+        return publish, self._check_header(header, max_size)[1], body
+
+    def _check_header(self, payload: bytes, max_size: int) -> tuple[int, bytes]:
+        """A content header's body size and raw properties, once the header may come."""
         try:
             class_id, body_size, props = fastpath.decode_content_header(payload)
         except ValueError as exc:
@@ -92,13 +109,7 @@ class ContentAssembler:
                 f"message size {body_size} is larger than configured max size {max_size}",
                 _PUBLISH_METHOD,
             )
-        if body_size == 0:
-            self.state = IDLE
-            return self._publish, props, b""
-        self.state = BODY
-        self._props = props
-        self._body_size = body_size
-        return None
+        return body_size, props
 
     def body(self, payload: bytes) -> Content | None:
         """A body frame: the content once the announced size is reached, else None."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from leveret.amqp import fastpath
-from leveret.amqp.assembler import ContentAssembler
+from leveret.amqp.assembler import ContentAssembler, Publish
 from leveret.amqp.codec import (
     class_and_method,
     class_of,
@@ -72,6 +72,18 @@ _REJECT = fastpath.BASIC_REJECT
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
 
+
+
+def _decode_publish(payload: bytes) -> Publish:
+    """basic.publish's (exchange, routing key, mandatory); 505/540 as RabbitMQ."""
+    try:
+        exchange, routing_key, mandatory, immediate = fastpath.decode_publish(payload)
+    except ValueError as exc:
+        raise ConnectionError_(SYNTAX_ERROR, f"cannot decode basic.publish: {exc}",
+                               (60, 40)) from exc
+    if immediate:
+        raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", (60, 40))
+    return exchange, routing_key, mandatory
 
 class Channel(Publisher):
     """One open channel: frames in, deliveries out, their acknowledgements."""
@@ -129,14 +141,7 @@ class Channel(Publisher):
         if content.state:
             content.check_method()
         if index == _PUBLISH:
-            try:
-                exchange, routing_key, mandatory, immediate = fastpath.decode_publish(payload)
-            except ValueError as exc:
-                raise ConnectionError_(SYNTAX_ERROR, f"cannot decode basic.publish: {exc}",
-                                       (60, 40)) from exc
-            if immediate:
-                raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", (60, 40))
-            content.start((exchange, routing_key, mandatory))
+            content.start(_decode_publish(payload))
             return
         if index == _ACK:
             try:
@@ -175,6 +180,16 @@ class Channel(Publisher):
             return fn(payload)
         except ValueError as exc:
             raise ConnectionError_(SYNTAX_ERROR, str(exc), class_and_method(index)) from exc
+
+    def handle_publish(self, method: bytes, header: bytes, body: bytes) -> None:
+        """basic.publish, its content header and its one body frame, all arrived
+        (``frames.FRAME_PUBLISH``): what ``handle_method``, ``handle_header`` and
+        ``handle_body`` do in turn, in one call."""
+        content = self.content
+        if content.state:
+            content.check_method()
+        self._complete(*content.whole(_decode_publish(method), header, body,
+                                      self.connection.config.max_message_size))
 
     def handle_header(self, payload: bytes) -> None:
         done = self.content.header(payload, self.connection.config.max_message_size)

@@ -6,7 +6,8 @@ Theory of operation
 accumulate in ``out`` and the adapter is told once (``on_output``) that it
 should flush at the end of the loop turn, so many deliveries share one
 ``writelines``. The adapter also owns the clock and calls ``heartbeat_tick``.
-One call handles at most ``FRAMES_PER_TURN`` frames; ``input_pending`` then
+One call handles at most ``FRAMES_PER_TURN`` frames (a publish that came whole with
+its content is one: ``frames.FRAME_PUBLISH``); ``input_pending`` then
 asks the adapter to stop reading and call again (with ``b""``) on the next
 loop turn, so that no client's burst stalls the others.
 
@@ -48,6 +49,7 @@ from leveret.amqp.frames import (
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
+    FRAME_PUBLISH,
     FrameBuffer,
     erlang_binary,
 )
@@ -95,10 +97,12 @@ _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
 _CHANNEL_HANDLES = 21 << 16
 
 
-# Frames handled per ``receive_data`` call. A client that sends a burst (thousands of acks,
-# each handing out a delivery) is served in slices of a few ms, other clients in between:
-# the adapter stops reading and calls again on the next loop turn (``input_pending``).
+# Frames handled per ``receive_data`` call, a whole publish counting as one (it costs about
+# what an ack that hands out a delivery does). A client that sends a burst (thousands of acks
+# or publishes) is served in slices of a few ms, other clients in between: the adapter stops
+# reading and calls again on the next loop turn (``input_pending``).
 FRAMES_PER_TURN = 1000
+_PUBLISH_FRAMES = (FRAME_METHOD, FRAME_HEADER, FRAME_BODY)
 # A generator's frame, None once it is exhausted (inspect.getgeneratorstate costs a Python
 # call per receive_data; this is one C call).
 _gi_frame = attrgetter("gi_frame")
@@ -280,6 +284,9 @@ class Connection(Closing):
                         self._on_method(channel, payload)
                         if self.state == CLOSED:  # only a method closes: read no further
                             return
+                    elif ftype == FRAME_PUBLISH:
+                        if self._on_publish(channel, payload, *frames.content):
+                            return
                     elif ftype == FRAME_HEARTBEAT:
                         if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
                             raise ConnectionError_(
@@ -312,6 +319,29 @@ class Connection(Closing):
         self.write(PROTOCOL_HEADER)
         self.state = CLOSED
         self.want_close = True
+
+    def _on_publish(self, number: int, method: bytes, header: bytes, body: bytes) -> bool:
+        """A basic.publish with its header and body (``frames.FRAME_PUBLISH``): one call on
+        an open channel, else each frame as the loop of ``receive_data`` would take it.
+        Returns whether the connection is closed (read no further)."""
+        channel = self.channels.get(number)
+        if channel is not None:
+            try:
+                channel.handle_publish(method, header, body)
+            except ChannelError as exc:
+                self._close_channel(channel, exc)
+            return False
+        for ftype, payload in zip(_PUBLISH_FRAMES, (method, header, body), strict=True):
+            try:
+                if ftype == FRAME_METHOD:
+                    self._on_method(number, payload)
+                else:
+                    self._on_content(ftype, number, payload)
+            except ConnectionError_ as exc:
+                self._fail(exc)
+            if self.state == CLOSED:
+                return True
+        return False
 
     def _on_content(self, ftype: int, number: int, payload: bytes) -> None:
         channel = self.channels.get(number)  # only while RUNNING, as in _on_method

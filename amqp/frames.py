@@ -26,11 +26,21 @@ FRAME_HEADER_SIZE = 7
 FRAME_OVERHEAD = 8
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+# Not a wire type: ``feed`` yields it for a basic.publish method frame whose content header
+# and single body frame are complete and well framed too; the item's payload is the
+# method's, and ``FrameBuffer.content`` holds the other two until the next item.
+FRAME_PUBLISH = -1
 
 # Before connection.tune-ok the peer may not send frames larger than this (RabbitMQ's initial_frame_max).
 INITIAL_FRAME_MAX = 8192
 
 _frame_head = struct.Struct(">BHI")
+_u64 = struct.Struct(">Q")
+# A method payload starts with class and method ids; basic.publish is (60, 40). Its payload
+# holds at least those, a u16, two short strings and a bit field.
+_PUBLISH_MIN = 9
+# A content header payload: class, weight, body size (u64), then at least one flag word.
+_HEADER_MIN = 14
 
 
 def erlang_binary(data: bytes | bytearray) -> str:
@@ -44,12 +54,14 @@ def erlang_binary(data: bytes | bytearray) -> str:
 class FrameBuffer:
     """Accumulates bytes and yields complete frames; ``frame_max`` bounds their size."""
 
-    __slots__ = ("_buf", "_skip", "frame_max")
+    __slots__ = ("_buf", "_skip", "content", "frame_max")
 
     def __init__(self, frame_max: int = INITIAL_FRAME_MAX) -> None:
         self._buf = bytearray()
         self._skip = 0  # feed_closing: bytes of a skipped frame still to come
         self.frame_max = frame_max
+        # The content header's and the body's payloads of the last FRAME_PUBLISH item.
+        self.content: tuple[bytes, bytes] = (b"", b"")
 
     def __len__(self) -> int:
         return len(self._buf)
@@ -96,6 +108,17 @@ class FrameBuffer:
                         f"{erlang_binary(buf[pos + FRAME_HEADER_SIZE:min(stop, pos + FRAME_HEADER_SIZE + 16)])}"
                         f": {{invalid_frame_end_marker,{buf[stop]}}}",
                     )
+                if (ftype == FRAME_METHOD and size >= _PUBLISH_MIN and buf[pos + 8] == 60
+                        and buf[pos + 10] == 40 and not buf[pos + 7] and not buf[pos + 9]):
+                    content = self._content(buf, stop + 1, channel)
+                    if content is not None:
+                        body, after = content
+                        self.content = (view[stop + 1 + FRAME_HEADER_SIZE : body - 1].tobytes(),
+                                        view[body + FRAME_HEADER_SIZE : after - 1].tobytes())
+                        method = view[pos + FRAME_HEADER_SIZE : stop].tobytes()
+                        pos = after
+                        yield FRAME_PUBLISH, channel, method
+                        continue
                 frame = (ftype, channel, view[pos + FRAME_HEADER_SIZE : stop].tobytes())
                 if ftype not in FRAME_TYPES:
                     # Checked on the whole frame, as RabbitMQ: the text does not depend
@@ -110,6 +133,31 @@ class FrameBuffer:
             view.release()
             if pos:
                 del buf[:pos]
+
+    def _content(self, buf: bytearray, at: int, channel: int) -> tuple[int, int] | None:
+        """Where the body frame starts and ends (the next frame's offset), if the frames from
+        ``at`` (after a basic.publish) are a content header and one body frame of its
+        announced size on ``channel``, complete and well framed; else None (they go one by
+        one, through every check of ``feed``)."""
+        end = len(buf)
+        if end - at < FRAME_HEADER_SIZE + _HEADER_MIN:
+            return None
+        ftype, number, size = _frame_head.unpack_from(buf, at)
+        limit = self.frame_max
+        stop = at + FRAME_HEADER_SIZE + size
+        if (ftype != FRAME_HEADER or number != channel or size < _HEADER_MIN or stop >= end
+                or buf[stop] != FRAME_END or (limit and size + FRAME_OVERHEAD > limit)):
+            return None
+        (body_size,) = _u64.unpack_from(buf, at + FRAME_HEADER_SIZE + 4)
+        at = stop + 1
+        if not body_size or end - at < FRAME_HEADER_SIZE:
+            return None
+        ftype, number, size = _frame_head.unpack_from(buf, at)
+        stop = at + FRAME_HEADER_SIZE + size
+        if (ftype != FRAME_BODY or number != channel or size != body_size or stop >= end
+                or buf[stop] != FRAME_END or (limit and size + FRAME_OVERHEAD > limit)):
+            return None
+        return at, stop + 1
 
     def feed_closing(self, data: bytes) -> Generator[tuple[int, int, bytes], None, None]:
         """After we sent connection.close: yield only channel-0 method frames (close, close-ok).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from leveret.amqp.frames import (
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
+    FRAME_PUBLISH,
     INITIAL_FRAME_MAX,
     FrameBuffer,
 )
@@ -148,3 +150,112 @@ def test_take_returns_the_buffered_prefix() -> None:
     assert feed_all(fb, b"AMQP") == []
     assert fb.take(4) == b"AMQP"
     assert len(fb) == 0
+
+
+# -- a publish with its content, fused (FRAME_PUBLISH) ------------------------------------
+
+PUBLISH = b"\x00\x3c\x00\x28\x00\x00\x00\x01q\x00"  # basic.publish to "" with key "q"
+
+
+def content_header(body_size: int, class_id: int = 60) -> bytes:
+    return struct.pack(">HHQ", class_id, 0, body_size) + b"\x10\x00\x02"  # delivery_mode 2
+
+
+def expanded(fb: FrameBuffer, feed: Iterator[tuple[int, int, bytes]]
+             ) -> Iterator[tuple[int, int, bytes]]:
+    """``feed``'s items, each FRAME_PUBLISH as the three frames it stands for."""
+    for ftype, channel, payload in feed:
+        if ftype == FRAME_PUBLISH:
+            header, body = fb.content
+            yield from ((FRAME_METHOD, channel, payload), (FRAME_HEADER, channel, header),
+                        (FRAME_BODY, channel, body))
+        else:
+            yield ftype, channel, payload
+
+
+def feed_collect(fb: FrameBuffer, chunks: list[bytes]) -> tuple[list, list, str | None]:
+    """Items fed chunk by chunk until the end or a framing error (its text): their types,
+    the frames they stand for, the error."""
+    types: list[int] = []
+    got: list = []
+    try:
+        for chunk in chunks:
+            for item in fb.feed(chunk):
+                types.append(item[0])
+                got += expanded(fb, iter([item]))
+    except ConnectionError_ as exc:
+        return types, got, exc.reply_text
+    return types, got, None
+
+
+def test_a_whole_publish_is_one_item() -> None:
+    frames = [(FRAME_METHOD, 1, PUBLISH), (FRAME_HEADER, 1, content_header(5)),
+              (FRAME_BODY, 1, b"hello")]
+    types, got, error = feed_collect(FrameBuffer(), [b"".join(raw_frame(*f) for f in frames) * 2])
+    assert types == [FRAME_PUBLISH] * 2 and got == frames * 2 and error is None
+    # Cut anywhere inside, the same publish comes frame by frame.
+    assert feed_bytewise(FrameBuffer(), b"".join(raw_frame(*f) for f in frames)) == frames
+
+
+@pytest.mark.parametrize("frames", [
+    pytest.param([(FRAME_METHOD, 1, PUBLISH), (FRAME_HEADER, 1, content_header(0))],
+                 id="empty-body"),
+    pytest.param([(FRAME_METHOD, 1, PUBLISH), (FRAME_HEADER, 1, content_header(4)),
+                  (FRAME_BODY, 1, b"ab"), (FRAME_BODY, 1, b"cd")], id="two-body-frames"),
+    pytest.param([(FRAME_METHOD, 1, PUBLISH), (FRAME_HEADER, 2, content_header(2)),
+                  (FRAME_BODY, 2, b"ab")], id="other-channel"),
+    pytest.param([(FRAME_METHOD, 1, PUBLISH), (FRAME_HEADER, 1, content_header(3)),
+                  (FRAME_BODY, 1, b"ab")], id="short-body"),
+    pytest.param([(FRAME_METHOD, 1, PUBLISH), (FRAME_BODY, 1, b"ab")], id="no-header"),
+    pytest.param([(FRAME_METHOD, 1, PUBLISH), (FRAME_HEADER, 1, b"\x00\x3c"),
+                  (FRAME_BODY, 1, b"ab")], id="short-header"),
+])
+def test_anything_but_a_publish_with_one_body_frame_comes_frame_by_frame(frames: list) -> None:
+    assert feed_all(FrameBuffer(), b"".join(raw_frame(*f) for f in frames)) == frames
+
+
+@pytest.mark.parametrize("bad", ["end-octet", "frame-max"])
+def test_a_bad_content_frame_after_a_publish_fails_as_frame_by_frame(bad: str) -> None:
+    body = raw_frame(FRAME_BODY, 1, b"x" * 100, end=0x00 if bad == "end-octet" else 0xCE)
+    data = (raw_frame(FRAME_METHOD, 1, PUBLISH) + raw_frame(FRAME_HEADER, 1, content_header(100))
+            + body)
+    limit = 100 if bad == "frame-max" else 4096  # the method and the header fit, the body not
+    whole = feed_collect(FrameBuffer(frame_max=limit), [data])
+    bytewise = feed_collect(FrameBuffer(frame_max=limit), [data[i:i + 1] for i in range(len(data))])
+    assert whole == bytewise
+    assert whole[0] == [FRAME_METHOD, FRAME_HEADER] and whole[2] is not None
+
+
+_ANY_FRAME = st.tuples(st.sampled_from([FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT]),
+                       st.integers(0, 3), st.binary(max_size=24))
+
+
+@st.composite
+def publishes(draw: st.DrawFn) -> list[tuple[int, int, bytes]]:
+    """A publish with its content, often well formed, sometimes bent."""
+    channel = draw(st.integers(1, 2))
+    body = draw(st.binary(max_size=40))
+    announced = draw(st.sampled_from([len(body), len(body), len(body) + 1, 0]))
+    frames = [(FRAME_METHOD, channel, PUBLISH),
+              (FRAME_HEADER, draw(st.sampled_from([channel, channel, 3])),
+               content_header(announced, draw(st.sampled_from([60, 60, 50]))))]
+    if draw(st.booleans()) or announced:
+        frames.append((FRAME_BODY, draw(st.sampled_from([channel, channel, 0])), body))
+    return frames
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts=st.lists(st.one_of(publishes(), st.lists(_ANY_FRAME, max_size=2)), max_size=6),
+       cuts=st.lists(st.integers(0, 2000), max_size=8), frame_max=st.sampled_from([0, 40, 4096]))
+def test_publishes_amid_other_frames_give_the_same_frames_however_cut(
+        parts: list, cuts: list[int], frame_max: int) -> None:
+    frames = [f for part in parts for f in part]
+    data = b"".join(raw_frame(*f) for f in frames)
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    _, got, error = feed_collect(FrameBuffer(frame_max=frame_max),
+                                 [data[a:b] for a, b in itertools.pairwise(points)])
+    _, bytewise, bytewise_error = feed_collect(FrameBuffer(frame_max=frame_max),
+                                               [data[i:i + 1] for i in range(len(data))])
+    assert got == bytewise and error == bytewise_error
+    if error is None:
+        assert bytewise == frames

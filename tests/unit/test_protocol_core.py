@@ -18,6 +18,7 @@ from pamqp import header as pheader
 from pamqp import heartbeat as pheartbeat
 
 from leveret.amqp.connection import CLOSED, CLOSING, HEADER, RUNNING
+from leveret.config import Config
 from leveret.tests.unit.wire import PROTOCOL_HEADER, Client, content_frames
 
 Basic = commands.Basic
@@ -612,7 +613,8 @@ def test_a_burst_is_handled_in_slices_of_frames_per_turn() -> None:
     from leveret.amqp.connection import FRAMES_PER_TURN
 
     client = running()
-    burst = client.publish_bytes(1, b"x", routing_key="nowhere") * FRAMES_PER_TURN  # 3 frames each
+    # A publish that arrives whole with its header and body counts as one frame.
+    burst = client.publish_bytes(1, b"x", routing_key="nowhere") * (3 * FRAMES_PER_TURN)
     client.conn.receive_data(burst)
     assert client.conn.input_pending  # a third of it handled: the rest waits for the next turn
     turns = 1
@@ -621,3 +623,27 @@ def test_a_burst_is_handled_in_slices_of_frames_per_turn() -> None:
         turns += 1
     assert turns in (3, 4)  # 4 when the last slice ends exactly on the budget
     client.call(1, commands.Confirm.Select())  # the connection is intact after the slices
+
+
+@pytest.mark.parametrize("case", ["unopened-channel", "closing-channel", "too-large",
+                                  "no-exchange"])
+def test_a_whole_publish_is_answered_as_its_frames_one_by_one(case: str) -> None:
+    """A publish that arrives with its content in one chunk is handled in one call
+    (``frames.FRAME_PUBLISH``); whatever goes wrong, the server writes the same bytes as
+    when the frames come one by one."""
+    out = []
+    for byte_by_byte in (False, True):
+        client = running(byte_by_byte=byte_by_byte, config=Config(max_message_size=64))
+        client.call(1, commands.Queue.Declare(queue="q"))
+        script = b""
+        if case == "closing-channel":  # the client closes channel 1, then publishes on it
+            script += client.method(1, commands.Channel.Close(reply_code=200, class_id=0,
+                                                              method_id=0))
+        channel = 2 if case == "unopened-channel" else 1
+        body = b"x" * (100 if case == "too-large" else 10)
+        exchange = "nope" if case == "no-exchange" else ""  # 404 when the content is complete
+        script += client.publish_bytes(channel, body, exchange, routing_key="q") * 2
+        script += client.method(1, commands.Basic.Qos(prefetch_count=1))
+        client.feed(script)
+        out.append(client.drain_raw())
+    assert out[0] == out[1] and out[0]
