@@ -73,7 +73,6 @@ _REJECT = fastpath.BASIC_REJECT
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
 
 
-
 def _decode_publish(payload: bytes) -> Publish:
     """basic.publish's (exchange, routing key, mandatory); 505/540 as RabbitMQ."""
     try:
@@ -84,6 +83,7 @@ def _decode_publish(payload: bytes) -> Publish:
     if immediate:
         raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", (60, 40))
     return exchange, routing_key, mandatory
+
 
 class Channel(Publisher):
     """One open channel: frames in, deliveries out, their acknowledgements."""
