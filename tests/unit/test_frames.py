@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -161,16 +160,14 @@ def content_header(body_size: int, class_id: int = 60) -> bytes:
     return struct.pack(">HHQ", class_id, 0, body_size) + b"\x10\x00\x02"  # delivery_mode 2
 
 
-def expanded(fb: FrameBuffer, feed: Iterator[tuple[int, int, bytes]]
-             ) -> Iterator[tuple[int, int, bytes]]:
-    """``feed``'s items, each FRAME_PUBLISH as the three frames it stands for."""
-    for ftype, channel, payload in feed:
-        if ftype == FRAME_PUBLISH:
-            header, body = fb.content
-            yield from ((FRAME_METHOD, channel, payload), (FRAME_HEADER, channel, header),
-                        (FRAME_BODY, channel, body))
-        else:
-            yield ftype, channel, payload
+def expanded(fb: FrameBuffer, item: tuple[int, int, bytes]) -> list[tuple[int, int, bytes]]:
+    """The frames ``item`` (just yielded by ``fb.feed``) stands for: three for FRAME_PUBLISH."""
+    ftype, channel, payload = item
+    if ftype != FRAME_PUBLISH:
+        return [item]
+    header, body = fb.content
+    return [(FRAME_METHOD, channel, payload), (FRAME_HEADER, channel, header),
+            (FRAME_BODY, channel, body)]
 
 
 def feed_collect(fb: FrameBuffer, chunks: list[bytes]) -> tuple[list, list, str | None]:
@@ -182,7 +179,7 @@ def feed_collect(fb: FrameBuffer, chunks: list[bytes]) -> tuple[list, list, str 
         for chunk in chunks:
             for item in fb.feed(chunk):
                 types.append(item[0])
-                got += expanded(fb, iter([item]))
+                got += expanded(fb, item)
     except ConnectionError_ as exc:
         return types, got, exc.reply_text
     return types, got, None

@@ -627,10 +627,21 @@ def test_a_burst_is_handled_in_slices_of_frames_per_turn() -> None:
 
 @pytest.mark.parametrize("case", ["unopened-channel", "closing-channel", "too-large",
                                   "no-exchange"])
-def test_a_whole_publish_is_answered_as_its_frames_one_by_one(case: str) -> None:
+def test_a_whole_publish_is_answered_as_its_frames_one_by_one(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A publish that arrives with its content in one chunk is handled in one call
     (``frames.FRAME_PUBLISH``); whatever goes wrong, the server writes the same bytes as
     when the frames come one by one."""
+    from leveret.amqp.connection import Connection
+
+    whole_items: list[int] = []  # channels of the FRAME_PUBLISH items the connection got
+    on_publish = Connection._on_publish
+
+    def counting(self: Connection, number: int, *payloads: bytes) -> bool:
+        whole_items.append(number)
+        return on_publish(self, number, *payloads)
+
+    monkeypatch.setattr(Connection, "_on_publish", counting)
     out = []
     for byte_by_byte in (False, True):
         client = running(byte_by_byte=byte_by_byte, config=Config(max_message_size=64))
@@ -646,4 +657,7 @@ def test_a_whole_publish_is_answered_as_its_frames_one_by_one(case: str) -> None
         script += client.method(1, commands.Basic.Qos(prefetch_count=1))
         client.feed(script)
         out.append(client.drain_raw())
+        # Fed whole, the first publish came as one item; byte by byte, none did.
+        assert bool(whole_items) != byte_by_byte
+        whole_items.clear()
     assert out[0] == out[1] and out[0]
