@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+def _nothing() -> None:
+    """What a lost connection's core calls instead of its adapter."""
+
+
 # After close-ok to a client's connection.close, how long the client has to close the socket.
 CLOSE_GRACE_SECONDS = 1.0
 # Stop reading a connection whose unsent output passes this (bytes); RabbitMQ bounds the
@@ -220,6 +225,9 @@ class AMQPProtocol(asyncio.Protocol):
             self._close_timer = None
         if self.conn is not None:
             self.conn.connection_lost()
+            # The core's callbacks are bound to this adapter: a cycle that would outlive the
+            # collector's young generation (server.GC_THRESHOLD collects older ones rarely).
+            self.conn.on_output = self.conn.on_flow_release = _nothing
         self.broker.protocols.discard(self)
         if not self.closed.done():
             self.closed.set_result(None)

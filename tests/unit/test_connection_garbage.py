@@ -1,0 +1,128 @@
+"""A connection's life leaves no cyclic garbage in the broker.
+
+The serving broker collects older generations rarely (``server.GC_THRESHOLD``), so a
+cycle that outlives a young collection would stay in memory for a long time; a client that
+connects for every request would make that a leak. Here a real socket and a real client
+(aiormq) run against the broker's asyncio adapter in a child process, and a collection with
+``DEBUG_SAVEALL`` shows what only the cycle collector could have freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiormq
+import pytest
+from pamqp import body as pbody
+from pamqp import commands, frame
+from pamqp import header as pheader
+
+from leveret.amqp.protocol import AMQPProtocol
+from leveret.broker.broker import Broker
+from leveret.config import Config
+
+
+def leveret_garbage() -> Counter[str]:
+    """Collect with every unreachable object saved; count the broker's among them."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return Counter(type(o).__qualname__ for o in gc.garbage
+                       if type(o).__module__.startswith("leveret."))
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+async def one_connection_life(url: str) -> None:
+    """A client's session: confirms, publish, consume and ack, cancel, a channel error."""
+    conn = await aiormq.connect(url)
+    channel = await conn.channel(publisher_confirms=True)
+    queue = await channel.queue_declare("gc-test", durable=False)
+    await channel.basic_publish(b"x", routing_key=queue.queue)
+    await channel.basic_qos(prefetch_count=5)
+    got: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    tag = await channel.basic_consume(queue.queue, lambda m: got.done() or got.set_result(m))
+    message = await asyncio.wait_for(got, 5)
+    await channel.basic_ack(message.delivery_tag)
+    await channel.basic_cancel(tag.consumer_tag)
+    with pytest.raises(aiormq.exceptions.ChannelNotFoundEntity):
+        await (await conn.channel()).queue_declare("no-such-queue", passive=True)
+    await conn.close()
+
+
+async def one_dropped_connection(url: str) -> None:
+    """A client that consumes, holds a delivery unacked and goes away without
+    connection.close (its frames sent in one go, the replies never read)."""
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    methods = [
+        commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                    response="\x00guest\x00guest", locale="en_US"),
+        commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0),
+        commands.Connection.Open(virtual_host="/"),
+    ]
+    data = b"AMQP\x00\x00\x09\x01" + b"".join(frame.marshal(m, 0) for m in methods)
+    data += b"".join(frame.marshal(m, 1) for m in (
+        commands.Channel.Open(), commands.Queue.Declare(queue="gc-test"),
+        commands.Basic.Publish(routing_key="gc-test")))
+    data += frame.marshal(pheader.ContentHeader(0, 1, commands.Basic.Properties()), 1)
+    data += frame.marshal(pbody.ContentBody(b"x"), 1)
+    data += frame.marshal(commands.Basic.Consume(queue="gc-test", consumer_tag="c"), 1)
+    writer.write(data)
+    await reader.read(1)  # connection.start: the broker is at work on the rest
+    await asyncio.sleep(0.1)
+    writer.transport.abort()
+
+
+async def garbage_after(life: Callable[[str], Awaitable[None]]) -> Counter[str]:
+    """The broker's cyclic garbage from three runs of ``life`` (after one to warm up)."""
+    loop = asyncio.get_running_loop()
+    config = Config()
+    broker = Broker(config, loop=loop)
+    server = await loop.create_server(lambda: AMQPProtocol(broker, config, loop),
+                                      "127.0.0.1", 0)
+    url = f"amqp://guest:guest@127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+
+    async def settled() -> None:
+        for _ in range(40):
+            if not broker.connections and not broker.protocols:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the broker still holds a connection")
+
+    try:
+        await life(url)  # first-use caches, lazy imports
+        await settled()
+        leveret_garbage()
+        for _ in range(3):
+            await life(url)
+        await settled()
+        return leveret_garbage()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+LIVES = {"closed": one_connection_life, "dropped": one_dropped_connection}
+
+
+@pytest.mark.parametrize("life", sorted(LIVES))
+def test_a_connections_life_leaves_no_cyclic_garbage(life: str) -> None:
+    # A child interpreter: other tests' brokers, freed by the collector whenever it runs,
+    # must not be counted here.
+    out = subprocess.run([sys.executable, __file__, life], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(garbage_after(LIVES[sys.argv[1]]))))
