@@ -20,8 +20,10 @@ from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, Enqueue
 from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER,
+    FLAG_SIZED,
     FLAG_TRANSIENT,
     INDEX_KEY,
+    INDEX_SIZED,
     U32,
     U64,
     UNKNOWN,
@@ -76,8 +78,12 @@ class LmdbWriter:
         self.counted: set[int] = set()  # message ids whose refs record is on disk
         self._first_new = -1  # ids (counter part) from here on were never committed
         self.counters: dict[int, list[int] | None] = {}  # None: delete (queue deleted)
-        self._fresh_messages: list[tuple[bytes, bytes]] = []  # put_entry's deferred writes
-        self._fresh_index: list[tuple[bytes, bytes]] = []
+        # put_entry's deferred writes: keys and values side by side (bytes only, so nothing
+        # here is a container the cyclic collector would walk), zipped into putmulti.
+        self._fresh_message_keys: list[bytes] = []
+        self._fresh_messages: list[bytes] = []
+        self._fresh_index_keys: list[bytes] = []
+        self._fresh_index: list[bytes] = []
         self._index_cursor: Any = None  # _index()
 
     def refcount(self, msg_id: int, has_entry: bool) -> int:
@@ -120,26 +126,34 @@ class LmdbWriter:
         return counter
 
     def put_entry(self, op: Enqueue) -> None:
-        self.spend()
         message = op.message
         msg_id = message.store_id
-        refs = self.refcount(msg_id, False)
-        key = INDEX_KEY.pack(op.qid, op.seq)
+        refs = self.refs.get(msg_id)
+        if refs is None:
+            refs = self.refcount(msg_id, False)
+        qid, seq = op.qid, op.seq
+        key = INDEX_KEY.pack(qid, seq)
         size = len(message.body)
         transient = op.transient
-        value = encode_index_value(
-            msg_id, op.delivery_count, FLAG_TRANSIENT if transient else 0, op.expires_at, size)
-        counter = self.counter(op.qid)
-        seq = op.seq & SEQ_MASK
+        if transient or op.expires_at:
+            value = encode_index_value(
+                msg_id, op.delivery_count, FLAG_TRANSIENT if transient else 0, op.expires_at, size)
+        else:  # the usual entry: encode_index_value's last case, without the call
+            value = INDEX_SIZED.pack(msg_id, op.delivery_count, FLAG_SIZED, size)
+        counter = self.counters.get(qid) or self.counter(qid)
+        seq &= SEQ_MASK
         if seq >= counter[1]:
             # Above every seq the queue has on disk, so the key is new: the record and the
-            # entry wait in ``_fresh`` and go in with one C call each (``_write_fresh``).
+            # entry wait in ``_fresh_*`` and go in with one C call each (``_write_fresh``).
             if refs == 0:
-                self._fresh_messages.append((U64.pack(msg_id), encode_message(message)))
-            self._fresh_index.append((key, value))
+                self._fresh_message_keys.append(U64.pack(msg_id))
+                self._fresh_messages.append(encode_message(message))
+            self._fresh_index_keys.append(key)
+            self._fresh_index.append(value)
             counter[1] = seq + 1
         else:
             self._write_fresh()
+            self.spend()
             if refs == 0:  # first entry on disk: write the record (once for all queues)
                 self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
             old = self.txn.replace(key, value, db=self.index)
@@ -156,14 +170,16 @@ class LmdbWriter:
 
     def _write_fresh(self) -> None:
         """Write the deferred records and entries of new keys (before anything reads or
-        deletes, and at the end)."""
+        deletes, and at the end); they spend from the page budget together."""
         if self._fresh_index:
             txn = self.txn
             if self._fresh_messages:
-                txn.cursor(db=self.messages).putmulti(self._fresh_messages)
-                self._fresh_messages = []
-            txn.cursor(db=self.index).putmulti(self._fresh_index)
-            self._fresh_index = []
+                txn.cursor(db=self.messages).putmulti(
+                    zip(self._fresh_message_keys, self._fresh_messages))
+                self._fresh_message_keys, self._fresh_messages = [], []
+            txn.cursor(db=self.index).putmulti(zip(self._fresh_index_keys, self._fresh_index))
+            self.spend(len(self._fresh_index))
+            self._fresh_index_keys, self._fresh_index = [], []
 
     def _index(self) -> Any:
         """The transaction's one cursor on the index: acks remove neighbouring keys, and
