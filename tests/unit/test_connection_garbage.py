@@ -1,8 +1,9 @@
 """A connection's life leaves no cyclic garbage in the broker.
 
 The serving broker collects older generations rarely (``server.GC_THRESHOLD``), so a
-cycle that outlives a young collection would stay in memory for a long time; a client that
-connects for every request would make that a leak. Here a real socket and a real client
+cycle that outlives a young collection stays in memory until the next of those; a client
+that connects for every request would make the broker grow by a connection's worth each
+time until then. Here a real socket and a real client
 (aiormq) run against the broker's asyncio adapter in a child process, and a collection with
 ``DEBUG_SAVEALL`` shows what only the cycle collector could have freed.
 """
