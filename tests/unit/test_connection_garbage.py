@@ -3,8 +3,8 @@
 The serving broker collects older generations rarely (``server.GC_THRESHOLD``), so a
 cycle that outlives a young collection stays in memory until the next of those; a client
 that connects for every request would make the broker grow by a connection's worth each
-time until then. Here a real socket and a real client
-(aiormq) run against the broker's asyncio adapter in a child process, and a collection with
+time until then. Here real sockets (aiormq, and raw frames for a client that vanishes) run
+against the broker's asyncio adapter in a child process, and a collection with
 ``DEBUG_SAVEALL`` shows what only the cycle collector could have freed.
 """
 
@@ -59,6 +59,9 @@ async def one_connection_life(url: str) -> None:
     await conn.close()
 
 
+BASIC_DELIVER = bytes((0, 60, 0, 60))  # a method frame's class and method ids
+
+
 async def one_dropped_connection(url: str) -> None:
     """A client that consumes, holds a delivery unacked and goes away without
     connection.close (its frames sent in one go, the replies never read)."""
@@ -78,8 +81,11 @@ async def one_dropped_connection(url: str) -> None:
     data += frame.marshal(pbody.ContentBody(b"x"), 1)
     data += frame.marshal(commands.Basic.Consume(queue="gc-test", consumer_tag="c"), 1)
     writer.write(data)
-    await reader.read(1)  # connection.start: the broker is at work on the rest
-    await asyncio.sleep(0.1)
+    received = b""
+    while BASIC_DELIVER not in received:  # the delivery it will hold unacked
+        chunk = await asyncio.wait_for(reader.read(65536), 5)
+        assert chunk, f"the broker closed the connection first: {received!r}"
+        received += chunk
     writer.transport.abort()
 
 
