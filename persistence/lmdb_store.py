@@ -23,7 +23,8 @@ Named databases (``records.py`` has the byte layouts):
 * ``messages``: message id -> record; ``refs``: message id -> entry count,
   only for counts above one (format 4: a message with an index entry and no
   refs record has one). A message is written once however many queues hold
-  it and deleted with its last entry;
+  it and deleted with its last entry. New records are appended after the last
+  page when their ids sort after it (``lmdb_writer._put_new_records``);
 * ``index``: (qid, seq) -> (message id, delivery count, flags[, expires_at]);
 * ``transient``: the index keys of transient entries (paged out, not meant to
   survive), so dropping them at startup does not scan the index.

@@ -50,6 +50,25 @@ COUNTER_PREFIX = b"c"
 _ID_MASK = (1 << CLUSTER_SHIFT) - 1  # a message id's counter, under its cluster byte
 
 
+def _put_new_records(cursor: Any, keys: list[bytes], records: list[bytes]) -> None:
+    """Write records under keys not in the database, appending when they come after it.
+
+    Ids are handed out in order, so a batch's new records usually all sort after every
+    record on disk. LMDB then fills the last page and starts a new one (``MDB_APPEND``)
+    instead of searching for each key and splitting a full page in half: with 1-2 KB
+    messages, pages hold twice as many records or more and each is written once
+    (bench/README.md, "Spark bridge, eleventh round"). A priority queue's records (a
+    higher cluster byte, ``batch.CLUSTER_SHIFT``) sort after the plain ones, so then,
+    or when the batch mixes clusters, the keys go where they belong, as before.
+    """
+    if cursor.last() and cursor.key() >= keys[0]:
+        cursor.putmulti(zip(keys, records))
+        return
+    consumed, added = cursor.putmulti(zip(keys, records), append=True)
+    if added != consumed:  # out of order (LMDB skipped those): put them all where they go
+        cursor.putmulti(zip(keys, records))  # the appended ones are rewritten unchanged
+
+
 def _no_budget(n: int = 1) -> None:
     pass
 
@@ -174,8 +193,8 @@ class LmdbWriter:
         if self._fresh_index:
             txn = self.txn
             if self._fresh_messages:
-                txn.cursor(db=self.messages).putmulti(
-                    zip(self._fresh_message_keys, self._fresh_messages))
+                _put_new_records(txn.cursor(db=self.messages), self._fresh_message_keys,
+                                 self._fresh_messages)
                 self._fresh_message_keys, self._fresh_messages = [], []
             txn.cursor(db=self.index).putmulti(zip(self._fresh_index_keys, self._fresh_index))
             self.spend(len(self._fresh_index))

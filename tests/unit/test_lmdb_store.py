@@ -589,3 +589,53 @@ def test_version_4_counters_read_as_nothing_delivered_below(path: Path) -> None:
     assert [e.delivery_count for e in store.read_queue(qid, 0, 10)] == [2, 1, 1, 0]
     assert store.queue_stats(qid) == QueueStats(4, 0, 4, 8)
     store.close()
+
+
+def _message_pages(path: Path) -> tuple[int, list[int]]:
+    """Leaf pages of the messages database of a closed store, and its record ids."""
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin() as txn:
+        db = env.open_db(b"messages", txn=txn)
+        pages = txn.stat(db)["leaf_pages"]
+        ids = [U64.unpack(k)[0] for k, _ in txn.cursor(db=db)]
+    env.close()
+    return pages, ids
+
+
+def test_new_records_fill_their_pages(path: Path) -> None:
+    """Records whose ids come after those on disk are appended: three 1 KB records a
+    4 KiB page, where inserting them one by one leaves two (each full page split in half)."""
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    for batch in range(4):
+        for i in range(300):
+            store.enqueue(qid, batch * 300 + i, msg(b"x" * 1024))
+        commit(store)
+    store.close()
+    pages, ids = _message_pages(path)
+    assert len(ids) == 1200
+    assert pages <= 1200 // 3 + 1
+
+
+def test_records_out_of_append_order_are_all_written(path: Path) -> None:
+    """A priority queue's records sort after the plain ones (a higher cluster byte): a
+    batch mixing them, and later plain records below a clustered one, are all stored."""
+    store = recording(LmdbStore(path))
+    plain, prio = store.put_queue(QueueDef("/", "p")), store.put_queue(QueueDef("/", "h"))
+    bodies = {}
+    for seq, (qid, cluster) in enumerate([(plain, 0), (prio, 3), (plain, 0), (prio, 1),
+                                          (plain, 0)]):
+        message = msg(f"m{seq}".encode())
+        store.enqueue(qid, seq, message, cluster=cluster)
+        bodies[message.store_id] = message.body
+    commit(store)
+    for seq in range(5, 9):  # all below the clustered records already on disk
+        message = msg(f"m{seq}".encode())
+        store.enqueue(plain, seq, message)
+        bodies[message.store_id] = message.body
+    commit(store)
+    got = {e.message.store_id: e.message.body
+           for qid in (plain, prio) for e in store.read_queue(qid, 0, 100)}
+    store.close()
+    assert got == bodies
+    assert sorted(_message_pages(path)[1]) == sorted(bodies)
