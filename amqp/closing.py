@@ -45,6 +45,42 @@ CLOSING_TIMEOUT = 30.0
 SILENT_CLOSE_DELAY = 3.0
 
 
+# The exclusive queues a connection holds are checked for deleted ones when their list
+# reaches this many, or twice as many as the last check left.
+OWNED_CHECK_MIN = 64
+
+
+class OwnedQueues:
+    """The exclusive queues a connection declared: it deletes those left when it ends.
+
+    A queue deleted before that (a reply queue per call, on one long-lived connection)
+    leaves the list at the next check, so a connection holds about twice the queues it
+    still owns at most, not every queue it ever declared.
+    """
+
+    __slots__ = ("_check_at", "_queues")
+
+    def __init__(self) -> None:
+        self._queues: list[Any] = []
+        self._check_at = OWNED_CHECK_MIN
+
+    def add(self, queue: Any) -> None:
+        queues = self._queues
+        queues.append(queue)
+        if len(queues) >= self._check_at:
+            queues[:] = [q for q in queues if not q.deleted]
+            self._check_at = max(OWNED_CHECK_MIN, 2 * len(queues))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def take_all(self) -> list[Any]:
+        """Every queue added and not checked out as deleted; the list starts afresh."""
+        queues, self._queues = self._queues, []
+        self._check_at = OWNED_CHECK_MIN
+        return queues
+
+
 class Closing:
     """The endings of a connection, and its heartbeat watch."""
 
@@ -54,7 +90,7 @@ class Closing:
     clock: Callable[[], float]
     out: list[bytes]
     channels: dict[int, Channel]
-    exclusive_queues: list[Any]
+    exclusive_queues: OwnedQueues
     flow_queues: set[Any]
     vhost: VirtualHost | None
     heartbeat: int
@@ -125,8 +161,7 @@ class Closing:
         for channel in channels:
             channel.release()
             channel.drop_output()
-        queues, self.exclusive_queues = self.exclusive_queues, []
-        for queue in queues:
+        for queue in self.exclusive_queues.take_all():
             if self.vhost is not None:
                 self.vhost.delete_queue(queue)
         self.broker.connections.discard(self)

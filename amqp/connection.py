@@ -36,7 +36,7 @@ from pamqp import commands
 
 from leveret.amqp import handshake
 from leveret.amqp.channel import Channel
-from leveret.amqp.closing import Closing
+from leveret.amqp.closing import Closing, OwnedQueues
 from leveret.amqp.codec import (
     class_and_method,
     class_of,
@@ -134,7 +134,7 @@ class Connection(Closing):
         self.channels: dict[int, Channel] = {}
         self._closing_channels: set[int] = set()
         self._flush_channels: set[Publisher] = set()
-        self.exclusive_queues: list[Any] = []
+        self.exclusive_queues = OwnedQueues()
         self.vhost: VirtualHost | None = None
         self.user: str | None = None
         # Set by the TLS adapter: the user named by a verified client certificate (EXTERNAL).

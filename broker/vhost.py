@@ -384,6 +384,7 @@ class VirtualHost:
             consumer.channel.consumer_cancelled_by_broker(consumer)
         if queue.durable:
             self.log.delete_queue(self.name, queue.name, queue.qid)
+        queue.close()
         log.debug("deleted queue %r in vhost %r", queue.name, self.name)
         return count
 

@@ -39,6 +39,7 @@ from leveret.persistence.batch import SEQ_MASK
 from leveret.queues import dead_letter, limits, plain_store, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.ready import (
+    DeletedOwner,
     Owner,
     Tail,
     fifo_segments,
@@ -52,6 +53,9 @@ _ACCEPTED = PublishResult.ACCEPTED
 _HELD = PublishResult.HELD
 _REFUSED = PublishResult.REFUSED
 
+
+def _expired_nothing() -> None:
+    """A deleted queue's expiry timer (``FeaturedStore.close``)."""
 
 class FeaturedStore:
     expires = True
@@ -289,3 +293,7 @@ class FeaturedStore:
 
     def close(self) -> None:
         self._expiry.cancel()
+        self._owner = DeletedOwner(self._owner)
+        self.tail.detach(self._owner)
+        # The timer's callback is a method of this store: a cycle of its own.
+        self._expiry = ttl.ExpiryTimer(self._owner.time, _expired_nothing)

@@ -34,6 +34,7 @@ from leveret.model.message import Message
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.fifo_bytes import FifoBytes
 from leveret.queues.ready import (
+    DeletedOwner,
     Owner,
     Tail,
     fifo_segments,
@@ -203,4 +204,5 @@ class PlainStore:
         return lost
 
     def close(self) -> None:
-        pass
+        self._owner = DeletedOwner(self._owner)
+        self.tail.detach(self._owner)

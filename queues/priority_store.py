@@ -66,6 +66,11 @@ class PriorityStore(FeaturedStore):
         self.bytes += len(entry.message.body)
         heapq.heappush(self.returned, entry)
 
+    def close(self) -> None:
+        super().close()
+        for tail in self.tails.values():
+            tail.detach(self._owner)
+
     # -- paging --------------------------------------------------------------------------
 
     @property

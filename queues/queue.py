@@ -312,6 +312,11 @@ class Queue(Dispatcher):
         self._store.requeue(entry)
         self._store.after_change()
 
+    def close(self) -> None:
+        """Deleted and purged: the store cancels its timers and lets go of this queue
+        (``ready.DeletedOwner``), so the queue is freed as soon as nothing holds it."""
+        self._store.close()
+
     def purge(self) -> int:
         """Drop every ready message; unacked ones are untouched (as RabbitMQ)."""
         count = self._store.purge()

@@ -76,7 +76,7 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
             auto_delete=m.auto_delete, arguments=dict(m.arguments or {}),
             owner=ch.connection, server_named=not m.queue)
         if created and m.exclusive:
-            ch.connection.exclusive_queues.append(queue)
+            ch.connection.exclusive_queues.add(queue)
     queue.touch()  # renews an x-expires lease (RabbitMQ: the stat in every declare)
     ch.last_queue_name = queue.name
     if not m.nowait:

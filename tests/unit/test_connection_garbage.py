@@ -1,4 +1,4 @@
-"""A connection's life leaves no cyclic garbage in the broker.
+"""A connection's life, and a queue's, leave no cyclic garbage in the broker.
 
 The serving broker collects older generations rarely (``server.GC_THRESHOLD``), so a
 cycle that outlives a young collection stays in memory until the next of those; a client
@@ -25,9 +25,11 @@ from pamqp import body as pbody
 from pamqp import commands, frame
 from pamqp import header as pheader
 
+from leveret.amqp.closing import OWNED_CHECK_MIN
 from leveret.amqp.protocol import AMQPProtocol
 from leveret.broker.broker import Broker
 from leveret.config import Config
+from leveret.queues.queue import Queue
 
 
 def leveret_garbage() -> Counter[str]:
@@ -89,6 +91,29 @@ async def one_dropped_connection(url: str) -> None:
     writer.transport.abort()
 
 
+async def queues_come_and_go(url: str) -> None:
+    """Server-named queues of each store kind (plain, message TTL, priority) declared,
+    used and deleted, one while a consumer holds a delivery from it and acks it after."""
+    conn = await aiormq.connect(url)
+    channel = await conn.channel(publisher_confirms=True)
+    for arguments in ({}, {"x-message-ttl": 60000}, {"x-max-priority": 5}):
+        queue = (await channel.queue_declare("", exclusive=True, arguments=arguments)).queue
+        for body in (b"x", b"y"):
+            await channel.basic_publish(body, routing_key=queue)
+        got = await channel.basic_get(queue)
+        await channel.basic_ack(got.delivery.delivery_tag)
+        await channel.queue_delete(queue)
+    other = await conn.channel()
+    queue = (await other.queue_declare("", exclusive=True)).queue
+    await other.basic_publish(b"z", routing_key=queue)
+    held: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    await other.basic_consume(queue, lambda m: held.done() or held.set_result(m))
+    message = await asyncio.wait_for(held, 5)
+    await channel.queue_delete(queue)
+    await other.basic_ack(message.delivery_tag)  # a late ack for a deleted queue
+    await conn.close()
+
+
 async def garbage_after(life: Callable[[str], Awaitable[None]]) -> Counter[str]:
     """The broker's cyclic garbage from three runs of ``life`` (after one to warm up)."""
     loop = asyncio.get_running_loop()
@@ -118,7 +143,25 @@ async def garbage_after(life: Callable[[str], Awaitable[None]]) -> Counter[str]:
         await server.wait_closed()
 
 
-LIVES = {"closed": one_connection_life, "dropped": one_dropped_connection}
+async def reply_queues_on_one_connection(url: str) -> int:
+    """An RPC client's pattern: a server-named exclusive queue per call, deleted after it,
+    all on one connection that stays open; returns how many queues the broker still has
+    in memory before that connection closes."""
+    conn = await aiormq.connect(url)
+    channel = await conn.channel()
+    for _ in range(500):
+        queue = (await channel.queue_declare("", exclusive=True)).queue
+        await channel.basic_publish(b"reply", routing_key=queue)
+        await channel.basic_get(queue, no_ack=True)
+        await channel.queue_delete(queue)
+    gc.collect()
+    alive = sum(1 for o in gc.get_objects() if type(o) is Queue)
+    await conn.close()
+    return alive
+
+
+LIVES = {"closed": one_connection_life, "dropped": one_dropped_connection,
+         "queues": queues_come_and_go}
 
 
 @pytest.mark.parametrize("life", sorted(LIVES))
@@ -131,5 +174,32 @@ def test_a_connections_life_leaves_no_cyclic_garbage(life: str) -> None:
     assert json.loads(out.stdout.splitlines()[-1]) == {}
 
 
+def test_deleted_exclusive_queues_are_not_held_by_their_connection() -> None:
+    """500 exclusive queues declared and deleted on one open connection: the connection
+    keeps at most a check's worth of them (``closing.OwnedQueues``), not all 500."""
+    out = subprocess.run([sys.executable, __file__, "held"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    held = json.loads(out.stdout.splitlines()[-1])["queues in memory"]
+    assert held <= OWNED_CHECK_MIN
+
+
+async def run_held() -> None:
+    loop = asyncio.get_running_loop()
+    config = Config()
+    broker = Broker(config, loop=loop)
+    server = await loop.create_server(lambda: AMQPProtocol(broker, config, loop),
+                                      "127.0.0.1", 0)
+    try:
+        url = f"amqp://guest:guest@127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        print(json.dumps({"queues in memory": await reply_queues_on_one_connection(url)}))
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(garbage_after(LIVES[sys.argv[1]]))))
+    if sys.argv[1] == "held":
+        asyncio.run(run_held())
+    else:
+        print(json.dumps(asyncio.run(garbage_after(LIVES[sys.argv[1]]))))
