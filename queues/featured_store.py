@@ -37,9 +37,9 @@ from collections.abc import Collection, Iterator
 from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.persistence.batch import SEQ_MASK
 from leveret.queues import dead_letter, limits, plain_store, ttl
+from leveret.queues.deleted import DeletedOwner
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.ready import (
-    DeletedOwner,
     Owner,
     Tail,
     fifo_segments,

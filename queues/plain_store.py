@@ -31,10 +31,10 @@ from collections import deque
 from collections.abc import Collection, Iterator
 
 from leveret.model.message import Message
+from leveret.queues.deleted import DeletedOwner
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.fifo_bytes import FifoBytes
 from leveret.queues.ready import (
-    DeletedOwner,
     Owner,
     Tail,
     fifo_segments,

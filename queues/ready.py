@@ -80,43 +80,6 @@ class Owner(Protocol):
         """Entries became available (tail committed): deliver if consumers can take."""
 
 
-class DeletedOwner:
-    """What a deleted queue's store and tails keep instead of the queue (``ReadyStore.close``).
-
-    A store refers to its queue and the queue to its store: a cycle that only the cycle
-    collector frees, and the serving broker runs its older generations rarely
-    (``server.GC_THRESHOLD``), so churned queues (RPC reply queues) would pile up in memory
-    until then. A deleted queue's store is empty and only late calls reach it (an ack of a
-    delivery taken from it, a timer); this stand-in has the queue's settings and clock, no
-    disk log, and nothing to wake, dead-letter or record, so those calls change nothing.
-    """
-
-    __slots__ = ("qid", "settings", "time")
-    log: QueueLog | None = None
-    page_high = 0
-    deleted = True
-
-    def __init__(self, queue: Owner) -> None:
-        self.qid = queue.qid
-        self.settings = queue.settings
-        self.time = queue.time
-
-    def drop(self, entry: QueueEntry, reason: str) -> None:
-        pass
-
-    def refuse(self, message: Message) -> None:
-        pass
-
-    def written(self, seq: int) -> None:
-        pass
-
-    def needs_expiry(self) -> None:
-        pass
-
-    def wake(self) -> None:
-        pass
-
-
 class ReadyStore(Protocol):
     # Entries may expire (TTL): publish and settings changes call ``after_change``.
     expires: bool
@@ -185,7 +148,8 @@ class ReadyStore(Protocol):
         """A store write failed: entries with ``start <= seq < end`` were never stored."""
 
     def close(self) -> None:
-        """The queue is deleted: cancel timers, and refer to a ``DeletedOwner`` instead of it."""
+        """The queue is deleted: cancel timers, and refer to a ``deleted.DeletedOwner``
+        instead of it."""
 
 
 class Tail:
@@ -205,7 +169,7 @@ class Tail:
         self.bytes: int | None = 0
 
     def detach(self, stand_in: Owner) -> None:
-        """Its queue is deleted: refer to ``stand_in`` instead (``DeletedOwner``)."""
+        """Its queue is deleted: refer to ``stand_in`` instead (``deleted.DeletedOwner``)."""
         self._owner = stand_in
 
     def take(self, seq: int, size: int) -> None:
