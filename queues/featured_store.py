@@ -57,6 +57,7 @@ _REFUSED = PublishResult.REFUSED
 def _expired_nothing() -> None:
     """A deleted queue's expiry timer (``FeaturedStore.close``)."""
 
+
 class FeaturedStore:
     expires = True
 

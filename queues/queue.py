@@ -314,7 +314,7 @@ class Queue(Dispatcher):
 
     def close(self) -> None:
         """Deleted and purged: the store cancels its timers and lets go of this queue
-        (``ready.DeletedOwner``), so the queue is freed as soon as nothing holds it."""
+        (``deleted.DeletedOwner``), so the queue is freed as soon as nothing holds it."""
         self._store.close()
 
     def purge(self) -> int:
