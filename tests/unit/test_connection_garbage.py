@@ -11,12 +11,13 @@ against the broker's asyncio adapter in a child process, and a collection with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiormq
@@ -114,23 +115,32 @@ async def queues_come_and_go(url: str) -> None:
     await conn.close()
 
 
-async def garbage_after(life: Callable[[str], Awaitable[None]]) -> Counter[str]:
-    """The broker's cyclic garbage from three runs of ``life`` (after one to warm up)."""
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[tuple[Broker, str]]:
+    """A broker on a free port through its asyncio adapter: (broker, its AMQP URL)."""
     loop = asyncio.get_running_loop()
     config = Config()
     broker = Broker(config, loop=loop)
     server = await loop.create_server(lambda: AMQPProtocol(broker, config, loop),
                                       "127.0.0.1", 0)
-    url = f"amqp://guest:guest@127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-
-    async def settled() -> None:
-        for _ in range(40):
-            if not broker.connections and not broker.protocols:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError("the broker still holds a connection")
-
     try:
+        yield broker, f"amqp://guest:guest@127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def garbage_after(life: Callable[[str], Awaitable[None]]) -> Counter[str]:
+    """The broker's cyclic garbage from three runs of ``life`` (after one to warm up)."""
+    async with serving() as (broker, url):
+
+        async def settled() -> None:
+            for _ in range(40):
+                if not broker.connections and not broker.protocols:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError("the broker still holds a connection")
+
         await life(url)  # first-use caches, lazy imports
         await settled()
         leveret_garbage()
@@ -138,9 +148,6 @@ async def garbage_after(life: Callable[[str], Awaitable[None]]) -> Counter[str]:
             await life(url)
         await settled()
         return leveret_garbage()
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 async def reply_queues_on_one_connection(url: str) -> int:
@@ -164,42 +171,32 @@ LIVES = {"closed": one_connection_life, "dropped": one_dropped_connection,
          "queues": queues_come_and_go}
 
 
-@pytest.mark.parametrize("life", sorted(LIVES))
-def test_a_connections_life_leaves_no_cyclic_garbage(life: str) -> None:
-    # A child interpreter: other tests' brokers, freed by the collector whenever it runs,
-    # must not be counted here.
-    out = subprocess.run([sys.executable, __file__, life], capture_output=True, text=True,
+def in_child(case: str) -> Any:
+    """Run ``case`` in a child interpreter (other tests' brokers, freed by the collector
+    whenever it runs, must not be counted) and return what it printed last, as JSON."""
+    out = subprocess.run([sys.executable, __file__, case], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.splitlines()[-1]) == {}
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("life", sorted(LIVES))
+def test_a_connections_life_leaves_no_cyclic_garbage(life: str) -> None:
+    assert in_child(life) == {}
 
 
 def test_deleted_exclusive_queues_are_not_held_by_their_connection() -> None:
     """500 exclusive queues declared and deleted on one open connection: the connection
     keeps at most a check's worth of them (``closing.OwnedQueues``), not all 500."""
-    out = subprocess.run([sys.executable, __file__, "held"], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stderr[-3000:]
-    held = json.loads(out.stdout.splitlines()[-1])["queues in memory"]
-    assert held <= OWNED_CHECK_MIN
+    assert in_child("held")["queues in memory"] <= OWNED_CHECK_MIN
 
 
-async def run_held() -> None:
-    loop = asyncio.get_running_loop()
-    config = Config()
-    broker = Broker(config, loop=loop)
-    server = await loop.create_server(lambda: AMQPProtocol(broker, config, loop),
-                                      "127.0.0.1", 0)
-    try:
-        url = f"amqp://guest:guest@127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-        print(json.dumps({"queues in memory": await reply_queues_on_one_connection(url)}))
-    finally:
-        server.close()
-        await server.wait_closed()
+async def queues_held() -> dict[str, int]:
+    async with serving() as (_, url):
+        return {"queues in memory": await reply_queues_on_one_connection(url)}
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "held":
-        asyncio.run(run_held())
-    else:
-        print(json.dumps(asyncio.run(garbage_after(LIVES[sys.argv[1]]))))
+    case = sys.argv[1]
+    result = queues_held() if case == "held" else garbage_after(LIVES[case])
+    print(json.dumps(asyncio.run(result)))
