@@ -43,8 +43,11 @@ first, ``overall_rows_per_s`` is every row over ``start()`` to ``awaitTerminatio
 (``latestOffset`` + ``getBatch`` + ``queryPlanning`` + ``walCommit`` + ``commitOffsets`` is
 the planning overhead, ``addBatch`` runs the tasks), and ``overlap`` is, over those later
 batches and sampled every 0.1 s, the share of the time the broker worked alone (Spark waits
-for confirms or deliveries), Spark alone (the broker waits), both, or neither. Every count
-is checked on the broker: rows in = rows out, nothing left behind.
+for confirms or deliveries), Spark alone (the broker waits), both, or neither.
+``cpu_us_per_row`` is each role's CPU over the whole query, ``steady_cpu_us_per_row`` over
+those later batches only (without the query's start: the source runner's imports, the
+first batch's planning). Every count is checked on the broker: rows in = rows out, nothing
+left behind.
 
 Each scenario runs ``--repeat`` times, brokers alternating (A B A B); the summary table is of
 medians. The broker runs on the same cores as Spark, so figures are end to end on one
@@ -56,6 +59,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import re
@@ -109,28 +113,53 @@ SPARK_ROLES = ("source driver (Python)", "sink commit (Python)", "task workers (
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _descendants(root: int) -> dict[int, str]:
-    """pid -> command line of every process below ``root`` (from /proc, Linux only)."""
-    children: dict[int, list[int]] = {}
-    cmds: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+class ProcessTable:
+    """This machine's processes, from /proc, read incrementally (Linux only).
+
+    The sampler looks every 0.1 s; reading every process's ``stat`` and ``cmdline`` each time
+    cost the bench itself 5-7% of a core, taken from the pipeline it measures. A process's
+    parent is read once; a descendant's command line until it names a role (a process
+    seen between its fork and its exec names none yet).
+    """
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+        self.cmd: dict[int, str] = {}
+
+    def _read(self, pid: int) -> None:
         try:
-            stat = (entry / "stat").read_text()
-            cmds[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        for child in children.get(pid, []):
-            out[child] = cmds.get(child, "")
-            todo.append(child)
-    return out
+            return
+        self.parent[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def descendants(self, root: int) -> dict[int, str]:
+        """pid -> command line of every process below ``root``."""
+        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        for gone in self.parent.keys() - pids:
+            del self.parent[gone]
+            self.cmd.pop(gone, None)
+        for pid in pids - self.parent.keys():
+            self._read(pid)
+        children: dict[int, list[int]] = {}
+        for pid, ppid in self.parent.items():
+            children.setdefault(ppid, []).append(pid)
+        out, todo = {}, [root]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if _role(self.cmd.get(child, "")) == "other":
+                    try:
+                        self.cmd[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(
+                            b"\0", b" ").decode(errors="replace")
+                    except OSError:
+                        continue
+                out[child] = self.cmd[child]
+                todo.append(child)
+        return out
+
+
+def _role(cmd: str) -> str:
+    return next((role for fragment, role in ROLES if fragment in cmd), "other")
 
 
 def _rabbitmq_nodes() -> dict[int, str]:
@@ -173,13 +202,15 @@ class CpuSampler:
         # (epoch seconds, {role: cores busy since the previous sample}): who works when.
         self.timeline: list[tuple[float, dict[str, float]]] = []
         self._at = 0.0
+        self.processes = ProcessTable()
+        self.rabbitmq = _rabbitmq_nodes()  # started before the run, if at all
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
         now = time.time()
         busy: dict[str, float] = {}
-        for pid, cmd in {**_descendants(os.getpid()), **_rabbitmq_nodes(),
+        for pid, cmd in {**self.processes.descendants(os.getpid()), **self.rabbitmq,
                          os.getpid(): "bench"}.items():
             cpu = _cpu_s(pid)
             if cpu is None:
@@ -188,8 +219,9 @@ class CpuSampler:
                 # A process born during the run starts at zero; one seen at the start, at its
                 # CPU then.
                 self.first[pid] = cpu if not self._started else 0.0
-                self.role[pid] = next((r for frag, r in ROLES if frag in cmd),
-                                      "bench (Python)" if pid == os.getpid() else "other")
+                self.role[pid] = "bench (Python)" if pid == os.getpid() else _role(cmd)
+            elif self.role[pid] == "other":  # first seen between its fork and its exec
+                self.role[pid] = _role(cmd)
             role = self.role[pid]
             busy[role] = busy.get(role, 0.0) + cpu - self.last.get(pid, self.first[pid])
             self.last[pid] = cpu
@@ -262,6 +294,19 @@ def overlap_shares(timeline: list[tuple[float, dict[str, float]]],
         counts[key] += 1
     total = sum(counts.values())
     return {k: round(v / total, 2) for k, v in counts.items()} if total else {}
+
+
+def cpu_in_windows(timeline: list[tuple[float, dict[str, float]]],
+                   windows: list[tuple[float, float]]) -> dict[str, float]:
+    """CPU seconds by role of the samples inside ``windows`` (the later batches): what a
+    steady batch costs, without the query's start (the source runner's imports, the first
+    batch's planning)."""
+    out: dict[str, float] = {}
+    for (before, _), (at, busy) in itertools.pairwise(timeline):
+        if any(start <= at <= end for start, end in windows):
+            for role, cores in busy.items():
+                out[role] = out.get(role, 0.0) + cores * (at - before)
+    return out
 
 
 def _epoch(stamp: str) -> float:
@@ -377,8 +422,14 @@ class Bench:
             out["cpu_us_per_row"] = {role: round(s / out["rows"] * 1e6, 1)
                                      for role, s in sorted(cpu.by_role().items()) if s > 0}
             out["cpu_busy_cores"] = round(sum(cpu.by_role().values()) / cpu.wall, 2)
-            out["overlap"] = overlap_shares(
-                cpu.timeline, [window(p) for p in batches_of(query.recentProgress)[1:]])
+            later = batches_of(query.recentProgress)[1:]
+            windows = [window(p) for p in later]
+            out["overlap"] = overlap_shares(cpu.timeline, windows)
+            later_rows = sum(p["numInputRows"] for p in later)
+            if later_rows:
+                out["steady_cpu_us_per_row"] = {
+                    role: round(s / later_rows * 1e6, 1)
+                    for role, s in sorted(cpu_in_windows(cpu.timeline, windows).items()) if s > 0}
         return out
 
     def run_sink(self, url: str) -> dict[str, Any]:
@@ -535,6 +586,9 @@ def headline(result: dict[str, Any]) -> str:
     if "cpu_us_per_row" in result:
         text += "; CPU us/row " + ", ".join(
             f"{role.split(' (')[0]} {us}" for role, us in result["cpu_us_per_row"].items())
+    if "steady_cpu_us_per_row" in result:
+        text += "; later batches' CPU us/row " + ", ".join(
+            f"{role.split(' (')[0]} {us}" for role, us in result["steady_cpu_us_per_row"].items())
     if result.get("overlap"):
         text += "; later batches: " + ", ".join(
             f"{name} {share:.0%}" for name, share in result["overlap"].items())
