@@ -20,7 +20,7 @@ handshake and the rare methods go through pamqp; the hot frames through
   header, body), one ``bytes`` slice and its delivery tag, without decoding
   the method, the properties or copying the body apart. The driver only
   numbers, holds and ships them; the executors decode them
-  (:class:`.schema.RawMessages`), in parallel and off the driver's one core.
+  (:class:`.deliveries.RawMessages`), in parallel and off the driver's one core.
 
 It speaks only what the bridge needs (declare, qos, consume, ack, confirm
 mode, publish, returns) and works against Leveret and RabbitMQ alike.

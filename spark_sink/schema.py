@@ -28,22 +28,18 @@ source DataFrame round-trips through the sink unchanged. Conversion goes
 through Arrow in both directions: the reader hands Spark ``RecordBatch``es and
 the writers receive them, so no Python ``Row`` is built per message. On the way
 in, the driver ships each partition's messages as the frames they were
-delivered in (:class:`RawMessages`), decoded into columns on the executor.
+delivered in (:class:`.deliveries.RawMessages`), decoded into columns on the executor.
 """
 
 from __future__ import annotations
 
-import array
 import datetime
 import decimal
 import json
-import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-
-from . import wire
 
 STRING_PROPERTIES = (
     "content_type",
@@ -169,127 +165,6 @@ def header_value(value: Any) -> str:
     if isinstance(value, datetime.datetime):
         return value.isoformat()
     return str(value)
-
-
-_U64 = struct.Struct(">Q")
-_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
-_EMPTY_PROPERTIES = b"\x00\x00"
-# The properties a source row usually carries (a persistent message with an id, what the
-# sink and most publishers send): decoded without the general property walk.
-_PERSISTENT_WITH_ID = (wire.PROPERTY_FLAGS[3][1] | wire.PROPERTY_FLAGS[8][1]).to_bytes(2, "big")
-_PROPERTY_COLUMNS = ("message_id", *STRING_PROPERTIES, "delivery_mode", "priority", "timestamp",
-                     "headers")
-
-
-class RawMessages:
-    """A partition's messages as they were delivered: their frames in one blob.
-
-    The driver only numbers deliveries and ships them (one ``bytes`` to pickle, not
-    a Python object per message); :meth:`to_arrow` decodes them on the executor.
-    """
-
-    def __init__(self, layout: Layout = ALL_COLUMNS) -> None:
-        self.layout = layout
-        self.seqs = array.array("q")
-        self.frames = b""
-
-    @classmethod
-    def of(cls, seqs: Sequence[int], frames: Sequence[bytes], layout: Layout = ALL_COLUMNS
-           ) -> RawMessages:
-        """``frames[i]`` is message ``seqs[i]``'s Basic.Deliver, header and body frames."""
-        packed = cls(layout)
-        packed.seqs = array.array("q", seqs)
-        packed.frames = b"".join(frames)
-        return packed
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-    def to_arrow(self) -> Iterator[pa.RecordBatch]:
-        columns = self._decode()
-        schema = self.layout.arrow_schema()
-        for start in range(0, len(self.seqs), ARROW_BATCH_ROWS):
-            yield self._slice_to_arrow(columns, start, start + ARROW_BATCH_ROWS, schema)
-
-    def _decode(self) -> tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]]:
-        """The frames -> (redelivered, exchange, routing key, raw properties, body) lists."""
-        blob = self.frames
-        unpack = _FRAME_HEAD.unpack_from
-        redelivered: list[bool] = []
-        exchanges: list[bytes] = []
-        routing_keys: list[bytes] = []
-        properties: list[bytes] = []
-        bodies: list[bytes] = []
-        pos, end = 0, len(blob)
-        while pos < end:
-            _type, _channel, size = unpack(blob, pos)
-            at = pos + 12 + blob[pos + 11]  # past the method id and the consumer tag
-            redelivered.append(bool(blob[at + 8] & 1))  # after the delivery tag
-            at += 9
-            exchanges.append(blob[at + 1 : at + 1 + blob[at]])
-            at += 1 + blob[at]
-            routing_keys.append(blob[at + 1 : at + 1 + blob[at]])
-            pos += 8 + size
-            _type, _channel, size = unpack(blob, pos)
-            if _type != wire.FRAME_HEADER:
-                raise ValueError(f"malformed delivery at byte {pos}: frame type {_type}")
-            (remaining,) = _U64.unpack_from(blob, pos + 11)
-            properties.append(blob[pos + 19 : pos + 7 + size])
-            pos += 8 + size
-            if not remaining:
-                bodies.append(b"")
-                continue
-            _type, _channel, size = unpack(blob, pos)
-            if size == remaining:  # the usual case: one body frame
-                bodies.append(blob[pos + 7 : pos + 7 + size])
-                pos += 8 + size
-                continue
-            chunks = []
-            while remaining > 0:
-                _type, _channel, size = unpack(blob, pos)
-                chunks.append(blob[pos + 7 : pos + 7 + size])
-                remaining -= size
-                pos += 8 + size
-            bodies.append(b"".join(chunks))
-        return redelivered, exchanges, routing_keys, properties, bodies
-
-    def _slice_to_arrow(
-        self, columns: tuple[list[bool], list[bytes], list[bytes], list[bytes], list[bytes]],
-        start: int, stop: int, schema: pa.Schema,
-    ) -> pa.RecordBatch:
-        redelivered, exchanges, routing_keys, properties, bodies = columns
-        raw = properties[start:stop]
-        props: dict[str, list[Any]] = {name: [None] * len(raw) for name in _PROPERTY_COLUMNS}
-        ids, modes = props["message_id"], props["delivery_mode"]
-        headers_as_json = self.layout.headers_as_json
-        wants_properties = any(name in props for name in schema.names)
-        for i, blob in enumerate(raw if wants_properties else ()):
-            if blob == _EMPTY_PROPERTIES:
-                continue
-            if blob[:2] == _PERSISTENT_WITH_ID and len(blob) == 4 + blob[3]:
-                modes[i] = blob[2]
-                ids[i] = blob[4:]  # UTF-8 bytes: Arrow checks them as it builds the column
-                continue
-            for name, value in wire.decode_properties(blob).items():
-                if name == "headers":
-                    if headers_as_json:
-                        value = headers_to_json(value)
-                    else:
-                        value = [(str(k), header_value(v)) for k, v in value.items()]
-                elif name == "timestamp":
-                    value = value * 1_000_000
-                elif name == "cluster_id":
-                    continue
-                props[name][i] = value
-        direct: dict[str, Sequence[Any]] = {
-            "body": bodies, "routing_key": routing_keys, "exchange": exchanges,
-            "redelivered": redelivered, "seq": self.seqs,
-        }
-        arrays = [
-            pa.array(direct[name][start:stop] if name in direct else props[name], field.type)
-            for name, field in zip(schema.names, schema, strict=True)
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def check_sink_columns(names: Sequence[str], routing_key_column: str | None) -> None:

@@ -13,7 +13,7 @@ broker on the read side. The driver is one Python process for the whole
 stream, so it does as little per message as it can: it keeps each delivery as
 the bytes of its frames (``raw_deliveries``), numbers it, and ships a
 partition as one blob; the executors, in parallel, decode the frames into
-Arrow columns (:class:`~.schema.RawMessages`).
+Arrow columns (:class:`~.deliveries.RawMessages`).
 
 Acks follow Spark's commit log. ``latestOffset(start)`` is called after the
 batch ending at ``start`` was committed, so it acks every message below
@@ -63,9 +63,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .amqp_client import AmqpError, Connection
+from .deliveries import RawMessages
 from .ledger import Ledger
 from .process_tuning import keep_freed_memory, task_started
-from .schema import ALL_COLUMNS, Layout, RawMessages
+from .schema import ALL_COLUMNS, Layout
 
 DEFAULT_PREFETCH = 20000  # unacked deliveries the driver holds at least (~20 MB of 1 KB messages)
 LINGER_S = 0.05  # a drain ends after this long without new data

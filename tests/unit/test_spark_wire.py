@@ -124,7 +124,8 @@ MESSAGES = [  # (redelivered, exchange, routing key, properties, body)
 @pytest.mark.parametrize("chunk", [None, 1, 7])
 def test_raw_deliveries_are_whole_messages_fed_whole_or_byte_by_byte(chunk):
     pytest.importorskip("pyarrow")
-    from leveret.spark_sink.schema import ARROW_SCHEMA, RawMessages
+    from leveret.spark_sink.deliveries import RawMessages
+    from leveret.spark_sink.schema import ARROW_SCHEMA
 
     frames = [_delivery_frames(tag, *m, frame_max=512) for tag, m in enumerate(MESSAGES, 1)]
     # A confirm between deliveries goes the ordinary way; a trailing partial message waits.
@@ -159,7 +160,7 @@ def test_raw_deliveries_are_whole_messages_fed_whole_or_byte_by_byte(chunk):
     cuts=st.lists(st.integers(0, 20000), max_size=12),
 )
 def test_raw_deliveries_survive_any_split_of_the_stream(messages, cuts):
-    from leveret.spark_sink.schema import RawMessages
+    from leveret.spark_sink.deliveries import RawMessages
 
     frames = [_delivery_frames(tag, redelivered, exchange, rk,
                                {"delivery_mode": 2, **({"message_id": mid} if mid else {})},
@@ -175,3 +176,53 @@ def test_raw_deliveries_survive_any_split_of_the_stream(messages, cuts):
     rows = [r for b in RawMessages.of(range(len(frames)), frames).to_arrow() for r in b.to_pylist()]
     assert [(r["redelivered"], r["exchange"], r["routing_key"], r["message_id"], r["body"])
             for r in rows] == messages
+
+
+_PROPERTIES = st.one_of(  # what the sink publishes (the Arrow path), none, or any mix
+    st.builds(lambda mid: {"delivery_mode": 2, "message_id": mid}, short),
+    st.just({}),
+    st.fixed_dictionaries({"delivery_mode": st.sampled_from([1, 2])},
+                          optional={"message_id": short, "content_type": short,
+                                    "priority": st.integers(0, 9),
+                                    "headers": st.dictionaries(short, st.integers(-5, 5),
+                                                               max_size=2)}),
+)
+
+
+@given(
+    messages=st.lists(st.tuples(st.booleans(), st.sampled_from(["", "ex"]), short, _PROPERTIES,
+                                st.sampled_from([b"", b"b", bytes(range(256)) * 3])),
+                      min_size=1, max_size=12),
+    columns=st.lists(st.sampled_from(["body", "routing_key", "exchange", "message_id",
+                                      "delivery_mode", "content_type", "priority", "headers",
+                                      "redelivered", "seq"]), unique=True, min_size=1),
+    rows_per_batch=st.integers(1, 5),
+)
+def test_every_layout_and_batch_cut_gives_each_message_its_own_values(
+        messages, columns, rows_per_batch):
+    """Columns are gathered from the frames by offsets; a row must get its own message's
+    parts whatever the columns, the batch boundaries, bodies of several frames (768
+    octets at frame_max 512), empty ones, and property lists the Arrow path cannot take."""
+    from leveret.spark_sink import schema
+    from leveret.spark_sink.deliveries import RawMessages
+    from leveret.spark_sink.schema import Layout
+
+    frames = [_delivery_frames(tag, *m, frame_max=512) for tag, m in enumerate(messages, 1)]
+    full = schema.ARROW_SCHEMA
+    layout = Layout.of([(name, schema._SPARK_TYPES[str(full.field(name).type)])
+                        for name in columns], False)
+    packed = RawMessages.of(range(100, 100 + len(frames)), frames, layout)
+    batches = list(packed.to_arrow(rows_per_batch))
+    assert [b.num_rows for b in batches][:-1] == [rows_per_batch] * (len(batches) - 1)
+    rows = [r for b in batches for r in b.to_pylist()]
+    for seq, (row, (redelivered, exchange, routing_key, props, body)) in enumerate(
+            zip(rows, messages, strict=True), 100):
+        expected = {"body": body, "routing_key": routing_key, "exchange": exchange,
+                    "redelivered": redelivered, "seq": seq,
+                    **{name: props.get(name) for name in ("message_id", "delivery_mode",
+                                                          "content_type", "priority")},
+                    "headers": ({k: str(v) for k, v in props["headers"].items()}
+                                if "headers" in props else None)}
+        if row.get("headers") is not None:  # a map's pairs come in the table's wire order
+            row["headers"] = dict(row["headers"])
+        assert row == {name: expected[name] for name in columns}
