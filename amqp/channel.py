@@ -100,6 +100,10 @@ class Channel(Publisher):
         self.closing = False
         self.active = True  # channel.flow
         self.content = ContentAssembler()
+        # The last basic.publish payload and its decoding: a publisher repeats its exchange
+        # and routing key, so the commonest publish skips the decode (handle_publish).
+        self._publish_method = b""
+        self._publish: Publish = ("", "", False)
         # Counted in place, per exchange (by name) and per queue (model/object_stats.py; a
         # consumer holds its queue's QueueCounters); ``stats`` sums them for the management
         # plane. ``_counted`` has the confirms and the counts of pruned queues.
@@ -188,7 +192,10 @@ class Channel(Publisher):
         content = self.content
         if content.state:
             content.check_method()
-        self._complete(*content.whole(_decode_publish(method), header, body,
+        if method != self._publish_method:
+            self._publish = _decode_publish(method)
+            self._publish_method = method
+        self._complete(*content.whole(self._publish, header, body,
                                       self.connection.config.max_message_size))
 
     def handle_header(self, payload: bytes) -> None:

@@ -205,6 +205,28 @@ def test_mandatory_unroutable_is_returned() -> None:
 
 
 @both_feeds
+def test_each_publish_goes_where_its_own_method_says(byte_by_byte: bool) -> None:
+    """A channel keeps the last basic.publish it decoded, for a publisher that repeats
+    its exchange and key: a publish that differs in any field is decoded afresh."""
+    client = running(byte_by_byte)
+    for name in ("a", "b"):
+        only(client.call(1, commands.Queue.Declare(queue=name)), commands.Queue.DeclareOk)
+    sent = [("a", False), ("a", False), ("b", False), ("a", False), ("nowhere", True),
+            ("nowhere", False), ("b", False), ("nowhere", True)]
+    returned = []
+    for n, (key, mandatory) in enumerate(sent):
+        for _, reply in client.publish(1, b"m%d" % n, routing_key=key, mandatory=mandatory):
+            if isinstance(reply, Basic.Return):
+                returned.append(reply.routing_key)
+    queues = client.broker.vhosts["/"].queues
+    assert (queues["a"].message_count, queues["b"].message_count) == (3, 2)
+    assert returned == ["nowhere", "nowhere"]  # mandatory ones only
+    close = expect_connection_close(client, client.call(1, Basic.Publish(
+        routing_key="a", immediate=True)), 540, (60, 40))
+    assert close.reply_text == "NOT_IMPLEMENTED - immediate=true"
+
+
+@both_feeds
 def test_content_split_by_small_frame_max(byte_by_byte: bool) -> None:
     client = Client(byte_by_byte=byte_by_byte)
     client.handshake(frame_max=4096)
