@@ -118,13 +118,14 @@ class ProcessTable:
 
     The sampler looks every 0.1 s; reading every process's ``stat`` and ``cmdline`` each time
     cost the bench itself 5-7% of a core, taken from the pipeline it measures. A process's
-    parent is read once; a descendant's command line until it names a role (a process
-    seen between its fork and its exec names none yet).
+    parent is read once; only this bench's descendants (a dozen) have their command line
+    read each time, since a process seen between its fork and its exec shows its parent's
+    (the JVM's, or ``jspawnhelper``'s under the JVM's directory) and is named by what it
+    runs after.
     """
 
     def __init__(self) -> None:
         self.parent: dict[int, int] = {}
-        self.cmd: dict[int, str] = {}
 
     def _read(self, pid: int) -> None:
         try:
@@ -138,7 +139,6 @@ class ProcessTable:
         pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
         for gone in self.parent.keys() - pids:
             del self.parent[gone]
-            self.cmd.pop(gone, None)
         for pid in pids - self.parent.keys():
             self._read(pid)
         children: dict[int, list[int]] = {}
@@ -147,13 +147,11 @@ class ProcessTable:
         out, todo = {}, [root]
         while todo:
             for child in children.get(todo.pop(), []):
-                if _role(self.cmd.get(child, "")) == "other":
-                    try:
-                        self.cmd[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(
-                            b"\0", b" ").decode(errors="replace")
-                    except OSError:
-                        continue
-                out[child] = self.cmd[child]
+                try:
+                    out[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(
+                        b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
                 todo.append(child)
         return out
 
@@ -219,9 +217,10 @@ class CpuSampler:
                 # A process born during the run starts at zero; one seen at the start, at its
                 # CPU then.
                 self.first[pid] = cpu if not self._started else 0.0
-                self.role[pid] = "bench (Python)" if pid == os.getpid() else _role(cmd)
-            elif self.role[pid] == "other":  # first seen between its fork and its exec
+            if pid != os.getpid():  # named by what it runs now (ProcessTable)
                 self.role[pid] = _role(cmd)
+            else:
+                self.role[pid] = "bench (Python)"
             role = self.role[pid]
             busy[role] = busy.get(role, 0.0) + cpu - self.last.get(pid, self.first[pid])
             self.last[pid] = cpu

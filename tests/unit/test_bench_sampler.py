@@ -33,15 +33,16 @@ def test_cpu_in_windows_counts_the_samples_inside_only() -> None:
 
 
 def test_a_process_is_named_by_its_command_after_its_exec() -> None:
-    """Spark starts its Python processes by fork and exec: one seen in between gets its
-    role once its command line names one, and its CPU is counted under that role."""
-    # The shell's own command line holds "pyspark" and "$1.daemon", never "pyspark.daemon".
+    """The JVM starts Spark's Python processes by fork (or ``jspawnhelper``) and exec: one
+    seen in between shows a JVM's command line, and is named by what it runs after; its
+    CPU is counted under that role."""
+    # The shell's command line holds "pyspark", "$1.daemon" and "java", never "pyspark.daemon".
     script = 'sleep 0.6; exec "$0" -c "while True: pass" "$1.daemon"'
-    child = subprocess.Popen(["sh", "-c", script, sys.executable, "pyspark"])
+    child = subprocess.Popen(["sh", "-c", script, sys.executable, "pyspark", "java"])
     try:
         table = spark_bench.ProcessTable()
         with spark_bench.CpuSampler(0.05) as cpu:
-            assert spark_bench._role(table.descendants(os.getpid())[child.pid]) == "other"
+            assert spark_bench._role(table.descendants(os.getpid())[child.pid]) == "JVM"
             time.sleep(1.6)
         found = table.descendants(os.getpid())
         assert spark_bench._role(found[child.pid]) == "task workers (Python)"
