@@ -217,10 +217,12 @@ class CpuSampler:
                 # A process born during the run starts at zero; one seen at the start, at its
                 # CPU then.
                 self.first[pid] = cpu if not self._started else 0.0
-            if pid != os.getpid():  # named by what it runs now (ProcessTable)
-                self.role[pid] = _role(cmd)
-            else:
+            if pid == os.getpid():
                 self.role[pid] = "bench (Python)"
+            elif (role := _role(cmd)) != "other" or pid not in self.role:
+                # Named by what it runs now (ProcessTable); an exited one (a zombie has no
+                # command line) keeps its name.
+                self.role[pid] = role
             role = self.role[pid]
             busy[role] = busy.get(role, 0.0) + cpu - self.last.get(pid, self.first[pid])
             self.last[pid] = cpu

@@ -55,6 +55,18 @@ def test_a_process_is_named_by_its_command_after_its_exec() -> None:
     assert child.pid not in table.parent  # gone processes are forgotten
 
 
+def test_a_process_that_exits_keeps_its_name() -> None:
+    """A source runner exits with its query; unreaped, it has no command line left."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    child = subprocess.Popen([sys.executable, "-c", burn, "python_streaming_source_runner"])
+    try:
+        with spark_bench.CpuSampler(0.05) as cpu:
+            time.sleep(1.5)  # it runs 0.4 s of CPU, then waits as a zombie
+        assert cpu.by_role().get("source driver (Python)", 0.0) >= 0.3, cpu.by_role()
+    finally:
+        child.wait()
+
+
 def test_the_sampler_costs_little() -> None:
     """It looks every 0.1 s at a machine's processes; its own CPU comes out of the run."""
     started = time.process_time()
