@@ -71,7 +71,7 @@ class _Where:
     """Where each message's parts lie in a partition's frames, found in one walk.
 
     A part is kept as its two offsets into the frames, not as a ``bytes`` of its own:
-    Arrow gathers a column's values out of the frames in one C call (:func:`_gather`),
+    Arrow gathers a column's values out of the frames in one C call (:meth:`gather`),
     so the walk is all the Python an executor spends on a row (1 KB bodies: about half
     of what slicing each part out cost). Only the parts the layout's columns need are
     found; a body cut into several frames is joined once, on its own.
@@ -81,16 +81,14 @@ class _Where:
         wants_names = "exchange" in columns or "routing_key" in columns
         wants_properties = any(name in columns for name in _PROPERTY_COLUMNS)
         self.blob = blob
-        self.bodies: list[int] = []  # start, end of each message's body
         self.joined: dict[int, bytes] = {}  # message index -> a body of several frames
-        self.exchanges: list[int] = []  # start, end of each exchange name
-        self.routing_keys: list[int] = []
-        self.properties: list[int] = []  # start, end of each raw property list
         self.redelivered: list[bool] = []
+        bodies: list[int] = []  # start, end of each message's body
+        exchanges: list[int] = []  # start, end of each exchange name
+        routing_keys: list[int] = []
+        properties: list[int] = []  # start, end of each raw property list
         unpack = _FRAME_HEAD.unpack_from
         pos, end = 0, len(blob)
-        bodies, exchanges, routing_keys = self.bodies, self.exchanges, self.routing_keys
-        properties = self.properties
         redelivered = self.redelivered if "redelivered" in columns else None
         while pos < end:
             _type, _channel, size = unpack(blob, pos)
@@ -155,11 +153,11 @@ class _Where:
         for name, field in zip(schema.names, schema, strict=True):
             if name in self.spans:
                 column = self.gather(name, start, stop, field.type)
-                joined = [i - start for i in self.joined if start <= i < stop]
-                if name == "body" and joined:  # rare: put the joined bodies in their places
+                joined = [i for i in self.joined if start <= i < stop] if name == "body" else ()
+                if joined:  # rare: put the bodies of several frames in their places
                     values = column.to_pylist()
                     for i in joined:
-                        values[i] = self.joined[start + i]
+                        values[i - start] = self.joined[i]
                     column = pa.array(values, field.type)
             elif name == "redelivered":
                 column = pa.array(self.redelivered[start:stop], field.type)
@@ -179,7 +177,7 @@ class _Where:
         """The property columns of rows ``start`` to ``stop``: in Arrow when every row
         carries exactly a delivery mode and a message id (what the sink publishes), else
         decoded row by row."""
-        blob, offsets = self.blob, self.properties
+        blob, offsets = self.blob, self.spans["properties"]
         count = stop - start
         usual = _mode_and_id(self.gather("properties", start, stop, pa.binary()))
         if usual is not None:

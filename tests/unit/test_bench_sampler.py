@@ -1,7 +1,7 @@
 """The Spark bench's CPU sampler: what it reports is the pipeline's, by role.
 
-The bench (``bench/spark_bench.py``) is not part of the package, but its figures go into
-the issue notes; these check the parts that turn /proc into them.
+``bench/cpu_sampler.py`` is not part of the package, but its figures go into the issue
+notes; these check the parts that turn /proc into them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import spark_bench  # bench/ is beside tests/ in a checkout, not a package
+import cpu_sampler  # bench/ is beside tests/ in a checkout, not a package
 
 if not Path("/proc/self/stat").exists():
     pytest.skip("the sampler reads Linux's /proc", allow_module_level=True)
@@ -26,10 +26,10 @@ def test_cpu_in_windows_counts_the_samples_inside_only() -> None:
                 (2.0, {"broker": 0.5, "JVM": 1.0}), (3.0, {"broker": 1.0}),
                 (4.0, {"broker": 0.25})]
     # Each sample covers the second before it: only the one taken at 2.0 is inside.
-    assert spark_bench.cpu_in_windows(timeline, [(1.5, 2.5)]) == {"broker": 0.5, "JVM": 1.0}
-    assert spark_bench.cpu_in_windows(timeline, [(1.5, 2.5), (3.5, 4.5)]) == {
+    assert cpu_sampler.cpu_in_windows(timeline, [(1.5, 2.5)]) == {"broker": 0.5, "JVM": 1.0}
+    assert cpu_sampler.cpu_in_windows(timeline, [(1.5, 2.5), (3.5, 4.5)]) == {
         "broker": 0.75, "JVM": 1.0}
-    assert spark_bench.cpu_in_windows(timeline, []) == {}
+    assert cpu_sampler.cpu_in_windows(timeline, []) == {}
 
 
 def test_a_process_is_named_by_its_command_after_its_exec() -> None:
@@ -40,12 +40,12 @@ def test_a_process_is_named_by_its_command_after_its_exec() -> None:
     script = 'sleep 0.6; exec "$0" -c "while True: pass" "$1.daemon"'
     child = subprocess.Popen(["sh", "-c", script, sys.executable, "pyspark", "java"])
     try:
-        table = spark_bench.ProcessTable()
-        with spark_bench.CpuSampler(0.05) as cpu:
-            assert spark_bench._role(table.descendants(os.getpid())[child.pid]) == "JVM"
+        table = cpu_sampler.ProcessTable()
+        with cpu_sampler.CpuSampler(0.05) as cpu:
+            assert cpu_sampler._role(table.descendants(os.getpid())[child.pid]) == "JVM"
             time.sleep(1.6)
         found = table.descendants(os.getpid())
-        assert spark_bench._role(found[child.pid]) == "task workers (Python)"
+        assert cpu_sampler._role(found[child.pid]) == "task workers (Python)"
         busy = cpu.by_role()
         assert busy.get("task workers (Python)", 0.0) > 0.3, busy
     finally:
@@ -60,7 +60,7 @@ def test_a_process_that_exits_keeps_its_name() -> None:
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
     child = subprocess.Popen([sys.executable, "-c", burn, "python_streaming_source_runner"])
     try:
-        with spark_bench.CpuSampler(0.05) as cpu:
+        with cpu_sampler.CpuSampler(0.05) as cpu:
             time.sleep(1.5)  # it runs 0.4 s of CPU, then waits as a zombie
         assert cpu.by_role().get("source driver (Python)", 0.0) >= 0.3, cpu.by_role()
     finally:
@@ -70,6 +70,6 @@ def test_a_process_that_exits_keeps_its_name() -> None:
 def test_the_sampler_costs_little() -> None:
     """It looks every 0.1 s at a machine's processes; its own CPU comes out of the run."""
     started = time.process_time()
-    with spark_bench.CpuSampler(0.1):
+    with cpu_sampler.CpuSampler(0.1):
         time.sleep(2.0)
     assert time.process_time() - started < 0.06  # 3% of a core; reading all of /proc: 5%+
