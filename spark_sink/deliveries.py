@@ -119,13 +119,9 @@ class _Where:
                     bodies.append(pos + 7 + size)
                     pos += 8 + size
                     continue
-                self.joined[len(bodies) // 2] = self._join_body(pos, remaining)
+                bodies.append(pos)  # an empty span where the body's frames start
                 bodies.append(pos)
-                bodies.append(pos)
-                while remaining > 0:
-                    _type, _channel, size = unpack(blob, pos)
-                    remaining -= size
-                    pos += 8 + size
+                self.joined[len(bodies) // 2 - 1], pos = self._join_body(pos, remaining)
             else:
                 bodies.append(pos)
                 bodies.append(pos)
@@ -135,14 +131,15 @@ class _Where:
             ("body", bodies), ("exchange", exchanges), ("routing_key", routing_keys),
             ("properties", properties))}
 
-    def _join_body(self, pos: int, remaining: int) -> bytes:
+    def _join_body(self, pos: int, remaining: int) -> tuple[bytes, int]:
+        """A body of several frames from ``pos``, and where the frame after them starts."""
         chunks = []
         while remaining > 0:
             _type, _channel, size = _FRAME_HEAD.unpack_from(self.blob, pos)
             chunks.append(self.blob[pos + 7 : pos + 7 + size])
             remaining -= size
             pos += 8 + size
-        return b"".join(chunks)
+        return b"".join(chunks), pos
 
     def batch(self, seqs: Sequence[int], start: int, stop: int, schema: pa.Schema,
               headers_as_json: bool) -> pa.RecordBatch:
