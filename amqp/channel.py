@@ -24,6 +24,8 @@ When the channel closes, everything unacked goes back to its queue.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -71,6 +73,8 @@ _REJECT = fastpath.BASIC_REJECT
 
 # Unacked bookkeeping: tag -> (entry, queue, consumer or None for basic.get).
 Delivery = tuple["QueueEntry", "Queue", "Consumer | None"]
+_ENTRY = itemgetter(0)
+_QUEUE_AND_CONSUMER = itemgetter(1, 2)
 
 
 def _decode_publish(payload: bytes) -> Publish:
@@ -378,15 +382,18 @@ class Channel(Publisher):
         consumer-tag byte order, each filled before the next, as RabbitMQ 3.10 does
         (``tests/integration/test_differential_semantics.py``)."""
         freed: dict[Consumer, None] = {}
-        for entry, queue, consumer in taken:
+        # Runs of one queue and consumer (usually the whole ack) settle in one call each.
+        for (queue, consumer), run in groupby(taken, _QUEUE_AND_CONSUMER):
+            entries = list(map(_ENTRY, run))
+            count = len(entries)
             if consumer is not None:
-                consumer.unacked -= 1
-                self._global_unacked -= 1
-                consumer.counters.ack += 1
+                consumer.unacked -= count
+                self._global_unacked -= count
+                consumer.counters.ack += count
                 freed[consumer] = None
             else:
-                self.queue_counters(queue).ack += 1
-            queue.settle(entry, resume=False)
+                self.queue_counters(queue).ack += count
+            queue.settle_many(entries)
         for consumer in sorted(freed, key=_tag_bytes):
             consumer.queue.resume(consumer)
 

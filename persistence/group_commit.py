@@ -91,9 +91,9 @@ class GroupCommit(Recorder):
         self._turn: asyncio.Future[None] | None = None
         self._compacting = False
 
-    def _recorded(self) -> None:
+    def _recorded(self, count: int = 1) -> None:
         """Every recorded operation: write it now, or schedule a write for this loop turn."""
-        self._recorded_ops += 1
+        self._recorded_ops += count
         if not self.deferred:
             self._write_now()
         elif not self._scheduled and not self._writing:

@@ -277,17 +277,29 @@ class Queue(Dispatcher):
             return
         log.mark_delivered(self.qid, entry.seq, entry.message, entry.delivery_count)
 
-    def settle(self, entry: QueueEntry, resume: bool = True) -> None:
-        """A delivered entry was acked: it is gone; its consumer may take another (unless
-        ``resume`` is false: the caller resumes consumers itself, ``Channel._settle_many``)."""
+    def settle(self, entry: QueueEntry) -> None:
+        """A delivered entry was acked: it is gone; its consumer may take another."""
         self._unacked -= 1
         self._acked += 1
         if entry.stored and not self.deleted:
             log = self.log
             assert log is not None  # stored entries belong to durable queues
             log.remove(self.qid, entry.seq, entry.message)
-        if resume and entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
+        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
             self._dispatch()
+
+    def settle_many(self, entries: list[QueueEntry]) -> None:
+        """``settle`` of each of ``entries`` (a multiple ack), with one call; the caller
+        resumes the consumers (``Channel._settle_many``)."""
+        self._unacked -= len(entries)
+        self._acked += len(entries)
+        if self.deleted:
+            return
+        stored = [entry.seq for entry in entries if entry.stored]
+        if stored:
+            log = self.log
+            assert log is not None  # stored entries belong to durable queues
+            log.remove_many(self.qid, stored)
 
     def reject(self, entry: QueueEntry) -> None:
         """A delivered entry was rejected without requeue: dead-letter it (if configured)."""

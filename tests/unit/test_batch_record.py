@@ -95,3 +95,38 @@ def test_a_message_in_several_queues_travels_once() -> None:
     for qid in (1, 2, 3):
         recorder.enqueue(qid, 0, shared)
     assert len(encode_batch(recorder.take_batch())) < 1200
+
+
+
+def _record_acks(many: bool) -> tuple[bytes, int, list[str]]:
+    """Entries 0-9 of queue 1 committed, 10-14 pending, a delivery mark pending on 3;
+    then an ack of 2..13, as one multiple ack or one by one: the batch that results."""
+    recorder = Recorder()
+    messages = [Message("", "q", PROPS, b"m%d" % seq) for seq in range(15)]
+    for seq in range(10):
+        recorder.enqueue(1, seq, messages[seq])
+    recorder.take_batch()
+    for seq in range(10, 15):
+        recorder.enqueue(1, seq, messages[seq])
+    recorder.enqueue(2, 5, messages[5])  # another queue's entry under an acked seq stays
+    recorder.mark_delivered(1, 3, messages[3], 1)
+    acked = list(range(2, 14))
+    if many:
+        recorder.remove_many(1, acked)
+    else:
+        for seq in acked:
+            recorder.remove(1, seq)
+    batch = recorder.take_batch()
+    live = [f"{type(op).__name__}({op.qid},{getattr(op, 'seq', '')})" for op in batch.ops
+            if not getattr(op, "cancelled", False)]
+    return encode_batch(batch), batch.live, live
+
+
+def test_a_multiple_ack_records_what_the_single_acks_would() -> None:
+    encoded, live, ops = _record_acks(many=True)
+    assert (encoded, live, ops) == _record_acks(many=False)
+    # The pending enqueues of 10-13 cancel (never written), 3's pending delivery mark
+    # gives way to its remove, the committed entries become removes in ack order.
+    assert ops == (["Enqueue(1,14)", "Enqueue(2,5)"]
+                   + [f"Remove(1,{seq})" for seq in range(2, 10)])
+    assert live == len(ops)
