@@ -63,7 +63,6 @@ class Rows(InputPartition):  # type: ignore[misc]
 class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, total: int, per_trigger: int) -> None:
         self.total, self.per_trigger = total, per_trigger
-        self.end = total
 
     def initialOffset(self) -> dict:
         return {"seq": 0}
@@ -72,14 +71,16 @@ class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type:
         return ReadMaxRows(self.per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.end = self.total
+        pass  # the rows are ``total`` from the start: nothing arrives later
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         want = limit.max_rows if isinstance(limit, ReadMaxRows) else self.total
-        return {"seq": min(self.end, int(start["seq"]) + want)}
+        return {"seq": min(self.total, int(start["seq"]) + want)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         count = int(end["seq"]) - int(start["seq"])
+        if count <= 0:
+            return []
         parts = max(1, min(DEFAULT_PARTITIONS, count // MIN_PARTITION_MESSAGES))  # as leveret
         size = -(-count // parts)
         return [Rows(min(size, count - at)) for at in range(0, count, size)]
