@@ -4,7 +4,7 @@
     python bench/spark_bench.py --rabbit amqp://guest:guest@127.0.0.1:5672/%2F --repeat 2
     python bench/spark_bench.py --url amqp://...  # an already running broker instead of our own
 
-Scenarios (one ``local[2]`` SparkSession, 1 GB driver, UI off; every broker gets the same ones,
+Scenarios (one ``local[2]`` SparkSession, 2 GB driver (``--driver-memory``), UI off; every broker gets the same ones,
 in the same run, through the same bridge):
 
 * ``sink``: a cached DataFrame of ``--rows`` rows with a 1 KB ``body`` is written with
@@ -68,7 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -374,9 +374,32 @@ def cold_first_batch(args: argparse.Namespace, url: str, daemon: str | None = No
     return dict(json.loads(lines[-1]))
 
 
-def cold_child(args: argparse.Namespace, spark_session: Any) -> None:
+def spark_session(driver_memory: str, daemon_module: str | None = None,
+                  conf: Sequence[str] = ()) -> Any:
+    """The benches' Spark: ``local[2]``, no UI, ``conf`` as ``KEY=VALUE`` settings."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]").appName("leveret-spark-bench")
+        .config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    if daemon_module:
+        builder = builder.config("spark.python.daemon.module", daemon_module)
+    for setting in conf:
+        key, _, value = setting.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def cold_child(args: argparse.Namespace, make_session: Any) -> None:
     url = args.cold_child
-    spark = spark_session()
+    spark = make_session()
     spark.range(10).count()  # the JVM is up and has run a job; no Python worker has started
     from leveret.spark_sink import register
 
@@ -449,27 +472,10 @@ def main() -> None:
                         help="a Spark setting for the session (repeatable)")
     args = parser.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     from leveret.spark_sink import register
 
     def session() -> Any:
-        builder = (
-            SparkSession.builder.master("local[2]").appName("leveret-spark-bench")
-            .config("spark.driver.memory", args.driver_memory).config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-        )
-        if args.daemon_module:
-            builder = builder.config("spark.python.daemon.module", args.daemon_module)
-        for setting in args.conf:
-            key, _, value = setting.partition("=")
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark
+        return spark_session(args.driver_memory, args.daemon_module, args.conf)
 
     if args.cold_child:
         cold_child(args, session)

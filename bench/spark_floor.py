@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -34,7 +32,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from spark_bench import batches_of, stream_figures
+from spark_bench import batches_of, spark_session, stream_figures
 
 from leveret.spark_sink.schema import ARROW_BATCH_ROWS
 from leveret.spark_sink.source import DEFAULT_PARTITIONS, MIN_PARTITION_MESSAGES
@@ -152,16 +150,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable), as spark_bench's")
     args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("leveret-spark-floor")
-             .config("spark.driver.memory", args.driver_memory).config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session(args.driver_memory, conf=args.conf)  # the e2e's own settings
     spark.dataSource.register(FloorSource)
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
