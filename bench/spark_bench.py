@@ -4,8 +4,8 @@
     python bench/spark_bench.py --rabbit amqp://guest:guest@127.0.0.1:5672/%2F --repeat 2
     python bench/spark_bench.py --url amqp://...  # an already running broker instead of our own
 
-Scenarios (one ``local[2]`` SparkSession, 2 GB driver (``--driver-memory``), UI off; every broker gets the same ones,
-in the same run, through the same bridge):
+Scenarios (one ``local[2]`` SparkSession, 2 GB driver (``--driver-memory``), UI off; every
+broker gets the same ones, in the same run, through the same bridge):
 
 * ``sink``: a cached DataFrame of ``--rows`` rows with a 1 KB ``body`` is written with
   ``df.write.format("leveret")`` into a direct exchange bound to a durable queue: persistent

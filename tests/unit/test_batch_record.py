@@ -97,7 +97,6 @@ def test_a_message_in_several_queues_travels_once() -> None:
     assert len(encode_batch(recorder.take_batch())) < 1200
 
 
-
 def _record_acks(many: bool) -> tuple[bytes, int, list[str]]:
     """Entries 0-9 of queue 1 committed, 10-14 pending, a delivery mark pending on 3;
     then an ack of 2..13, as one multiple ack or one by one: the batch that results."""
