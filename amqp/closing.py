@@ -4,26 +4,28 @@ missed heartbeats.
 Theory of operation
 -------------------
 Errors are raised by name anywhere below the connection and turned into
-``connection.close`` in one place, ``_fail``; the connection then waits in
+``connection.close`` in one place, ``fail``; the connection then waits in
 ``CLOSING`` for close-ok, at most ``CLOSING_TIMEOUT`` (or ``SILENT_CLOSE_DELAY``
 before the connection is open, or after a framing error, when the stream is
 not read at all). Every ending releases the same things once
-(``_release_all``): channels (their unacked messages are requeued), exclusive
-queues, flow-control waits. ``Closing`` is the base of ``Connection``.
+(``release_all``): channels (their unacked messages are requeued), exclusive
+queues, flow-control waits. These are functions of the
+connection, as ``handshake.py``'s are, typed against it by the ``EndingHost`` Protocol
+(a part holding its connection would be a reference cycle per connection).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret.amqp.codec import encode_method
 from leveret.amqp.frames import HEARTBEAT_FRAME
 from leveret.amqp.handshake import CLOSED, CLOSING, HEADER, OPEN, RUNNING, START, TUNE
-from leveret.model.errors import CONNECTION_FORCED, AMQPError, ConnectionError_, ReplyCode
+from leveret.model.errors import AMQPError, ConnectionError_, ReplyCode
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -81,8 +83,8 @@ class OwnedQueues:
         return queues
 
 
-class Closing:
-    """The endings of a connection, and its heartbeat watch."""
+class EndingHost(Protocol):
+    """What the endings read and change on their connection: the seam, named."""
 
     broker: Broker
     name: str
@@ -101,99 +103,98 @@ class Closing:
     writable: bool
     blocked: bool
     want_close: bool
-    _released: bool
+    released: bool  # what the connection held was let go (once)
 
-    def write(self, data: bytes) -> None:
-        raise NotImplementedError  # Connection's output
+    def write(self, data: bytes) -> None: ...
 
-    def _fail(self, exc: AMQPError) -> None:
-        """Hard error: send connection.close and wait for close-ok."""
-        if self.state in (CLOSING, CLOSED):
-            return
-        text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
-        log.warning("connection %s: closing with %s", self.name, text)
-        class_id, method_id = exc.method
-        if self.state == HEADER:
-            self._closed()
-            return
-        self.write(encode_method(0, commands.Connection.Close(
-            reply_code=int(exc.code), reply_text=text,
-            class_id=class_id, method_id=method_id)))
-        self._release_all()
-        if self.state == RUNNING:
-            grace = min(self.heartbeat, CLOSING_TIMEOUT) if self.heartbeat else CLOSING_TIMEOUT
-        else:
-            grace = SILENT_CLOSE_DELAY
-        self.close_deadline = self.clock() + grace
-        self.state = CLOSING
 
-    def _stop_reading(self) -> None:
-        """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
-        if self.state == CLOSING:
-            self.reading = False
-            self.close_deadline = min(self.close_deadline, self.clock() + SILENT_CLOSE_DELAY)
+def fail(conn: EndingHost, exc: AMQPError) -> None:
+    """Hard error: send connection.close and wait for close-ok."""
+    if conn.state in (CLOSING, CLOSED):
+        return
+    text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
+    log.warning("connection %s: closing with %s", conn.name, text)
+    class_id, method_id = exc.method
+    if conn.state == HEADER:
+        closed(conn)
+        return
+    conn.write(encode_method(0, commands.Connection.Close(
+        reply_code=int(exc.code), reply_text=text,
+        class_id=class_id, method_id=method_id)))
+    release_all(conn)
+    if conn.state == RUNNING:
+        grace = min(conn.heartbeat, CLOSING_TIMEOUT) if conn.heartbeat else CLOSING_TIMEOUT
+    else:
+        grace = SILENT_CLOSE_DELAY
+    conn.close_deadline = conn.clock() + grace
+    conn.state = CLOSING
 
-    def close(self, code: int = CONNECTION_FORCED,
-              text: str = "broker forced connection closure with reason 'shutdown'") -> None:
-        """Broker-initiated close (shutdown, management UI)."""
-        if self.state in (RUNNING, OPEN, TUNE, START):
-            self._fail(ConnectionError_(ReplyCode(code), text))
-        elif self.state != CLOSED:
-            self._closed()
+def stop_reading(conn: EndingHost) -> None:
+    """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
+    if conn.state == CLOSING:
+        conn.reading = False
+        conn.close_deadline = min(conn.close_deadline, conn.clock() + SILENT_CLOSE_DELAY)
 
-    def _closed(self) -> None:
-        self._release_all()
-        self.state = CLOSED
-        self.want_close = True
+def close(conn: EndingHost, code: int, text: str) -> None:
+    """Broker-initiated close (shutdown, management UI)."""
+    state = conn.state
+    if state in (RUNNING, OPEN, TUNE, START):
+        fail(conn, ConnectionError_(ReplyCode(code), text))
+    elif state != CLOSED:
+        closed(conn)
 
-    def _release_all(self) -> None:
-        if not self._released:
-            self._released = True
-            self.broker.churn.connection_closed += 1
-        for queue in self.flow_queues:
-            queue.flow_waiters.discard(self)
-        self.flow_queues.clear()
-        channels = list(self.channels.values())
-        self.channels.clear()
-        # Nothing more goes out: a channel's requeued messages must not be handed to a
-        # consumer on one of our channels not yet released (a deliver after close).
-        self.writable = False
-        for channel in channels:
-            channel.release()
-            channel.drop_output()
-        for queue in self.exclusive_queues.take_all():
-            if self.vhost is not None:
-                self.vhost.delete_queue(queue)
-        self.broker.connections.discard(self)
+def closed(conn: EndingHost) -> None:
+    release_all(conn)
+    conn.state = CLOSED
+    conn.want_close = True
 
-    def connection_lost(self) -> None:
-        """The transport is gone: release everything (requeue unacked, drop exclusive queues)."""
-        if self.state != CLOSED:
-            log.info("connection %s lost", self.name)
-        self._release_all()
-        self.state = CLOSED
+def release_all(conn: EndingHost) -> None:
+    if not conn.released:
+        conn.released = True
+        conn.broker.churn.connection_closed += 1
+    for queue in conn.flow_queues:
+        queue.flow_waiters.discard(conn)
+    conn.flow_queues.clear()
+    channels = list(conn.channels.values())
+    conn.channels.clear()
+    # Nothing more goes out: a channel's requeued messages must not be handed to a
+    # consumer on one of our channels not yet released (a deliver after close).
+    conn.writable = False
+    for channel in channels:
+        channel.release()
+        channel.drop_output()
+    for queue in conn.exclusive_queues.take_all():
+        if conn.vhost is not None:
+            conn.vhost.delete_queue(queue)
+    conn.broker.connections.discard(conn)
 
-    # -- heartbeats ---------------------------------------------------------------
+def connection_lost(conn: EndingHost) -> None:
+    """The transport is gone: release everything (requeue unacked, drop exclusive queues)."""
+    if conn.state != CLOSED:
+        log.info("connection %s lost", conn.name)
+    release_all(conn)
+    conn.state = CLOSED
 
-    def heartbeat_tick(self) -> bool:
-        """Called by the adapter every ``heartbeat / 2`` s; False once the peer is dead.
+# -- heartbeats -------------------------------------------------------------------
 
-        We send a heartbeat when we have been silent for an interval, and give
-        up on a peer silent for two intervals (RabbitMQ's rule).
-        """
-        if not self.heartbeat or self.state == CLOSED:
-            return True
-        if self.blocked or self.flow_queues:  # we are not reading the socket: silence is ours
-            self.last_received = self.clock()
-        now = self.clock()
-        if now - self.last_received > 2 * self.heartbeat:
-            log.warning("connection %s: missed heartbeats from client, timeout: %ds",
-                        self.name, self.heartbeat)
-            self._release_all()
-            self.state = CLOSED
-            self.want_close = True
-            return False
-        if now - self.last_sent >= self.heartbeat / 2 and not self.out:
-            self.write(HEARTBEAT_FRAME)
+def heartbeat_tick(conn: EndingHost) -> bool:
+    """Called by the adapter every ``heartbeat / 2`` s; False once the peer is dead.
+
+    We send a heartbeat when we have been silent for an interval, and give
+    up on a peer silent for two intervals (RabbitMQ's rule).
+    """
+    if not conn.heartbeat or conn.state == CLOSED:
         return True
-
+    if conn.blocked or conn.flow_queues:  # we are not reading the socket: silence is ours
+        conn.last_received = conn.clock()
+    now = conn.clock()
+    if now - conn.last_received > 2 * conn.heartbeat:
+        log.warning("connection %s: missed heartbeats from client, timeout: %ds",
+                    conn.name, conn.heartbeat)
+        release_all(conn)
+        conn.state = CLOSED
+        conn.want_close = True
+        return False
+    if now - conn.last_sent >= conn.heartbeat / 2 and not conn.out:
+        conn.write(HEARTBEAT_FRAME)
+    return True

@@ -19,13 +19,12 @@ The connection-class methods that move it are one table in ``handshake.py``,
 ``HANDSHAKE``: (state, method) → (handler, next state), readable against the
 spec's grammar; ``connection.close`` and ``close-ok`` are accepted in every
 state. Any frame a state does not expect is a connection error; errors are raised
-by name anywhere below and turned into close methods in one place, ``_fail``.
+by name anywhere below and turned into close methods in one place, ``fail`` in ``closing.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable
 from itertools import islice
@@ -34,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret.amqp import handshake
+from leveret.amqp import channel_lifecycle, handshake
+from leveret.amqp import closing as ending
 from leveret.amqp.channel import Channel
-from leveret.amqp.closing import Closing, OwnedQueues
+from leveret.amqp.closing import OwnedQueues
 from leveret.amqp.codec import (
     class_and_method,
     class_of,
@@ -64,9 +64,8 @@ from leveret.amqp.publishing import Publisher
 from leveret.model.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
+    CONNECTION_FORCED,
     INTERNAL_ERROR,
-    NOT_ALLOWED,
-    NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     ChannelError,
     ConnectionError_,
@@ -82,15 +81,6 @@ log = logging.getLogger(__name__)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
-# channel.open-ok with an empty (deprecated) channel-id, byte for byte what RabbitMQ sends;
-# pamqp insists on "0" there, and aio-pika's robust channels behave differently with it.
-_CHANNEL_OPEN_OK = struct.Struct(">BHIHHIB")
-
-_CHANNEL_CLOSE = commands.Channel.Close.index
-_CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
-_CHANNEL_OPEN = commands.Channel.Open.index
-_CHANNEL_FLOW = commands.Channel.Flow.index
-_CHANNEL_FLOW_OK = commands.Channel.FlowOk.index
 _CONNECTION_CLOSE = commands.Connection.Close.index
 _CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
 # Method indexes of classes above channel (20): basic, queue, exchange, tx, confirm...
@@ -108,7 +98,7 @@ _PUBLISH_FRAMES = (FRAME_METHOD, FRAME_HEADER, FRAME_BODY)
 _gi_frame = attrgetter("gi_frame")
 
 
-class Connection(Closing):
+class Connection:
     """One client connection: handshake, channels, output; how it ends is ``closing.py``."""
 
     def __init__(
@@ -132,7 +122,7 @@ class Connection(Closing):
         self.input_pending = False  # frames left unhandled: call receive_data(b"") again
         self._header = bytearray()
         self.channels: dict[int, Channel] = {}
-        self._closing_channels: set[int] = set()
+        self.closing_channels: set[int] = set()
         self._flush_channels: set[Publisher] = set()
         self.exclusive_queues = OwnedQueues()
         self.vhost: VirtualHost | None = None
@@ -163,12 +153,29 @@ class Connection(Closing):
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
         self.connected_at = time.time()
         broker.churn.connection_created += 1
-        self._released = False
+        self.released = False  # ending.release_all ran (amqp/closing.py)
         # Deliveries written since ``out`` was last taken; over DELIVERY_BATCH_BYTES they wait
         # for the next loop turn (``batch_full``), so a prefetch-0 consumer of a long queue
         # costs one batch of output at a time, not the whole queue encoded at once.
         self.batch_bytes = 0
         self.batch_full = False
+
+    def close(self, code: int = CONNECTION_FORCED,
+              text: str = "broker forced connection closure with reason 'shutdown'") -> None:
+        """Broker-initiated close (shutdown, management UI, ``leveret ctl``)."""
+        ending.close(self, code, text)
+
+    def end(self) -> None:
+        """End now: release everything; the socket closes once ``out`` is flushed."""
+        ending.closed(self)
+
+    def connection_lost(self) -> None:
+        """The adapter's transport is gone."""
+        ending.connection_lost(self)
+
+    def heartbeat_tick(self) -> bool:
+        """The adapter's heartbeat timer; False once the peer is dead."""
+        return ending.heartbeat_tick(self)
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} user={self.user!r}>"
@@ -294,14 +301,14 @@ class Connection(Closing):
                     else:
                         self._on_content(ftype, channel, payload)
                 except ConnectionError_ as exc:
-                    self._fail(exc)
+                    ending.fail(self, exc)
                     if self.state == CLOSED:
                         return
             # Stopped by the budget, not by the end of the data: the rest next turn.
             self.input_pending = _gi_frame(feed) is not None  # suspended, not exhausted
         except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
-            self._fail(exc)
-            self._stop_reading()
+            ending.fail(self, exc)
+            ending.stop_reading(self)
         except Exception as exc:  # a bug must not take the broker down
             # One line, not a traceback: a peer that can trigger this must not flood the log.
             where = exc.__traceback__
@@ -311,7 +318,8 @@ class Connection(Closing):
                   if where is not None else "")
             log.error("internal error on connection %s: %r%s", self.name, exc, at)
             log.debug("internal error on connection %s", self.name, exc_info=True)
-            self._fail(ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
+            failure = ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+            ending.fail(self, failure)
 
     def _bad_header(self) -> None:
         """Wrong protocol header: answer with ours and close, as the spec and RabbitMQ do."""
@@ -329,7 +337,7 @@ class Connection(Closing):
             try:
                 channel.handle_publish(method, header, body)
             except ChannelError as exc:
-                self._close_channel(channel, exc)
+                self.fail_channel(channel, exc)
             return False
         for ftype, payload in zip(_PUBLISH_FRAMES, (method, header, body), strict=True):
             try:
@@ -338,7 +346,7 @@ class Connection(Closing):
                 else:
                     self._on_content(ftype, number, payload)
             except ConnectionError_ as exc:
-                self._fail(exc)
+                ending.fail(self, exc)
             if self.state == CLOSED:
                 return True
         return False
@@ -346,7 +354,7 @@ class Connection(Closing):
     def _on_content(self, ftype: int, number: int, payload: bytes) -> None:
         channel = self.channels.get(number)  # only while RUNNING, as in _on_method
         if channel is None:
-            if self.state == CLOSING or number in self._closing_channels:
+            if self.state == CLOSING or number in self.closing_channels:
                 return
             if self.state != RUNNING:
                 raise ConnectionError_(UNEXPECTED_FRAME,
@@ -358,7 +366,7 @@ class Connection(Closing):
             elif ftype == FRAME_BODY:
                 channel.handle_body(payload)
         except ChannelError as exc:
-            self._close_channel(channel, exc)
+            self.fail_channel(channel, exc)
 
     def _on_method(self, number: int, payload: bytes) -> None:
         index = method_index(payload)
@@ -369,14 +377,14 @@ class Connection(Closing):
             try:
                 channel.handle_method(payload, index)
             except ChannelError as exc:
-                self._close_channel(channel, exc)
+                self.fail_channel(channel, exc)
             return
         state = self.state
         if state == CLOSING:
             if number == 0 and index in (_CONNECTION_CLOSE_OK, _CONNECTION_CLOSE):
                 if index == _CONNECTION_CLOSE:
                     self.write(encode_method(0, commands.Connection.CloseOk()))
-                self._closed()
+                self.end()
             return
         if number == 0:
             if class_of(index) != 10:
@@ -388,65 +396,23 @@ class Connection(Closing):
         if state != RUNNING:
             raise ConnectionError_(COMMAND_INVALID, "channel method before connection.open-ok",
                                    class_and_method(index))
-        if number in self._closing_channels:
-            if index == _CHANNEL_CLOSE_OK:
-                self._closing_channels.discard(number)
-            elif index == _CHANNEL_CLOSE:
-                self.write(encode_method(number, commands.Channel.CloseOk()))
-            return
-        if index == _CHANNEL_OPEN:
-            if channel is not None:
-                raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
-            # channel_max bounds how many channels are open, not their numbers (as RabbitMQ).
-            if self.channel_max and len(self.channels) >= self.channel_max:
-                raise ConnectionError_(
-                    NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached "
-                    f"the negotiated channel_max ({self.channel_max})")
-            self.broker.accounts.check_channel(self.user)
-            self.channels[number] = Channel(self, number)
-            self.broker.churn.channel_created += 1
-            self.write(_CHANNEL_OPEN_OK.pack(1, number, 8, 20, 11, 0, 0xCE))
-            return
-        if channel is None:
-            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'",
-                                   class_and_method(index))
-        class_id = index >> 16
-        if class_id == 20:
-            self._channel_method(channel, decode_method(payload, index), index)
-            return
-        if class_id == 10:
-            raise ConnectionError_(COMMAND_INVALID, "unimplemented method",
-                                   class_and_method(index))
-        try:
-            channel.handle_method(payload, index)
-        except ChannelError as exc:
-            self._close_channel(channel, exc)
+        channel_lifecycle.channel_method(self, number, channel, payload, index)
 
-    def _channel_method(self, channel: Channel, method: Any, index: int) -> None:
-        if index == _CHANNEL_CLOSE:
-            del self.channels[channel.number]
-            channel.release()
-            channel.send_method(commands.Channel.CloseOk())  # after any reply held for a commit
-        elif index == _CHANNEL_FLOW:
-            if not method.active:
-                raise ConnectionError_(NOT_IMPLEMENTED, "active=false", (20, 20))
-            channel.send_method(commands.Channel.FlowOk(active=True))
-        elif index == _CHANNEL_CLOSE_OK:
-            pass  # a close we did not start: ignore, as RabbitMQ
-        else:
-            raise ConnectionError_(COMMAND_INVALID, f"unexpected {method.name.lower()}",
-                                   class_and_method(index))
+    def open_channel(self, number: int) -> None:
+        self.channels[number] = Channel(self, number)
+        self.broker.churn.channel_created += 1
 
     def close_channel(self, channel: Channel, exc: ChannelError) -> None:
         """Close ``channel`` with a soft error from outside frame handling (e.g. a failed commit)."""
         if self.channels.get(channel.number) is channel:
-            self._close_channel(channel, exc)
+            self.fail_channel(channel, exc)
 
-    def _close_channel(self, channel: Channel, exc: ChannelError) -> None:
+    def fail_channel(self, channel: Channel, exc: ChannelError) -> None:
+        """A soft error: channel.close, then the number waits for close-ok (``CLOSING``)."""
         log.warning("channel %d on %s closed: %s", channel.number, self.name, exc.reply_text)
         self.channels.pop(channel.number, None)
         channel.release()
-        self._closing_channels.add(channel.number)
+        self.closing_channels.add(channel.number)
         class_id, method_id = exc.method
         channel.send_method(commands.Channel.Close(  # after any reply held for a commit
             reply_code=int(exc.code), reply_text=exc.reply_text[:255],

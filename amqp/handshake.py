@@ -84,13 +84,13 @@ def connection_method(conn: Connection, method: Any, index: int) -> None:
     state = conn.state
     if index == _CONNECTION_CLOSE:
         conn.write(encode_method(0, commands.Connection.CloseOk()))
-        conn._closed()
+        conn.end()
         # As RabbitMQ: the client, which started the close, closes the socket after
         # reading close-ok; the server only closes it if the client does not.
         conn.peer_closes = True
         return
     if index == _CONNECTION_CLOSE_OK:
-        conn._closed()
+        conn.end()
         return
     step = HANDSHAKE.get((state, index))
     if step is None:
@@ -113,7 +113,7 @@ def start_ok(conn: Connection, method: commands.Connection.StartOk) -> None:
     if user is None:
         if not conn.client_capability("authentication_failure_close"):
             # Clients that cannot handle the close method just see the socket close.
-            conn._closed()
+            conn.end()
             return
         raise ConnectionError_(
             ACCESS_REFUSED,

@@ -2,8 +2,9 @@
 
 Handlers raise ``ChannelError`` (a soft error: the channel is closed) or
 ``ConnectionError_`` (a hard error: the whole connection is closed) by name;
-one place, ``Connection._fail``, turns them into ``channel.close`` or
-``connection.close`` with RabbitMQ's text format ``"<NAME> - <detail>"``.
+one place each turns them into ``channel.close`` (``Connection.fail_channel``) or
+``connection.close`` (``amqp/closing.py``
+``fail``), with RabbitMQ's text format ``"<NAME> - <detail>"``.
 """
 
 from __future__ import annotations
