@@ -326,6 +326,11 @@ class Channel(Publisher):
                     message.routing_key, queue.name, number,
                     consumer.tag if consumer is not None else "", requeue))
 
+    @property
+    def unacked_count(self) -> int:
+        """Deliveries not yet acked (RabbitMQ's ``messages_unacknowledged``)."""
+        return len(self._unacked)
+
     def unacked_in(self, queue: Queue) -> list[tuple[QueueEntry, str]]:
         """This channel's unacked deliveries from ``queue``, oldest first, with the consumer
         tag ("" for basic.get): the console's unacked peek (changes nothing)."""

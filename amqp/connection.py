@@ -132,6 +132,7 @@ class Connection:
         # TLS session facts for the management API (amqp/tls.py ``session_info``), or None.
         self.tls_info: dict[str, Any] | None = None
         self.client_properties: dict[str, Any] = {}
+        self.auth_mechanism = "PLAIN"  # the SASL mechanism of start-ok, once logged in
         self.frame_max = 131072
         self.channel_max = config.channel_max
         self.heartbeat = 0

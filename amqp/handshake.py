@@ -120,6 +120,7 @@ def start_ok(conn: Connection, method: commands.Connection.StartOk) -> None:
             f"Login was refused using authentication mechanism {method.mechanism}. "
             "For details see the broker logfile.")
     conn.user = user
+    conn.auth_mechanism = method.mechanism
     conn.write(encode_method(0, commands.Connection.Tune(
         channel_max=conn.config.channel_max, frame_max=conn.config.frame_max,
         heartbeat=conn.config.heartbeat)))

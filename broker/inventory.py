@@ -30,6 +30,7 @@ from urllib.parse import quote
 from leveret import __version__
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.queue_bytes import HeldBytes, byte_fields
+from leveret.broker.sessions import ChannelSession, ClientSession
 from leveret.model.errors import CONNECTION_FORCED
 from leveret.queues import queue_types
 from leveret.queues.policy import select
@@ -183,24 +184,24 @@ def vhost_bindings(vhost: Any) -> Iterator[dict[str, Any]]:
 
 # -- connections and channels -----------------------------------------------------------------
 
-def peer(conn: Any) -> tuple[str, int]:
+def peer(conn: ClientSession) -> tuple[str, int]:
     address = conn.peer or ("", 0)
     return address[0], address[1]
 
 
-def connection_name(conn: Any) -> str:
+def connection_name(conn: ClientSession) -> str:
     """RabbitMQ's ``"127.0.0.1:35498 -> 127.0.0.1:5672"``."""
-    local = getattr(conn, "local", None)
+    local = conn.local
     if local is None:
         return str(conn.name)
     return f"{conn.name} -> {local[0]}:{local[1]}"
 
 
-def channel_name(channel: Any) -> str:
+def channel_name(channel: ChannelSession) -> str:
     return f"{connection_name(channel.connection)} ({channel.number})"
 
 
-def open_connections(broker: Any, vhost: Any = None) -> list[Any]:
+def open_connections(broker: Any, vhost: Any = None) -> list[ClientSession]:
     """Connections past connection.open (in ``vhost`` if given), by name."""
     conns = [c for c in broker.connections
              if c.vhost is not None and (vhost is None or c.vhost is vhost)]
@@ -208,7 +209,7 @@ def open_connections(broker: Any, vhost: Any = None) -> list[Any]:
     return conns
 
 
-def find_connection(broker: Any, name: str) -> Any:
+def find_connection(broker: Any, name: str) -> ClientSession | None:
     """The connection called ``name`` (``connection_name``), or None."""
     for conn in broker.connections:
         if connection_name(conn) == name:
@@ -216,18 +217,18 @@ def find_connection(broker: Any, name: str) -> Any:
     return None
 
 
-def close_connection(conn: Any, reason: str) -> None:
+def close_connection(conn: ClientSession, reason: str) -> None:
     """connection.close 320 CONNECTION_FORCED with ``reason``, flushed on the next turn."""
     conn.close(CONNECTION_FORCED, reason)
     if conn.on_output is not None:
         conn.on_output()
 
 
-def connection_record(conn: Any) -> dict[str, Any]:
-    local = getattr(conn, "local", None) or ("", 0)
+def connection_record(conn: ClientSession) -> dict[str, Any]:
+    local = conn.local or ("", 0)
     host, port = peer(conn)
     client = jsonable(conn.client_properties)
-    tls = getattr(conn, "tls_info", None)
+    tls = conn.tls_info
     return {
         "name": connection_name(conn), "type": "network",
         "state": "blocked" if conn.blocked else "running",
@@ -237,7 +238,7 @@ def connection_record(conn: Any) -> dict[str, Any]:
         "channel_max": conn.channel_max, "frame_max": conn.frame_max, "timeout": conn.heartbeat,
         "channels": len(conn.channels), "host": local[0], "port": local[1],
         "peer_host": host, "peer_port": port, "protocol": "AMQP 0-9-1",
-        "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"), "ssl": tls is not None,
+        "auth_mechanism": conn.auth_mechanism, "ssl": tls is not None,
         "ssl_protocol": None, "ssl_cipher": None, "ssl_hash": None, "ssl_key_exchange": None,
         "peer_cert_issuer": None, "peer_cert_subject": None, "peer_cert_validity": None,
         **(tls or {}),
@@ -246,12 +247,12 @@ def connection_record(conn: Any) -> dict[str, Any]:
     }
 
 
-def channels_of(connections: Iterable[Any]) -> Iterator[Any]:
+def channels_of(connections: Iterable[ClientSession]) -> Iterator[ChannelSession]:
     for conn in list(connections):
         yield from list(conn.channels.values())
 
 
-def channel_record(channel: Any) -> dict[str, Any]:
+def channel_record(channel: ChannelSession) -> dict[str, Any]:
     conn = channel.connection
     host, port = peer(conn)
     confirms = channel.confirms
@@ -263,7 +264,7 @@ def channel_record(channel: Any) -> dict[str, Any]:
         "consumer_count": len(channel.consumers), "prefetch_count": channel.consumer_prefetch,
         "global_prefetch_count": channel.global_prefetch,
         "confirm": confirms is not None, "transactional": channel.tx is not None,
-        "messages_unacknowledged": len(channel._unacked),
+        "messages_unacknowledged": channel.unacked_count,
         "messages_unconfirmed": confirms.unconfirmed if confirms is not None else 0,
         "messages_uncommitted": len(channel.tx) if channel.tx is not None else 0,
         "acks_uncommitted": 0, "pending_raft_commands": 0,

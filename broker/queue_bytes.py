@@ -56,7 +56,10 @@ reading a deep tail to count them is far too slow for an API call.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.broker.sessions import ClientSession
 
 # The management fields, in RabbitMQ's order.
 FIELDS = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
@@ -71,7 +74,7 @@ class HeldBytes:
 
     __slots__ = ("_by_queue", "_connections")
 
-    def __init__(self, connections: Iterable[Any]) -> None:
+    def __init__(self, connections: Iterable[ClientSession]) -> None:
         self._connections = connections
         self._by_queue: dict[int, int] | None = None
 
@@ -83,7 +86,7 @@ class HeldBytes:
             by_queue = self._by_queue = {}
             get = by_queue.get
             for conn in list(self._connections):
-                for channel in list(getattr(conn, "channels", {}).values()):
+                for channel in list(conn.channels.values()):
                     for entry, held_by, _ in channel.deliveries():
                         key = id(held_by)  # the queues outlive the request
                         by_queue[key] = get(key, 0) + len(entry.message.body)

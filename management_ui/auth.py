@@ -182,7 +182,8 @@ def visible_vhosts(broker: Any, user: str, tags: list[str], monitors_see_all: bo
             if sees_vhost(broker, user, tags, vh.name, monitors_see_all)]
 
 
-def may_see_connection(user: str, tags: list[str], owner: str, close: bool = False) -> bool:
+def may_see_connection(user: str, tags: list[str], owner: str | None,
+                       close: bool = False) -> bool:
     """A connection (or its channels) of ``owner``: its own user; monitoring users and
     administrators may read another's, only administrators close it
     (``rabbit_mgmt_util:is_authorized_user``: else NO_OBJECT_ACCESS)."""

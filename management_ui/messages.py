@@ -104,10 +104,10 @@ def _unacked(req: Request, queue: Queue, encoding: str) -> list[dict[str, Any]]:
     """Every unacked delivery from ``queue`` on any channel, oldest (lowest seq) first."""
     held = []
     for conn in req.state.broker.connections:
-        for channel in list(getattr(conn, "channels", {}).values()):
+        for channel in list(conn.channels.values()):
             now = channel.connection.clock()
             for entry, tag in channel.unacked_in(queue):
-                since = getattr(entry, "delivered_at", now)
+                since = entry.delivered_at
                 held.append((entry.seq, entry, tag, views.channel_name(channel), now - since))
     held.sort(key=lambda h: h[0])
     out = []

@@ -277,7 +277,7 @@ def write_connections_channels(w: Writer, state: Any) -> None:
     for name, help_, get, type_ in (
         ("channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers), "gauge"),
         ("channel_messages_unacked", "Delivered but not yet acknowledged messages",
-         lambda ch: len(ch._unacked), "gauge"),
+         lambda ch: ch.unacked_count, "gauge"),
         ("channel_messages_unconfirmed", "Published but not yet confirmed messages",
          lambda ch: ch.confirms.unconfirmed if ch.confirms is not None else 0, "gauge"),
         ("channel_messages_uncommitted", "Messages received in a transaction but not yet "

@@ -271,7 +271,7 @@ def find_connection(req: Request, close: bool = False) -> Any:
     return conn
 
 
-def check_owner(req: Request, owner: str, close: bool = False) -> None:
+def check_owner(req: Request, owner: str | None, close: bool = False) -> None:
     if not auth.may_see_connection(req.user, req.tags, owner, close):
         raise ApiError(401, auth.NOT_AUTHORISED, auth.NO_OBJECT_ACCESS)
 
