@@ -2,6 +2,7 @@
 
     leveret [serve] [--host H]... [--port N] [--data-dir D] [--management-port N]
                     [--prometheus-port N] [--management-host H]... [--config FILE] [--log-level L]
+                    [--ready-file PATH]
     leveret ctl [--data-dir D] COMMAND ...   (see ctl.py: set_policy, clear_policy, list_policies)
     leveret lab list | lab run NAME [--url URL] [--fast]   (teaching labs: see labs/)
     leveret --version
@@ -45,7 +46,7 @@ _SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port",
                  "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
-                 "tls_cafile", "tls_verify", "management_tls_port")
+                 "tls_cafile", "tls_verify", "management_tls_port", "ready_file")
 
 log = logging.getLogger("leveret.cli")
 
@@ -103,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--management-tls-port", metavar="N",
                        help="HTTPS management API port when a certificate is set "
                             "(default 15671; 0 = any free)")
+    serve.add_argument("--ready-file", metavar="PATH",
+                       help="once serving, write the bound ports here as JSON (atomically)")
     ctl.add_parser(commands)
     lab_command.add_parser(commands)
     return parser

@@ -135,6 +135,9 @@ class Config:
     # HTTPS for the management API (RabbitMQ's management.ssl.port) with the same
     # certificate settings, when tls_certfile is set (0 = any free port).
     management_tls_port: int = 15671
+    # Written (atomically, as JSON with the bound ports) once every listener and the
+    # control socket are up (amqp/ready_file.py); None: no file.
+    ready_file: Path | None = None
     # Not a setting: the names a file, the environment or a flag set (``load_config``).
     # A listener on a *default* HTTP port that is taken is skipped with a warning, so a
     # Leveret beside a RabbitMQ (which holds 15672/15692) still serves AMQP; one the
@@ -336,6 +339,7 @@ _FIELDS: dict[str, _Field] = {
     "tls_fail_if_no_peer_cert": _Field("bool"),
     "tls_cert_login_from": _Field("str", _choice("distinguished_name", "common_name")),
     "management_tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "ready_file": _Field("path"),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from leveret.amqp import tls
+from leveret.amqp import ready_file, tls
 from leveret.amqp.protocol import AMQPProtocol
 from leveret.broker import control
 from leveret.broker.alarms import DISK, MEMORY, DiskMonitor, MemoryMonitor, trim_heap
@@ -244,6 +244,8 @@ async def watch_disk(broker: Broker, config: Config, interval: float = 5.0) -> N
 async def main(config: Config, services: Sequence[Service] = ()) -> None:
     loop = asyncio.get_running_loop()
     broker, servers = await serve(config)
+    if config.ready_file is not None:  # removed once the data dir is ours (serve locks it)
+        ready_file.remove(config.ready_file)  # a stale one would say "ready" too early
     started: list[Service] = []
     try:
         for service in services:
@@ -255,6 +257,14 @@ async def main(config: Config, services: Sequence[Service] = ()) -> None:
         await shutdown(broker, servers)
         raise
     ctl = await _start_control(broker, config)
+    if config.ready_file is not None:
+        try:
+            ready_file.write(config.ready_file, ready_file.ready_document(
+                broker.listeners, os.getpid(), broker.cluster_name))
+        except OSError as exc:
+            await _stop(broker, config, servers, started, ctl)
+            raise StartupError(f"cannot write the ready file {config.ready_file}: "
+                               f"{exc.strerror or exc}") from exc
     tune_gc()
     watchers = [asyncio.create_task(watch_memory(broker, config)),
                 asyncio.create_task(watch_disk(broker, config))]
@@ -269,6 +279,15 @@ async def main(config: Config, services: Sequence[Service] = ()) -> None:
     log.info("shutting down: closing %d connection(s)", len(broker.connections))
     for watcher in watchers:
         watcher.cancel()
+    await _stop(broker, config, servers, started, ctl)
+
+
+async def _stop(broker: Broker, config: Config, servers: list[asyncio.AbstractServer],
+                started: list[Service], ctl: asyncio.AbstractServer | None) -> None:
+    """Stop what ``main`` started, last first; the ready file goes first, as the broker
+    is no longer ready from here on."""
+    if config.ready_file is not None:
+        ready_file.remove(config.ready_file)
     for service in reversed(started):
         await service.stop()
     if ctl is not None:

@@ -61,7 +61,6 @@ import contextlib
 import datetime
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -76,27 +75,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_sampler import CpuSampler, cpu_in_windows, overlap_shares  # bench/ is not a package
 from relay_workload import declare_queues, fill_with_client, relay
 
-LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+from leveret.amqp import ready_file
+
 NO_SPARK = ("broker", "rowcost", "relay")  # scenarios (by name before any "-<n>") without Spark
 PLANNING_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    log = data_dir / "broker.log"
+    log, ready = data_dir / "broker.log", data_dir / "ready.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
          "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
-         "--data-dir", str(data_dir / "data")],
+         "--data-dir", str(data_dir / "data"), "--ready-file", str(ready)],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        match = LISTEN_RE.search(log.read_text(errors="replace"))
-        if match:
-            return proc, f"amqp://guest:guest@127.0.0.1:{match.group(1)}/%2F"
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
+    document = ready_file.wait(ready, proc, 120)
+    if document is not None:
+        return proc, f"amqp://guest:guest@127.0.0.1:{document['amqp']}/%2F"
     proc.kill()
     raise SystemExit(f"broker did not start:\n{log.read_text(errors='replace')}")
 

@@ -20,33 +20,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+from leveret.amqp import ready_file
 
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m leveret serve --port 0``; the port it got is in its log line."""
-    log = workdir / "broker.log"
+    """``python -m leveret serve --port 0``; the port it got is in its ready file."""
+    log, ready = workdir / "broker.log", workdir / "ready.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
          "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
-         "--data-dir", str(workdir / "data")],
+         "--data-dir", str(workdir / "data"), "--ready-file", str(ready)],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        match = LISTEN_RE.search(log.read_text(errors="replace"))
-        if match:
-            return proc, f"amqp://guest:guest@127.0.0.1:{match.group(1)}/%2F"
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
+    document = ready_file.wait(ready, proc, 120)
+    if document is not None:
+        return proc, f"amqp://guest:guest@127.0.0.1:{document['amqp']}/%2F"
     proc.kill()
     raise SystemExit(f"the broker did not start; its log:\n{log.read_text(errors='replace')}")
 

@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 ``OwnBroker`` runs ``python -m leveret serve --port 0`` on a temp data dir and
-learns its port from the log line ``listening for AMQP 0-9-1 on
-127.0.0.1:PORT``. A reader thread drains the broker's stderr (so a chatty log
-never blocks it) and wakes waiters on each line: every wait in a lab is for a
-real event (a log line, a process exit, a confirm, a delivery), never a sleep.
+learns its port from its ready file (``--ready-file``, written once it serves).
+A reader thread drains the broker's stderr (so a chatty log never blocks it)
+and wakes waiters on each line: every wait in a lab is for a real event (the
+ready file, a log line, a process exit, a confirm, a delivery), never a sleep.
 ``freeze`` (SIGSTOP) stops the broker dead, so whatever a client sends next
 sits unread in a socket; ``kill`` (SIGKILL) is the crash; ``restart`` starts
 a new process on the same data dir (on a new port: clients reconnect).
@@ -28,11 +28,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
+from leveret.amqp import ready_file
+
 # Written by persistence/group_commit.py at debug level, once per synced write.
 COMMIT_RE = re.compile(r"group commit \d+: (\d+) confirm\(s\) released by one synced write")
 # Python, the broker's imports and LMDB recovery; generous for a loaded CI machine.
-START_TIMEOUT = 30.0
+START_TIMEOUT = 120.0
 WAIT_TIMEOUT = 15.0  # any single awaited event; a lab that waits longer has failed
 
 
@@ -67,20 +68,22 @@ class OwnBroker:
         return self.proc.pid
 
     def start(self) -> None:
-        mark = len(self.lines)
+        ready = self.data_dir.with_name(f"{self.data_dir.name}.ready.json")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
              "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
-             "--data-dir", str(self.data_dir), "--log-level", "debug"],
+             "--data-dir", str(self.data_dir), "--log-level", "debug",
+             "--ready-file", str(ready)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, errors="replace")
         self._reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
         self._reader.start()
         proc = self.proc
-        line = self.wait_for_line(LISTEN_RE, mark, START_TIMEOUT, proc)
-        match = LISTEN_RE.search(line)
-        assert match is not None
-        self.port = int(match.group(1))
+        document = ready_file.wait(ready, proc, START_TIMEOUT)
+        if document is None or document["amqp"] is None:
+            tail = "\n".join(self.lines[-20:])
+            raise LabFailed(f"the broker did not start:\n{tail}")
+        self.port = document["amqp"]
 
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stderr is not None

@@ -3,17 +3,16 @@
 ``broker`` is one broker for the whole test session (tests use unique queue
 names); ``make_broker`` starts a private one for tests that stop, kill or
 restart it. The broker listens on 127.0.0.1 with port 0 and the fixture reads
-the port it got from its log, so parallel runs never collide.
+the ports it got from its ready file (``--ready-file``, written once every
+listener and the control socket are up), so parallel runs never collide.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,13 +20,11 @@ from pathlib import Path
 
 import pytest
 
-LISTEN_RE = re.compile(r"listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
-MANAGEMENT_RE = re.compile(r"listening for HTTP management API on 127\.0\.0\.1:(\d+)")
-PROMETHEUS_RE = re.compile(r"listening for Prometheus metrics on 127\.0\.0\.1:(\d+)")
-# Logged once every listener and the control socket (ctl.sock) are up: tests that use
-# `leveret ctl` right after start would otherwise race the socket's creation.
-STARTED_RE = re.compile(r"Leveret started \(")
-START_TIMEOUT = 20.0
+from leveret.amqp import ready_file
+
+# Generous: on a machine busy with other work a start (imports, store recovery) can take
+# many times its idle few hundred milliseconds; a broker that exits fails at once.
+START_TIMEOUT = 120.0
 
 
 @dataclass
@@ -41,6 +38,8 @@ class BrokerProcess:
     port: int = 0
     management_port: int = 0
     prometheus_port: int = 0
+    tls_port: int | None = None  # the AMQPS and HTTPS ports, when a certificate is set
+    management_tls_port: int | None = None
     # The command that runs the broker; the packaging test passes an installed `leveret`.
     command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "leveret"])
 
@@ -58,29 +57,24 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         self._log = open(self.log_path, "ab")
-        offset = self.log_path.stat().st_size
+        ready = self.log_path.with_name(f"ready-{uuid.uuid4().hex[:8]}.json")
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             [*self.command, "serve", "--host", "127.0.0.1", "--port", "0",
              "--management-host", "127.0.0.1", "--management-port", "0",
              "--prometheus-port", "0", "--management-tls-port", "0",
-             "--data-dir", str(self.data_dir), "--log-level", "debug", *self.extra_args],
+             "--data-dir", str(self.data_dir), "--log-level", "debug",
+             "--ready-file", str(ready), *self.extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
-            match = LISTEN_RE.search(text)
-            management = MANAGEMENT_RE.search(text)
-            prometheus = PROMETHEUS_RE.search(text)
-            if match and management and prometheus and STARTED_RE.search(text):
-                self.port = int(match.group(1))
-                self.management_port = int(management.group(1))
-                self.prometheus_port = int(prometheus.group(1))
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
+        ports = ready_file.wait(ready, self.proc, START_TIMEOUT)
+        if ports is not None:
+            ready.unlink()
+            self.port, self.tls_port = ports["amqp"] or 0, ports["amqps"]
+            self.management_port = ports["management"] or 0
+            self.prometheus_port = ports["prometheus"] or 0
+            self.management_tls_port = ports["management_tls"]
+            return self
         self.stop(kill=True)
         raise RuntimeError(f"broker did not start:\n{self.log_text()}")
 

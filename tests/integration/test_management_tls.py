@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import shutil
 import socket
 import ssl
@@ -26,11 +25,10 @@ import pytest
 from leveret.broker.broker import Broker
 from leveret.config import Config
 from leveret.management_ui.service import ManagementService
-from tests.integration.test_tls import CLIENT_DN, TLS_RE, Certs, certs, client_context, tls_params
+from tests.integration.test_tls import CLIENT_DN, Certs, certs, client_context, tls_params
 
 __all__ = ["certs"]  # the fixture, used by name below
 
-HTTPS_RE = re.compile(r"listening for HTTPS management API on 127\.0\.0\.1:(\d+)")
 RABBITMQADMIN = shutil.which("rabbitmqadmin")
 
 
@@ -39,9 +37,8 @@ def start_https_broker(make_broker: Any, tmp_path: Path, certs: Certs, **env: st
     b = make_broker(tmp_path / "data", "--tls-port", "0", "--management-tls-port", "0",
                     "--tls-certfile", str(certs.server[0]), "--tls-keyfile",
                     str(certs.server[1]), "--tls-cafile", str(certs.ca), **env)
-    match = HTTPS_RE.search(b.log_text())
-    assert match, b.log_text()
-    return b, int(match.group(1))
+    assert b.management_tls_port, b.log_text()
+    return b, b.management_tls_port
 
 
 def get(url: str, ctx: ssl.SSLContext | None) -> tuple[int, Any]:
@@ -148,7 +145,7 @@ def test_a_taken_default_https_port_is_skipped_with_a_warning(tmp_path, certs, c
 
 def test_connections_report_their_tls_session(make_broker, tmp_path, certs):
     b, port = start_https_broker(make_broker, tmp_path, certs, LEVERET_TLS_VERIFY="peer")
-    amqps = int(TLS_RE.search(b.log_text()).group(1))
+    amqps = b.tls_port
     secure = pika.BlockingConnection(tls_params(amqps, client_context(certs, certs.client)))
     plain = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     try:

@@ -15,3 +15,14 @@ def test_publish_consume_roundtrip(broker, qname):
     assert props.headers == {"a": 1}
     assert method.redelivered is False
     conn.close()
+
+
+def test_the_log_names_every_listener(broker):
+    """What a user reads to find the broker: one line per listener, on the ports the ready
+    file gave the fixture, and a last line once everything is up."""
+    log = broker.log_text()
+    for line in (f"listening for AMQP 0-9-1 on 127.0.0.1:{broker.port}",
+                 f"listening for HTTP management API on 127.0.0.1:{broker.management_port}",
+                 f"listening for Prometheus metrics on 127.0.0.1:{broker.prometheus_port}",
+                 "Leveret started (1 listener(s)); press Ctrl-C to stop"):
+        assert line in log, log

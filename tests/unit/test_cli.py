@@ -49,7 +49,7 @@ def restore_root_logger() -> Iterator[None]:
 
 
 def run_leveret(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERET_")}
     full_env.update(env or {})
