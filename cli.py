@@ -16,8 +16,8 @@ traceback:
     1  startup error: unusable data directory, port taken (StartupError)
     0  clean stop, including Ctrl-C
 
-The server module is imported inside ``serve`` so that ``--version`` stays fast
-and this module's tests do not need the server.
+The node and its front doors are imported inside ``serve`` so that ``--version`` stays
+fast and this module's tests do not need them.
 """
 
 from __future__ import annotations
@@ -152,19 +152,20 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str], err: TextIO) -> int
         return _fail(err, str(exc), EXIT_STARTUP)
 
     try:
-        server = importlib.import_module("leveret.amqp.server")
+        node = importlib.import_module("leveret.node.process")
+        amqp = importlib.import_module("leveret.amqp.server")
+        # The management API and Prometheus run beside the AMQP listeners on the same loop;
+        # the node cannot import the front doors (it sits below them), so they are handed in.
+        management = importlib.import_module("leveret.management_ui")
     except ModuleNotFoundError as exc:
-        if exc.name != "leveret.amqp.server":
-            raise  # a real bug inside the server: keep its traceback
-        return _fail(err, "the AMQP server module leveret.amqp.server is missing", EXIT_STARTUP)
-
-    # The management API and Prometheus run beside the AMQP listeners on the same loop;
-    # the AMQP layer cannot import them (it sits below), so they are handed in here.
-    management = importlib.import_module("leveret.management_ui")
+        if not (exc.name or "").startswith("leveret."):
+            raise  # a missing third-party package: keep its traceback
+        return _fail(err, f"the module {exc.name} is missing from this installation",
+                     EXIT_STARTUP)
     log.info("leveret %s starting; data dir %s", __version__, config.data_dir)
     try:
-        server.run(config, management.services())
-    except server.StartupError as exc:
+        node.run(config, [amqp.AmqpListeners(), *management.services()])
+    except node.StartupError as exc:
         return _fail(err, str(exc), EXIT_STARTUP)
     return EXIT_OK
 

@@ -123,7 +123,7 @@ class Config:
     handshake_timeout: float = 10.0
     # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
     connection_max: int = 0
-    # AMQPS (amqp/tls.py): a listener on tls_port when tls_certfile is set (0 = any free port).
+    # AMQPS (node/tls.py): a listener on tls_port when tls_certfile is set (0 = any free port).
     tls_port: int = 5671
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None  # None: the key is in tls_certfile
@@ -136,7 +136,7 @@ class Config:
     # certificate settings, when tls_certfile is set (0 = any free port).
     management_tls_port: int = 15671
     # Written (atomically, as JSON with the bound ports) once every listener and the
-    # control socket are up (amqp/ready_file.py); None: no file.
+    # control socket are up (node/ready_file.py); None: no file.
     ready_file: Path | None = None
     # Not a setting: the names a file, the environment or a flag set (``load_config``).
     # A listener on a *default* HTTP port that is taken is skipped with a warning, so a

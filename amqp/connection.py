@@ -129,7 +129,7 @@ class Connection:
         self.user: str | None = None
         # Set by the TLS adapter: the user named by a verified client certificate (EXTERNAL).
         self.peer_cert_user: str | None = None
-        # TLS session facts for the management API (amqp/tls.py ``session_info``), or None.
+        # TLS session facts for the management API (node/tls.py ``session_info``), or None.
         self.tls_info: dict[str, Any] | None = None
         self.client_properties: dict[str, Any] = {}
         self.auth_mechanism = "PLAIN"  # the SASL mechanism of start-ok, once logged in

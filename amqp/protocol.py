@@ -28,8 +28,8 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from leveret.amqp import tls
 from leveret.amqp.connection import CLOSED, CLOSING, RUNNING, Connection
+from leveret.node import tls
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker

@@ -75,7 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_sampler import CpuSampler, cpu_in_windows, overlap_shares  # bench/ is not a package
 from relay_workload import declare_queues, fill_with_client, relay
 
-from leveret.amqp import ready_file
+from leveret.node import ready_file
 
 NO_SPARK = ("broker", "rowcost", "relay")  # scenarios (by name before any "-<n>") without Spark
 PLANNING_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")

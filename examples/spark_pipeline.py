@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from leveret.amqp import ready_file
+from leveret.node import ready_file
 
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:

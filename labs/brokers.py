@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from leveret.amqp import ready_file
+from leveret.node import ready_file
 
 # Written by persistence/group_commit.py at debug level, once per synced write.
 COMMIT_RE = re.compile(r"group commit \d+: (\d+) confirm\(s\) released by one synced write")

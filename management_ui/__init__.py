@@ -11,9 +11,9 @@ sampler reads them every 5 s into small ring buffers for rates
 formats (``listing.py`` pages before formatting). Writes go through the
 vhost operations API, so HTTP gets AMQP's rules and texts.
 
-Layering: this package sits above ``amqp``; the AMQP server cannot import it,
-so the entry point (``cli.py``) passes ``services()`` to ``server.run``, which
-starts them after its listeners and stops them before. Modules: ``router``
+Layering: this package sits above ``node``, which cannot import it, so the entry
+point (``cli.py``) passes ``services()`` to ``node.process.run``, which starts them
+after the AMQP listeners and stops them before. Modules: ``router``
 (route matching, auth, error shapes), ``api`` (the route table), ``read``, ``admin``,
 ``write``, ``definitions``, ``health``, ``views`` (object -> JSON),
 ``listing``, ``auth`` (the one seam to the user model), ``prometheus``, ``console``

@@ -1,7 +1,7 @@
 """The management and Prometheus listeners: aiohttp in-process on the broker's loop.
 
-``ManagementService`` is an ``amqp.server.Service``: the entry point (cli.py)
-hands it to ``server.run``, which starts it after the AMQP listeners and stops
+``ManagementService`` is a ``node.process.Service``: the entry point (cli.py)
+hands it to ``node.process.run``, which starts it after the AMQP listeners and stops
 it before them. aiohttp's ``AppRunner`` leaves signal handling to the broker
 (``handle_signals=False`` is its default). Ports and failures behave like the
 AMQP listener's: port 0 picks a free port and the chosen one is logged
@@ -9,7 +9,7 @@ AMQP listener's: port 0 picks a free port and the chosen one is logged
 one ``StartupError`` line. With ``tls_certfile`` set, the management API is
 served over HTTPS too, on ``management_tls_port`` (15671, RabbitMQ's
 ``management.ssl.port``), with the AMQPS listener's certificate settings
-(``amqp/tls.py``: the same CA, client-certificate verification and TLS
+(``node/tls.py``: the same CA, client-certificate verification and TLS
 versions); it is listed as protocol ``https``. ``State`` is what handlers share: the broker, the
 config, the sampler and the HTTP login counters.
 """
@@ -26,13 +26,13 @@ from typing import Any
 from aiohttp import web
 
 from leveret import __version__
-from leveret.amqp import tls
-from leveret.amqp.server import StartupError
 from leveret.broker import definitions
 from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
 from leveret.management_ui import alerts, api, metrics_app, sampler, views
 from leveret.management_ui.log_stream import LogFanout
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
+from leveret.node import tls
+from leveret.node.process import StartupError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ read back from the store. The Spark pipeline's broker work (issue 16) relays a
 100,000-row backlog with 35 us of broker CPU per row instead of 47-50 when all
 but 10,000 rows were read back from LMDB (``bench/README.md``, "Paging").
 
-The memory watcher (``amqp/server.py``) sets ``pressed`` once a second from
+The memory watcher (``node/watchers.py``) sets ``pressed`` once a second from
 the process's RSS; ``Broker.set_memory_pressure`` tells every queue.
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from leveret.amqp import ready_file
+from leveret.node import ready_file
 
 # Generous: on a machine busy with other work a start (imports, store recovery) can take
 # many times its idle few hundred milliseconds; a broker that exits fails at once.

@@ -144,7 +144,8 @@ def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path
                          env={**os.environ, "PYTHONNOUSERSITE": "1"})
     assert out.returncode == 0, out.stderr
     imported = set(out.stdout.split())
-    assert {"leveret.amqp.handlers.queue", "leveret.amqp.server", "leveret.cli"} <= imported
+    assert {"leveret.amqp.handlers.queue", "leveret.amqp.server", "leveret.node.process",
+            "leveret.cli"} <= imported
 
 
 def test_installed_broker_serves_every_amqp_class(installed: Path, tmp_path: Path) -> None:

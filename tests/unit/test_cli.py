@@ -26,14 +26,14 @@ from leveret.config import Config
 
 def _server_importable() -> bool:
     try:
-        importlib.import_module("leveret.amqp.server")
+        importlib.import_module("leveret.node.process")
     except ImportError:
         return False
     return True
 
 
 needs_server = pytest.mark.skipif(
-    not _server_importable(), reason="leveret.amqp.server is not written yet"
+    not _server_importable(), reason="leveret.node.process is not written yet"
 )
 
 
@@ -158,7 +158,7 @@ def test_config_file_flag_error(tmp_path: Path) -> None:
 
 
 def test_missing_server_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Whatever the state of leveret.amqp.server, make it unimportable here.
+    # A subpackage missing from the installation (as a wheel without it once shipped).
     monkeypatch.setitem(sys.modules, "leveret.amqp.server", None)
     err = io.StringIO()
     code = main(["--data-dir", str(tmp_path / "d"), "--log-level", "error"], env={}, stderr=err)
@@ -208,16 +208,16 @@ def test_keyboard_interrupt_returns_0_quietly(
 
 
 def _fake_server(monkeypatch: pytest.MonkeyPatch, behaviour: str | None) -> list[Config]:
-    """Install a stand-in leveret.amqp.server honouring the run()/StartupError contract."""
+    """Install a stand-in leveret.node.process honouring the run()/StartupError contract."""
     import types
 
     calls: list[Config] = []
-    module = types.ModuleType("leveret.amqp.server")
+    module = types.ModuleType("leveret.node.process")
 
     class StartupError(Exception):
         pass
 
-    def run(config: Config, services: object = ()) -> None:
+    def run(config: Config, front_doors: object) -> None:
         calls.append(config)
         if behaviour == "startup":
             raise StartupError("port 5672 is already in use")
@@ -226,7 +226,7 @@ def _fake_server(monkeypatch: pytest.MonkeyPatch, behaviour: str | None) -> list
 
     module.StartupError = StartupError  # type: ignore[attr-defined]
     module.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "leveret.amqp.server", module)
+    monkeypatch.setitem(sys.modules, "leveret.node.process", module)
     return calls
 
 

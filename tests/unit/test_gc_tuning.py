@@ -7,11 +7,11 @@ import json
 import subprocess
 import sys
 
-from leveret.amqp.server import GC_THRESHOLD
+from leveret.node.process import GC_THRESHOLD
 
 
 def test_tune_gc_raises_the_thresholds_and_freezes_start_up_objects() -> None:
-    code = ("import gc, json; from leveret.amqp.server import tune_gc; "
+    code = ("import gc, json; from leveret.node.process import tune_gc; "
             "before = gc.get_freeze_count(); tune_gc(); "
             "print(json.dumps([gc.get_threshold(), before, gc.get_freeze_count()]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

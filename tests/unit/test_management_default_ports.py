@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from leveret.amqp.server import StartupError
 from leveret.broker.broker import Broker
 from leveret.config import Config, load_config
 from leveret.management_ui.service import ManagementService
+from leveret.node.process import StartupError
 
 
 def test_flags_and_environment_are_explicit_defaults_are_not(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The memory watcher's check (amqp/server.py::check_memory): RSS decides paging and the
+"""The memory watcher's check (node/watchers.py::check_memory): RSS decides paging and the
 alarm, and what RSS counts but the broker does not hold is handed back only when a
 threshold is crossed, then measured again."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.amqp.server import check_memory
 from leveret.broker.alarms import MEMORY
+from leveret.node.watchers import check_memory
 
 
 class Monitor:

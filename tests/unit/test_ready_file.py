@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leveret.amqp import ready_file
+from leveret.node import ready_file
 
 LISTENERS = [("amqp", "127.0.0.1", 40001), ("amqp", "::1", 40002),
              ("http", "127.0.0.1", 40003), ("http/prometheus", "127.0.0.1", 40004),
