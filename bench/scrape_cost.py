@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queues-timing", type=int, default=0, metavar="N",
                    help="only time responses with N queues")
     args = p.parse_args(argv)
-    run.loadgen.raise_nofile()
+    run.loadgen_proc.raise_nofile()
     if args.queues_timing:
         queue_timing(args.queues_timing, args.start_timeout)
         return 0

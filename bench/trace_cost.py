@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="trace only queues matching this regex (default: all)")
     p.add_argument("--start-timeout", type=float, default=30.0)
     args = p.parse_args(argv)
-    run.loadgen.raise_nofile()
+    run.loadgen_proc.raise_nofile()
     sargs = run.scenario_args(run.build_parser().parse_args(
         ["--duration", str(args.duration), "--warmup", str(args.warmup)]), "transient")
     ratios = []
