@@ -14,7 +14,7 @@ handshakes and shutdown cancel out.
 
     python bench/icount.py --scenario transient --messages 20000
     PYTHONPATH=/tmp/pkg-base python bench/icount.py ...   # another build of leveret
-    python bench/icount.py --scenario transient --trace   # with message tracing on (issue 13)
+    python bench/icount.py --scenario transient --trace   # with message tracing on
 
 The broker is started as ``python -m leveret serve`` with this process's environment,
 so ``PYTHONPATH`` chooses the build. ``--trace`` turns message tracing on for vhost
