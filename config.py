@@ -14,7 +14,7 @@ integer, got 'abc'``. Lower layers are still validated even when a higher one
 overrides them: a broken config file is an error, not a latent surprise.
 
 Nothing here reads ``os.environ`` or ``sys.argv`` on its own (apart from the
-dataclass default for ``data_dir``); the caller injects them (STYLE.md §8).
+dataclass default for ``data_dir``); the caller injects them (docs/STYLE.md §8).
 ``Config.__post_init__`` re-runs the checks, so a hand-built invalid ``Config``
 cannot exist either.
 """

@@ -10,7 +10,7 @@ fixture with a Leveret started with an AMQPS listener and a throw-away CA made b
     # then append this file's body below the marker line.
     LEVERET_PYTHON=/path/to/leveret/.venv/bin/python v/bin/python -m pytest tests/test_amqps.py -q
 
-Result recorded in issue 11: 128 passed, 4 skipped (aio-pika's own unconditional skips).
+Result when this was written: 128 passed, 4 skipped (aio-pika's own unconditional skips).
 """
 # ruff: noqa
 import pytest

@@ -18,7 +18,7 @@ import time
 import uuid
 
 import aiormq
-from loadgen import host_cpu_breakdown, host_cpu_ticks, self_cpu_seconds
+from loadgen_proc import host_cpu_breakdown, host_cpu_ticks, self_cpu_seconds
 
 
 async def main(args) -> dict:

@@ -1,4 +1,5 @@
-"""Issue 17 figures (items 2 and 6), each against a fresh Leveret it starts and kills.
+"""What hostile clients cost the broker in memory (RSS), each case against a fresh Leveret
+it starts and kills.
 
     python bench/hostile_figures.py noread          # confirm + 4 KB mandatory unroutable, never read
     python bench/hostile_figures.py tune_refused    # refused tune-ok, then publishes (BODY=65536 env

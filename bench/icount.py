@@ -14,7 +14,7 @@ handshakes and shutdown cancel out.
 
     python bench/icount.py --scenario transient --messages 20000
     PYTHONPATH=/tmp/pkg-base python bench/icount.py ...   # another build of leveret
-    python bench/icount.py --scenario transient --trace   # with message tracing on (issue 13)
+    python bench/icount.py --scenario transient --trace   # with message tracing on
 
 The broker is started as ``python -m leveret serve`` with this process's environment,
 so ``PYTHONPATH`` chooses the build. ``--trace`` turns message tracing on for vhost
@@ -44,7 +44,8 @@ from pathlib import Path
 import pamqp.commands as cmd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import loadgen  # bench/ is not a package: found through sys.path above
+import loadgen_client  # bench/ is not a package: found through sys.path above
+import loadgen_peers
 import relay_workload  # the Spark pipeline's broker work, without Spark
 
 # LMDB reserves a 1 TiB map; valgrind's address space is smaller. Both builds get the same
@@ -85,24 +86,24 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> N
 async def transient(port: int, messages: int, confirmed: bool) -> None:
     """Publish ``messages`` while one consumer acks each delivery; return when all are in."""
     qname = f"icount-{uuid.uuid4().hex[:8]}"
-    cconn = await loadgen.connect("127.0.0.1", port, "guest", "guest", "/", "icount-consumer")
-    await loadgen.open_channel(cconn, 1)
+    cconn = await loadgen_client.connect("127.0.0.1", port, "guest", "guest", "/", "icount-consumer")
+    await loadgen_client.open_channel(cconn, 1)
     cconn.send(cmd.Queue.Declare(queue=qname, durable=confirmed), 1)
     await cconn.expect(cmd.Queue.DeclareOk, timeout=120)
-    consumer = loadgen.Consumer(cconn, 1, False, 0)
+    consumer = loadgen_peers.Consumer(cconn, 1, False, 0)
     consumer.install()
     cconn.send(cmd.Basic.Consume(queue=qname, consumer_tag="icount"), 1)
     await cconn.expect(cmd.Basic.ConsumeOk, timeout=120)
-    pconn = await loadgen.connect("127.0.0.1", port, "guest", "guest", "/", "icount-producer")
-    await loadgen.open_channel(pconn, 1)
+    pconn = await loadgen_client.connect("127.0.0.1", port, "guest", "guest", "/", "icount-producer")
+    await loadgen_client.open_channel(pconn, 1)
     body = (b"leveret-bench" * 20)[:256]
     props = cmd.Basic.Properties(delivery_mode=2) if confirmed else None
-    one = loadgen.encode_publish("", qname, body, properties=props)
+    one = loadgen_peers.encode_publish("", qname, body, properties=props)
     batch = 50
     if confirmed:
         pconn.send(cmd.Confirm.Select(), 1)
         await pconn.expect(cmd.Confirm.SelectOk, timeout=120)
-        pub = loadgen.ConfirmPublisher(pconn, one, batch, window=1000, limit=messages,
+        pub = loadgen_peers.ConfirmPublisher(pconn, one, batch, window=1000, limit=messages,
                                        stall_timeout=600)
         task = asyncio.create_task(pub.run())
     else:

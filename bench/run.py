@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import loadgen
+import loadgen_proc
 
 DEFAULT_LEVERET_CMD = ("{python} -m leveret serve --port {port} --data-dir {data_dir} "
                        "--management-host 127.0.0.1 --management-port {management_port} "
@@ -151,7 +152,7 @@ class LeveretProcess:
                 owner = pid_listening_on(self.port)
                 # the listener may be a child (worker) of the process we started
                 return self.proc.pid if owner is None else (
-                    self.proc.pid if owner in loadgen.process_tree(self.proc.pid) else owner)
+                    self.proc.pid if owner in loadgen_proc.process_tree(self.proc.pid) else owner)
             time.sleep(0.1)
         raise RuntimeError(f"leveret did not answer AMQP on port {self.port} within "
                            f"{self.start_timeout}s:\n" + self.log_tail())
@@ -886,7 +887,7 @@ def main(argv=None) -> int:
 
     # The Leveret child inherits this process's limits: raise the soft open-files
     # limit to the hard limit so that `conns` (1,000 sockets) fits.
-    nofile = loadgen.raise_nofile()
+    nofile = loadgen_proc.raise_nofile()
     print(f"open-files limit (run.py, inherited by the Leveret it starts): soft {nofile[0]}, "
           f"hard {nofile[1]}", flush=True)
 

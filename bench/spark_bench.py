@@ -30,7 +30,7 @@ broker gets the same ones, in the same run, through the same bridge):
   executor's conversion to Arrow.
 * ``cold``: a fresh session in a child process (JVM up and one job run, no Python worker
   started yet), the first query's figures at the first ``--per-trigger``.
-* ``e2e-<n>``: the pipeline a user runs (issue 16): the queue, filled by an untimed sink
+* ``e2e-<n>``: the pipeline a user runs: the queue, filled by an untimed sink
   write, is read with ``maxMessagesPerTrigger=n`` through a ``select`` into the ``leveret``
   sink (exchange bound to a second durable queue), ``availableNow``, with a checkpoint. Run at
   each ``--per-trigger`` value with ``max(--rows, 3 * n)`` rows.

@@ -292,7 +292,7 @@ def wait_until(predicate: Callable[[], Any], what: str, poll: Callable[[], None]
 
 
 def console_link(lab: str, message_ids: list[str]) -> str | None:
-    """Hook for the console (issue 13): the link that shows these messages' trace.
+    """Hook for the web console: the link that shows these messages' trace.
 
     The console does not exist yet, so there is no link; ``command.py`` prints one
     only when this returns it.

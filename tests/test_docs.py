@@ -1,0 +1,36 @@
+"""The repository's reader-facing texts cite nothing a reader of the repository cannot see.
+
+A tracker's numbers ("issue 13", "(issue 16)", "issue-17") mean nothing to someone with only
+the checkout, so the README, docs/, the bench tools, the examples and the labs say what is
+meant instead.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACKER_NUMBER = re.compile(r"\bissues?[ #-]*\d+", re.IGNORECASE)
+READER_TEXTS = ("README.md", "docs/**/*.md", "docs/**/*.py", "bench/**/*.md", "bench/**/*.py",
+                "bench/**/*.sh", "examples/**/*", "labs/**/*.md", "labs/**/*.py")
+
+
+def _texts() -> list[Path]:
+    found = {p for pattern in READER_TEXTS for p in ROOT.glob(pattern) if p.is_file()}
+    return sorted(p for p in found if "results" not in p.relative_to(ROOT).parts)
+
+
+def test_reader_texts_cite_no_tracker_numbers() -> None:
+    hits = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+            for path in _texts()
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if TRACKER_NUMBER.search(line)]
+    assert not hits, "\n".join(hits)
+
+
+def test_the_texts_are_found() -> None:
+    """The globs above still reach the files (a moved folder would make the check vacuous)."""
+    names = {p.relative_to(ROOT).as_posix() for p in _texts()}
+    assert {"README.md", "docs/README.md", "bench/README.md", "bench/loadgen.py",
+            "examples/README.md", "labs/durability/lesson.md"} <= names
