@@ -1,0 +1,103 @@
+"""A large definitions import, checked and applied in slices so AMQP runs between them.
+
+``definitions.apply`` checks a file and applies it in one go. Over HTTP, a
+100,000-queue file held the event loop for 11 s that way (an AMQP handshake
+timed out meanwhile) and put the whole import in one batch. ``apply_in_slices``
+runs the same checks (``definitions.plan_steps``) and the same operations, and
+gives the loop back every ``SLICE_SECONDS``:
+
+* the whole file is still checked before anything is applied: an invalid file
+  raises ``Invalid`` and changes nothing;
+* while it applies, the group commit writes what the import recorded so far,
+  one batch per slice or so; when the writer is backlogged (``MAX_PENDING``)
+  the import waits for it, as clients' sockets do, so no batch holds the
+  whole file;
+* the answer still waits for the commit of the last slice (``router.py``).
+
+Where it differs from an import in one go: other clients run between slices.
+An item that another client changed meanwhile so that it no longer applies (a
+queue redeclared with other arguments, a vhost deleted) is skipped and logged
+in one line: that change stands, as if it had come just after the import. A
+crash before the answer may leave part of the file applied; the client never
+got an answer, and an import is additive, so sending it again completes it.
+RabbitMQ's own import applies item by item and stops at the first failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from leveret.broker import definitions
+from leveret.broker.accounts import AccountError
+from leveret.model.errors import ChannelError
+from leveret.persistence.group_commit import GroupCommit
+
+log = logging.getLogger(__name__)
+
+# The longest an import holds the loop at a time: AMQP heartbeats, handshakes and other
+# requests wait no longer than this (plus what they cost themselves).
+SLICE_SECONDS = 0.01
+# Items checked or applied between two looks at the clock.
+CHECK_EVERY = 32
+
+
+class Slicer:
+    """Counts steps and, once ``SLICE_SECONDS`` have passed, gives the loop back."""
+
+    def __init__(self, commit_log: GroupCommit, clock: Callable[[], float]) -> None:
+        self.commit_log = commit_log
+        self.clock = clock
+        self.steps = 0
+        self.since = clock()
+        self.slices = 1
+
+    def due(self) -> bool:
+        self.steps += 1
+        return self.steps % CHECK_EVERY == 0 and self.clock() - self.since >= SLICE_SECONDS
+
+    async def pause(self) -> None:
+        await asyncio.sleep(0)  # one loop turn: sockets are read, the commit is started
+        while self.commit_log.backlogged:
+            await self._caught_up()
+        self.slices += 1
+        self.since = self.clock()
+
+    async def _caught_up(self) -> None:
+        """Until the write in flight returns (what piled up behind it becomes its batch)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def caught_up() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        self.commit_log.when_caught_up(caught_up)
+        await done
+
+
+async def apply_in_slices(broker: Any, defs: Any, only_vhost: str | None = None,
+                          clock: Callable[[], float] = time.perf_counter) -> tuple[int, int]:
+    """Check ``defs`` whole, then apply it, in slices; returns (applied, skipped).
+    Raises ``Invalid`` with nothing applied."""
+    if not isinstance(defs, dict):
+        raise definitions.Invalid("the file does not hold a JSON object")
+    slicer = Slicer(broker.log, clock)
+    ops: list[definitions.Op] = []
+    for _ in definitions.plan_steps(broker, defs, only_vhost, ops):
+        if slicer.due():
+            await slicer.pause()
+    skipped = 0
+    for what, op in ops:
+        try:
+            op()
+        except (ChannelError, AccountError, KeyError) as exc:
+            skipped += 1
+            text = exc.detail if isinstance(exc, ChannelError) else str(exc)
+            log.warning("definitions import: %s skipped, changed meanwhile: %s", what, text)
+        if slicer.due():
+            await slicer.pause()
+    log.debug("definitions import applied in %d slice(s)", slicer.slices)
+    return len(ops) - skipped, skipped
