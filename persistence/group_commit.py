@@ -155,7 +155,11 @@ class GroupCommit(Recorder):
     @property
     def backlogged(self) -> bool:
         """Too much is waiting for the writer: clients should pause."""
-        return self._writing and self._recorded_ops > MAX_PENDING
+        return self.waiting_over(MAX_PENDING)
+
+    def waiting_over(self, limit: int) -> bool:
+        """A write is in flight and more than ``limit`` operations wait behind it."""
+        return self._writing and self._recorded_ops > limit
 
     def when_caught_up(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the write in flight returns (the backlog becomes its batch)."""
