@@ -4,7 +4,8 @@ Starts a broker on a fresh data dir, posts ``--queues`` durable queues to
 ``POST /api/definitions``, and while the request is pending an AMQP client
 repeats a cheap round trip (a passive ``exchange.declare``): the longest wait
 for one is how long the loop was held. Memory is the broker's resident set
-before the import and its peak (``VmHWM``) after. One JSON object on stdout::
+before the import, its peak (``VmHWM``), and its resident set once answered
+(what the imported queues keep). One JSON object on stdout::
 
     python bench/import_figures.py --queues 100000
 """
@@ -94,6 +95,7 @@ def main() -> None:
                 "round_trips_during_import": len(gaps),
                 "rss_before_mb": round(rss_before / 1024),
                 "rss_peak_mb": round(memory_kb(proc.pid, "VmHWM") / 1024),
+                "rss_after_mb": round(memory_kb(proc.pid, "VmRSS") / 1024),
             }))
         finally:
             proc.kill()
