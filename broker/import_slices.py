@@ -24,7 +24,8 @@ queue redeclared with other arguments, a vhost deleted) is skipped and logged
 in one line: that change stands, as if it had come just after the import. A
 crash before the answer may leave part of the file applied; the client never
 got an answer, and an import is additive, so sending it again completes it.
-RabbitMQ's own import applies item by item and stops at the first failure.
+RabbitMQ 3.10's own import applies item by item and stops at the first failure,
+keeping what it applied before it.
 """
 
 from __future__ import annotations

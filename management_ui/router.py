@@ -6,8 +6,9 @@ as ``%2F`` (a decoded path would have an empty segment there). A route is
 (method, pattern, handler, tag needed): ``ROUTES`` in ``api.py`` reads like
 RabbitMQ's dispatcher. A write (PUT, POST, DELETE) answers only once the group
 commit has written what it changed, so a crash after the answer keeps it; a
-failed write answers 500 ``internal_server_error``. Errors are raised by name (``ApiError`` or the broker
-model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
+failed write answers 500 ``internal_server_error``. Errors are raised by name
+(``ApiError`` or the broker model's ``ChannelError``) and shaped once, here, as
+RabbitMQ shapes them:
 
 =====  ==========================================================
 401    a failed login: ``{"error":"not_authorized","reason":"Login failed"}``
