@@ -18,12 +18,17 @@ changes. Vhosts, users, permissions and topic permissions go through
 ``Accounts`` (persisted, pushed to live connections); a vhost named in the
 file is validated against as if it existed (an unregistered ``VirtualHost``
 stands in for it until it is created, first, when applying).
+
+``apply`` checks and applies in one go (at boot, ``leveret ctl``); the HTTP
+import goes through ``import_slices.py``, which runs the same ``plan_steps``
+and operations with the loop given back between slices.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from leveret import __version__
@@ -167,14 +172,32 @@ def _str(item: dict[str, Any], key: str, what: str) -> str:
     return value
 
 
-def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]:
-    """Check everything; return the operations to apply (callables), or raise Invalid."""
-    ops: list[Any] = []
+# An operation of an import: what it applies (for a log line), and how.
+Op = tuple[str, Callable[..., object]]  # called without arguments
+
+
+def _op(what: str, apply: Callable[..., object]) -> Op:
+    return what, apply
+
+
+def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Op]:
+    """Check everything; return the operations to apply, or raise Invalid."""
+    ops: list[Op] = []
+    for _ in plan_steps(broker, defs, only_vhost, ops):
+        pass
+    return ops
+
+
+def plan_steps(broker: Any, defs: dict[str, Any], only_vhost: str | None,
+               ops: list[Op]) -> Iterator[None]:
+    """``plan`` one item at a time: appends to ``ops`` and yields before each item, where
+    a sliced import (``import_slices.py``) may give the loop back."""
 
     # Vhosts the file creates: validated against an unregistered stand-in, created first.
     planned_vhosts: dict[str, VirtualHost] = {}
     if only_vhost is None:
         for item in _list(defs, "vhosts"):
+            yield
             name = _str(item, "name", "vhost")
             if not name:
                 raise Invalid("vhost: the name cannot be empty")
@@ -186,8 +209,8 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
             dqt = item.get("default_queue_type") or None
             if name not in broker.vhosts:
                 planned_vhosts[name] = VirtualHost(name, broker.log, broker.paging)
-            ops.append(lambda n=name, d=description, t=tags, q=dqt:
-                       broker.accounts.add_vhost(n, d, t, q))
+            ops.append(_op(f"vhost '{name}'", lambda n=name, d=description, t=tags, q=dqt:
+                        broker.accounts.add_vhost(n, d, t, q)))
 
     def vhost_named(item: dict[str, Any], what: str) -> Any:
         name = only_vhost if only_vhost is not None else item.get("vhost")
@@ -201,8 +224,9 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
     def live(vhost: Any) -> Any:
         return broker.vhosts[vhost.name]  # at apply time: the stand-in's real vhost
 
-    _plan_accounts(broker, defs, only_vhost, planned_vhosts, ops)
+    yield from _plan_accounts(broker, defs, only_vhost, planned_vhosts, ops)
     for item in _list(defs, "policies"):
+        yield
         what = f"policy '{item.get('name')}'"
         vhost = vhost_named(item, what)
         try:
@@ -211,9 +235,10 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
                               item.get("apply-to", "all"))
         except PolicyError as exc:
             raise Invalid(f"{what}: {exc}") from None
-        ops.append(lambda v=vhost, p=policy: live(v).set_policy(p))
+        ops.append(_op(what, lambda v=vhost, p=policy: live(v).set_policy(p)))
     new_exchanges: dict[tuple[str, str], Any] = {}
     for item in _list(defs, "exchanges"):
+        yield
         name = _str(item, "name", "exchange")
         what = f"exchange '{name}'"
         vhost = vhost_named(item, what)
@@ -237,10 +262,11 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
         except ChannelError as exc:
             raise Invalid(exc.detail) from None
         new_exchanges[(vhost.name, name)] = (type_, flags, args)
-        ops.append(lambda v=vhost, n=name, t=type_, f=flags, a=args:
-                   live(v).declare_exchange(n, t, *f, a))
+        ops.append(_op(what, lambda v=vhost, n=name, t=type_, f=flags, a=args:
+                    live(v).declare_exchange(n, t, *f, a)))
     new_queues: dict[tuple[str, str], Any] = {}
     for item in _list(defs, "queues"):
+        yield
         name = _str(item, "name", "queue")
         what = f"queue '{name}'"
         vhost = vhost_named(item, what)
@@ -266,10 +292,11 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
         except ChannelError as exc:
             raise Invalid(exc.detail) from None
         new_queues[(vhost.name, name)] = (durable, auto_delete, args)
-        ops.append(lambda v=vhost, n=name, d=durable, ad=auto_delete, a=args:
-                   live(v).declare_queue(n, durable=d, exclusive=False, auto_delete=ad,
-                                         arguments=a))
+        ops.append(_op(what, lambda v=vhost, n=name, d=durable, ad=auto_delete, a=args:
+                    live(v).declare_queue(n, durable=d, exclusive=False, auto_delete=ad,
+                                          arguments=a)))
     for item in _list(defs, "bindings"):
+        yield
         source = _str(item, "source", "binding")
         dest = _str(item, "destination", "binding")
         what = f"binding '{source}' -> '{dest}'"
@@ -287,20 +314,21 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Any]
             raise Invalid(f"{what}: cannot bind to the default exchange")
         args = item.get("arguments") or {}
         rk = str(item.get("routing_key", ""))
-        ops.append(lambda v=vhost, s=source, d=dest, k=kind, r=rk, a=args: live(v).bind(
-            live(v).exchanges[s], (live(v).queues if k == "queue" else live(v).exchanges)[d],
-            r, a))
-    return ops
+        ops.append(_op(what, lambda v=vhost, s=source, d=dest, k=kind, r=rk, a=args:
+                    live(v).bind(live(v).exchanges[s],
+                                 (live(v).queues if k == "queue" else live(v).exchanges)[d],
+                                 r, a)))
 
 
 def _plan_accounts(broker: Any, defs: dict[str, Any], only_vhost: str | None,
-                   planned_vhosts: dict[str, Any], ops: list[Any]) -> None:
+                   planned_vhosts: dict[str, Any], ops: list[Op]) -> Iterator[None]:
     """Users, permissions and topic permissions of a full (not per-vhost) file."""
     if only_vhost is not None:
         return
     accounts = broker.accounts
     file_users: set[str] = set()
     for item in _list(defs, "users"):
+        yield
         name = _str(item, "name", "user")
         what = f"user '{name}'"
         if "password" in item and "password_hash" in item:
@@ -323,13 +351,14 @@ def _plan_accounts(broker: Any, defs: dict[str, Any], only_vhost: str | None,
                                   hashing_algorithm=r.hashing_algorithm)
             if r.limits:
                 accounts.set_user_limits(r.name, r.limits)
-        ops.append(put_user)
+        ops.append((what, put_user))
     known_vhosts = set(broker.vhosts) | set(planned_vhosts)
     known_users = set(accounts.users) | file_users
     for key, fields, cls in (("permissions", ("configure", "write", "read"), Permission),
                              ("topic_permissions", ("exchange", "write", "read"),
                               TopicPermission)):
         for item in _list(defs, key):
+            yield
             user, vhost = _str(item, "user", key), _str(item, "vhost", key)
             what = f"{key[:-1].replace('_', ' ')} of '{user}' in '{vhost}'"
             if user not in known_users:
@@ -343,7 +372,7 @@ def _plan_accounts(broker: Any, defs: dict[str, Any], only_vhost: str | None,
                 raise Invalid(f"{what}: {exc}") from None
             setter = (accounts.set_permissions if key == "permissions"
                       else accounts.set_topic_permissions)
-            ops.append(lambda f=setter, u=user, v=vhost, vals=values: f(u, v, *vals))
+            ops.append(_op(what, lambda f=setter, u=user, v=vhost, vals=values: f(u, v, *vals)))
 
 
 def load_file(broker: Any, path: str) -> int:
@@ -360,6 +389,6 @@ def apply(broker: Any, defs: Any, only_vhost: str | None = None) -> int:
     if not isinstance(defs, dict):
         raise Invalid("the file does not hold a JSON object")
     ops = plan(broker, defs, only_vhost)
-    for op in ops:
+    for _, op in ops:
         op()
     return len(ops)

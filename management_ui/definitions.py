@@ -3,7 +3,9 @@
 Export answers the broker model's export (``?download=name`` adds
 Content-Disposition, as the UI's download link expects); import takes a JSON
 body or the UI's multipart upload, and a file that fails validation is a 400
-naming the item, with nothing applied.
+naming the item, with nothing applied. A valid file is applied in slices with
+the loop given back between them (``broker/import_slices.py``), and the answer
+comes once it is committed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.broker import definitions
+from leveret.broker import definitions, import_slices
 from leveret.management_ui import read
 from leveret.management_ui.router import Request, bad_request, json_response
 
@@ -48,8 +50,9 @@ async def import_(req: Request) -> web.Response:
     if not isinstance(defs, dict):
         raise bad_request("not_json")
     try:
-        count = definitions.apply(req.state.broker, defs, only)
+        count, skipped = await import_slices.apply_in_slices(req.state.broker, defs, only)
     except definitions.Invalid as exc:
         raise bad_request(f"Validation failed: {exc}; nothing was imported") from None
-    log.info("definitions imported: %d operation(s)", count)
+    log.info("definitions imported: %d operation(s)%s", count,
+             f", {skipped} skipped (changed meanwhile)" if skipped else "")
     return web.Response(status=204)

@@ -6,8 +6,8 @@ act on a selection (``broker/queue_messages.py``). Every one needs ``read``
 on the queue, as basic.get and queue.purge do in RabbitMQ; redrive and move
 also need ``write`` on the exchange they publish to (checked by the model).
 A refused permission answers as other AMQP refusals do here (401
-``not_authorised``). The answer to an operation that changed durable state is
-sent once the store has committed it, as the HTTP publish does.
+``not_authorised``). As every write route's, their answer is sent once the
+store has committed what they changed (``router.py``).
 
 Message shape (RabbitMQ's get, with ``position`` instead of
 ``message_count``): ``position``, ``payload``, ``payload_encoding``,
@@ -18,7 +18,6 @@ Message shape (RabbitMQ's get, with ``position`` instead of
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Any
 
@@ -159,19 +158,7 @@ def _selection(body: dict[str, Any]) -> Selection:
     return Selection(count=_int(body, "count", 0))
 
 
-async def _answer(vhost: Any, outcome: Outcome, key: str = "moved") -> web.Response:
-    """Answer once what the operation recorded is committed (a crash after the answer
-    loses nothing the answer reported)."""
-    log = vhost.log
-    if log.deferred:
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def committed(ok: bool) -> None:
-            if not done.done():
-                done.set_result(ok)
-
-        log.after_commit(committed)
-        await done
+def _answer(outcome: Outcome, key: str = "moved") -> web.Response:
     return json_response({key: outcome.moved, "skipped": [
         {"position": p, "reason": r} for p, r in outcome.skipped]})
 
@@ -180,7 +167,7 @@ async def redrive(req: Request) -> web.Response:
     """Republish dead-lettered messages to the exchange and routing keys of their x-death."""
     vhost, queue, access = _target(req)
     selection = _selection(await req.body())
-    return await _answer(vhost, queue_messages.redrive(vhost, queue, access, selection))
+    return _answer(queue_messages.redrive(vhost, queue, access, selection))
 
 
 async def move(req: Request) -> web.Response:
@@ -195,11 +182,11 @@ async def move(req: Request) -> web.Response:
     if destination is queue:
         raise bad_request("destination is the queue itself")
     outcome = queue_messages.move(queue, destination, access, _selection(body))
-    return await _answer(vhost, outcome)
+    return _answer(outcome)
 
 
 async def delete_messages(req: Request) -> web.Response:
     """Delete selected ready messages, or the first count (not dead-lettered)."""
-    vhost, queue, _ = _target(req)
+    _, queue, _ = _target(req)
     outcome = queue_messages.delete(queue, _selection(await req.body()))
-    return await _answer(vhost, outcome, "deleted")
+    return _answer(outcome, "deleted")

@@ -4,8 +4,11 @@ aiohttp serves one catch-all route; ``Router`` matches the *raw* path split on
 ``/`` and percent-decoded per segment, because RabbitMQ's paths carry vhosts
 as ``%2F`` (a decoded path would have an empty segment there). A route is
 (method, pattern, handler, tag needed): ``ROUTES`` in ``api.py`` reads like
-RabbitMQ's dispatcher. Errors are raised by name (``ApiError`` or the broker
-model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
+RabbitMQ's dispatcher. A write (PUT, POST, DELETE) answers only once the group
+commit has written what it changed, so a crash after the answer keeps it; a
+failed write answers 500 ``internal_server_error``. Errors are raised by name
+(``ApiError`` or the broker model's ``ChannelError``) and shaped once, here, as
+RabbitMQ shapes them:
 
 =====  ==========================================================
 401    a failed login: ``{"error":"not_authorized","reason":"Login failed"}``
@@ -37,7 +40,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -55,6 +58,9 @@ REALM = 'Basic realm="RabbitMQ Management"'
 # differs: a ?auth= that is not base64 of user:password is the header's empty 400, where
 # RabbitMQ answers an empty 500.
 QUERY_AUTH = frozenset({"definitions"})
+# Methods of the routes that change state: their answer waits for the commit (``_after_commit``).
+WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
+COMMIT_FAILED = "the change was applied but could not be written to the message store"
 
 
 class ApiError(Exception):
@@ -201,18 +207,43 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
                                    params.get("vhost"))
             if refused is not None:
                 return error_response(401, auth.NOT_AUTHORISED, refused)
-        try:
-            return await route.handler(Request(request, params, user, tags, state))
-        except ApiError as exc:
-            return error_response(exc.status, exc.error, exc.reason)
-        except ChannelError as exc:
-            if exc.code == NOT_FOUND:
-                return error_response(404, "Object Not Found", "Not Found")
-            if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 ("amq.x", permissions)
-                return error_response(401, auth.NOT_AUTHORISED, "Access refused.")
-            return error_response(400, "bad_request", exc.detail)
-        except Exception as exc:  # a bug: the client still gets RabbitMQ's JSON shape
-            log.exception("management API %s %s failed", request.method, raw)
-            return error_response(500, "internal_server_error", str(exc) or type(exc).__name__)
+        response = await _dispatch(route, Request(request, params, user, tags, state), raw)
+        if route.method in WRITE_METHODS:
+            response = await _after_commit(state.broker.log, response, request.method, raw)
+        return response
 
     return handle
+
+
+async def _dispatch(route: Route, req: Request, raw: str) -> web.StreamResponse:
+    """The handler's answer, or its error in RabbitMQ's shape."""
+    try:
+        return await route.handler(req)
+    except ApiError as exc:
+        return error_response(exc.status, exc.error, exc.reason)
+    except ChannelError as exc:
+        if exc.code == NOT_FOUND:
+            return error_response(404, "Object Not Found", "Not Found")
+        if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 ("amq.x", permissions)
+            return error_response(401, auth.NOT_AUTHORISED, "Access refused.")
+        return error_response(400, "bad_request", exc.detail)
+    except Exception as exc:  # a bug: the client still gets RabbitMQ's JSON shape
+        log.exception("management API %s %s failed", req.http.method, raw)
+        return error_response(500, "internal_server_error", str(exc) or type(exc).__name__)
+
+
+class CommitLog(Protocol):
+    """The group commit, as a write route waits for it (``persistence/group_commit.py``)."""
+
+    async def committed(self) -> bool: ...
+
+
+async def _after_commit(commit_log: CommitLog, response: web.StreamResponse, method: str,
+                        raw: str) -> web.StreamResponse:
+    """A write route answers once everything it recorded is committed, as AMQP's "-ok"s
+    and ``leveret ctl`` do: a crash after the answer cannot undo what it reported. Its
+    errors wait too (a refusal may follow a partial change). A failed write is a 500."""
+    if await commit_log.committed():
+        return response
+    log.error("management API %s %s: the store could not write the change", method, raw)
+    return error_response(500, "internal_server_error", COMMIT_FAILED)

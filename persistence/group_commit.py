@@ -7,7 +7,8 @@ object: it *is* the recorder of the pending batch (``batch.Recorder``: ops,
 folding, ids), plus the writer that takes batches and hands them to the
 store. Recorders say who is waiting for durability: a confirm held for a
 publisher (``hold``), or any callback (``after_commit``, e.g. a definition's
-"-ok" or a control-socket reply). Recording schedules a flush for the end of the current
+"-ok" or a control-socket reply; ``committed`` awaits it, as an HTTP write's
+answer does). Recording schedules a flush for the end of the current
 event-loop turn. The flush detaches the batch and writes it on a dedicated
 thread (LMDB releases the GIL while it writes and fsyncs), so the loop keeps
 serving clients; everything recorded meanwhile forms the next batch, started
@@ -135,10 +136,30 @@ class GroupCommit(Recorder):
             assert self.loop is not None
             self.loop.call_soon(self._start)
 
+    async def committed(self) -> bool:
+        """Wait until everything recorded so far is committed: true, or false if the write
+        failed. At once when nothing is pending or being written (an answer that changed
+        nothing durable costs no sync)."""
+        if not self.deferred or not self.busy:
+            return True
+        assert self.loop is not None
+        done: asyncio.Future[bool] = self.loop.create_future()
+
+        def settle(ok: bool) -> None:
+            if not done.done():
+                done.set_result(ok)
+
+        self.after_commit(settle)
+        return await done
+
     @property
     def backlogged(self) -> bool:
         """Too much is waiting for the writer: clients should pause."""
-        return self._writing and self._recorded_ops > MAX_PENDING
+        return self.waiting_over(MAX_PENDING)
+
+    def waiting_over(self, limit: int) -> bool:
+        """A write is in flight and more than ``limit`` operations wait behind it."""
+        return self._writing and self._recorded_ops > limit
 
     def when_caught_up(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the write in flight returns (the backlog becomes its batch)."""

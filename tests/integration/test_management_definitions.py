@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
+import urllib.request
 import uuid
 from pathlib import Path
 
+import pika
 import pytest
 
 from tests.integration.conftest import HttpApi
@@ -68,6 +73,48 @@ def test_import_applies_everything(make_broker):
     assert api.post("/definitions/%2F", _objects(other, vhost_keys=False))[0] == 204
     assert api.get(f"/queues/%2F/{other}")[0] == 200
     assert api.get(f"/queues/%2F/{name}")[0] == 200
+
+
+LARGE_IMPORT = 30_000  # queues: an import long enough to hold a few AMQP round trips
+
+
+def test_amqp_is_served_while_a_large_import_is_pending(make_broker):
+    """The import gives the loop back between slices: while its request is pending, a new
+    AMQP connection opens and declares and deletes durable queues (each "-ok" after its
+    commit), all before the import's answer arrives. An import in one go held the loop
+    until it was applied, and its commit came first."""
+    b = make_broker()
+    name = f"big-{uuid.uuid4().hex[:8]}"
+    defs = {"queues": [{"name": f"{name}-{i}", "vhost": "/", "durable": True}
+                       for i in range(LARGE_IMPORT)]}
+    events: list[str] = []
+    answered = threading.Event()
+
+    def post() -> None:
+        request = urllib.request.Request(
+            b.api_url + "/api/definitions", json.dumps(defs).encode(), method="POST",
+            headers={"Content-Type": "application/json", "Authorization": "Basic "
+                     + base64.b64encode(b"guest:guest").decode()})
+        with urllib.request.urlopen(request, timeout=600) as resp:  # no budget: waits
+            events.append(f"import {resp.status}")
+        answered.set()
+
+    importer = threading.Thread(target=post)
+    importer.start()
+    api = HttpApi(b.api_url + "/api")
+    while api.get(f"/queues/%2F/{name}-0")[0] != 200:  # the import is being applied
+        assert not answered.is_set(), events
+        answered.wait(0.01)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    ch = conn.channel()
+    for i in range(2):
+        ch.queue_declare(f"{name}-amqp-{i}", durable=True)
+        ch.queue_delete(f"{name}-amqp-{i}")
+    events.append("amqp done")
+    conn.close()
+    importer.join()
+    assert events == ["amqp done", "import 204"]
+    assert api.get(f"/queues/%2F/{name}-{LARGE_IMPORT - 1}")[0] == 200
 
 
 @pytest.mark.parametrize("mutate, reason", [

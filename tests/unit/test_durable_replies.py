@@ -1,16 +1,21 @@
 """Replies about durable definitions wait for the group commit that records them, and
 nothing the channel says afterwards overtakes them (sans-IO core, a store whose writes
-the test releases by hand)."""
+the test releases by hand); so do the management API's answers to its writes."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 
+from aiohttp.test_utils import TestClient, TestServer
 from pamqp import commands
 
 from leveret.broker.broker import Broker
 from leveret.config import Config
+from leveret.management_ui import api
+from leveret.management_ui.router import COMMIT_FAILED
+from leveret.management_ui.service import State
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import StoreError
 
@@ -123,3 +128,58 @@ async def test_channel_close_ok_follows_the_held_reply():
     await settle()
     assert names(early + c.drain()) == ["DeleteOk", "DeclareOk", "CloseOk"]
     c.broker.log.close()
+
+
+# -- the management API's writes ------------------------------------------------------------
+
+GUEST = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
+
+
+async def http_client() -> tuple[TestClient, GatedStore, Broker]:
+    store = GatedStore()
+    config = Config()
+    broker = Broker(config, store, asyncio.get_running_loop())
+    broker.accounts.recover([])  # a fresh node: guest and "/"
+    store.gate.set()
+    assert await broker.log.committed()
+    store.gate.clear()
+    c = TestClient(TestServer(api.build_app(State(broker, config))))
+    await c.start_server()
+    return c, store, broker
+
+
+async def test_http_write_answers_after_its_commit():
+    c, store, broker = await http_client()
+    put = asyncio.ensure_future(c.put("/api/queues/%2F/q", json={"durable": True},
+                                      headers=GUEST))
+    await settle()
+    assert not put.done()  # declared, not yet durable: no answer
+    store.gate.set()
+    assert (await put).status == 201
+    assert [q.name for q in store.load_definitions().queues] == ["q"]
+    await c.close()
+    broker.log.close()
+
+
+async def test_http_write_that_records_nothing_answers_at_once():
+    c, store, broker = await http_client()
+    resp = await c.delete("/api/queues/%2F/nothing-here", headers=GUEST)
+    assert resp.status == 404
+    resp = await c.put("/api/queues/%2F/t", json={"durable": False, "auto_delete": True},
+                       headers=GUEST)
+    assert resp.status == 201  # a transient queue: nothing to commit
+    store.gate.set()
+    await c.close()
+    broker.log.close()
+
+
+async def test_http_write_whose_commit_fails_is_a_500():
+    c, store, broker = await http_client()
+    store.fail = True
+    store.gate.set()
+    resp = await c.put("/api/exchanges/%2F/x", json={"type": "fanout", "durable": True},
+                       headers=GUEST)
+    assert resp.status == 500
+    assert await resp.json() == {"error": "internal_server_error", "reason": COMMIT_FAILED}
+    await c.close()
+    broker.log.close()
