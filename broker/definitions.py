@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leveret import __version__
 from leveret.broker.inventory import (
@@ -47,6 +47,9 @@ from leveret.model.errors import ChannelError
 from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.policy import PolicyError, validate
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
 
 
 def policy_record(policy: Any) -> dict[str, Any]:
@@ -180,7 +183,7 @@ def _op(what: str, apply: Callable[..., object]) -> Op:
     return what, apply
 
 
-def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Op]:
+def plan(broker: Broker, defs: dict[str, Any], only_vhost: str | None) -> list[Op]:
     """Check everything; return the operations to apply, or raise Invalid."""
     ops: list[Op] = []
     for _ in plan_steps(broker, defs, only_vhost, ops):
@@ -188,7 +191,7 @@ def plan(broker: Any, defs: dict[str, Any], only_vhost: str | None) -> list[Op]:
     return ops
 
 
-def plan_steps(broker: Any, defs: dict[str, Any], only_vhost: str | None,
+def plan_steps(broker: Broker, defs: dict[str, Any], only_vhost: str | None,
                ops: list[Op]) -> Iterator[None]:
     """``plan`` one item at a time: appends to ``ops`` and yields before each item, where
     a sliced import (``import_slices.py``) may give the loop back."""

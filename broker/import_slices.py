@@ -35,12 +35,15 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from leveret.broker import definitions
 from leveret.broker.accounts import AccountError
 from leveret.model.errors import ChannelError
 from leveret.persistence.group_commit import GroupCommit
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ IMPORT_PENDING = 5_000
 
 def freeze_survivors() -> None:
     """Collect the young generations' cycles, then freeze everything that survives, as
-    start-up freezes what recovery built (``server.tune_gc``): never walked again, still
+    start-up freezes what recovery built (``node.process.tune_gc``): never walked again, still
     freed by reference counting. Each call walks only what was made since the last one
     (one slice). The price: a cycle that was already garbage in the oldest generation
     when the import started is kept; the broker leaves none by design (``protocol.py``,
@@ -101,7 +104,7 @@ class Slicer:
         await done
 
 
-async def apply_in_slices(broker: Any, defs: Any, only_vhost: str | None = None,
+async def apply_in_slices(broker: Broker, defs: object, only_vhost: str | None = None,
                           clock: Callable[[], float] = time.perf_counter) -> tuple[int, int]:
     """Check ``defs`` whole, then apply it, in slices; returns (applied, skipped).
     Raises ``Invalid`` with nothing applied."""
