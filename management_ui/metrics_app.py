@@ -8,11 +8,11 @@ A scrape must not stop the broker, though anyone who reaches the port may ask fo
   goes out as one chunk of a chunked response, and the loop runs between slices;
   memory holds the queue rows and a chunk, not the whole text (100,000 queues: about
   100 MB of text, once whole in a string and again encoded);
-* one scrape per endpoint renders at a time (``_Scrapes``): later ones wait their turn,
-  so four scrapes in parallel cost four scrapes' CPU one after the other, in the slices
-  of one, with one's memory;
-* a scraper that stops reading holds that turn for at most ``WRITE_TIMEOUT`` per chunk,
-  then its connection is closed.
+* one scrape per endpoint (path and query) renders at a time (``_Scrapes``), and the
+  scrapers that arrive meanwhile share the next rendering: four scrapes at once cost two
+  renderings, one after the other, with one's memory;
+* a scraper that stops reading holds a rendering up for at most ``WRITE_TIMEOUT`` per
+  chunk, then its connection is closed and the others go on.
 
 ``prometheus_authentication`` on: HTTP Basic against the broker's users, who must be
 tagged ``monitoring`` or ``administrator``; anyone else gets a 401 with
@@ -48,40 +48,85 @@ REALM = 'Basic realm="RabbitMQ Prometheus"'
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def stream(http: web.Request, w: Writer, render: Render) -> web.StreamResponse:
-    """Run ``render`` slice by slice, sending what it wrote in chunks of about
-    ``FLUSH_LINES`` lines."""
-    response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
-    await response.prepare(http)
-    try:
+class _Scrape:
+    """One rendering and the scrapers it answers: all that asked for the same thing while
+    the one before it was rendering."""
+
+    def __init__(self, http: web.Request, response: web.StreamResponse) -> None:
+        self.members = [(http, response)]
+        self.done = asyncio.Event()
+
+    async def run(self, w: Writer, render: Render) -> None:
+        """Run ``render`` slice by slice, sending what it wrote to every member in chunks of
+        about ``FLUSH_LINES`` lines; a member that does not take a chunk is dropped."""
         for _ in render:
             if len(w.lines) >= FLUSH_LINES:
-                await asyncio.wait_for(response.write(w.take()), WRITE_TIMEOUT)
+                await self._send(w.take())
+                if not self.members:
+                    return  # nobody left to render for
             else:
                 await asyncio.sleep(0)
-        await asyncio.wait_for(response.write(w.take()), WRITE_TIMEOUT)
-        await response.write_eof()
+        await self._send(w.take())
+        await asyncio.gather(*(response.write_eof() for _, response in self.members),
+                             return_exceptions=True)
+
+    async def _send(self, chunk: bytes) -> None:
+        sent = await asyncio.gather(*(_write(http, response, chunk)
+                                      for http, response in self.members))
+        self.members = [member for member, ok in zip(self.members, sent) if ok]
+
+    def abandon(self) -> None:
+        """The rendering will not happen (its leader was cancelled): drop the members."""
+        for http, _ in self.members:
+            if http.transport is not None:
+                http.transport.close()
+        self.members = []
+
+
+async def _write(http: web.Request, response: web.StreamResponse, chunk: bytes) -> bool:
+    try:
+        await asyncio.wait_for(response.write(chunk), WRITE_TIMEOUT)
     except TimeoutError:
         log.warning("Prometheus scrape of %s from %s dropped: not read for %g s",
                     http.path, http.remote, WRITE_TIMEOUT)
         if http.transport is not None:
             http.transport.close()
+        return False
     except ConnectionResetError:  # the scraper went away
-        pass
-    return response
+        return False
+    return True
 
 
 class _Scrapes:
-    """One scrape per endpoint renders at a time; the others wait in order."""
+    """One rendering per endpoint at a time; scrapers that arrive meanwhile share the next
+    one (``_Scrape``), keyed by path and query."""
 
     def __init__(self) -> None:
         self._turns: dict[str, asyncio.Lock] = {}
+        self._forming: dict[str, _Scrape] = {}
 
-    def turn(self, endpoint: str) -> asyncio.Lock:
-        lock = self._turns.get(endpoint)
-        if lock is None:
-            lock = self._turns[endpoint] = asyncio.Lock()
-        return lock
+    async def serve(self, http: web.Request, prefix: str,
+                    render: Callable[[Writer], Render]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
+        await response.prepare(http)
+        key = http.path_qs
+        forming = self._forming.get(key)
+        if forming is not None:
+            forming.members.append((http, response))
+            await forming.done.wait()
+            return response
+        scrape = self._forming[key] = _Scrape(http, response)
+        try:
+            async with self._turns.setdefault(key, asyncio.Lock()):
+                del self._forming[key]  # later scrapers form the next one
+                w = Writer(prefix)
+                await scrape.run(w, render(w))
+        finally:
+            if self._forming.get(key) is scrape:
+                del self._forming[key]
+                scrape.abandon()
+            scrape.done.set()
+        return response
 
 
 def _refused(state: State, request: web.Request) -> web.Response | None:
@@ -118,15 +163,13 @@ def _refused(state: State, request: web.Request) -> web.Response | None:
 def build_app(state: State) -> web.Application:
     scrapes = _Scrapes()
 
-    def endpoint(path: str, render: Callable[[web.Request, Writer], Render],
+    def endpoint(render: Callable[[web.Request, Writer], Render],
                  prefix: str = "rabbitmq_") -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
             refused = _refused(state, request)
             if refused is not None:
                 return refused
-            async with scrapes.turn(path):
-                w = Writer(prefix)
-                return await stream(request, w, render(request, w))
+            return await scrapes.serve(request, prefix, lambda w: render(request, w))
         return handle
 
     def detailed(request: web.Request, w: Writer) -> Render:
@@ -135,10 +178,8 @@ def build_app(state: State) -> web.Application:
         return prometheus_detailed.render(w, state, families, vhosts)
 
     app = web.Application()
-    app.router.add_get("/metrics", endpoint(
-        "/metrics", lambda _, w: prometheus.render_metrics(w, state)))
+    app.router.add_get("/metrics", endpoint(lambda _, w: prometheus.render_metrics(w, state)))
     app.router.add_get("/metrics/per-object", endpoint(
-        "/metrics/per-object", lambda _, w: prometheus.render_per_object(w, state)))
-    app.router.add_get("/metrics/detailed", endpoint(
-        "/metrics/detailed", detailed, prometheus_detailed.PREFIX))
+        lambda _, w: prometheus.render_per_object(w, state)))
+    app.router.add_get("/metrics/detailed", endpoint(detailed, prometheus_detailed.PREFIX))
     return app

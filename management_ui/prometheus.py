@@ -34,7 +34,7 @@ from typing import Any
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.management_ui import prometheus_channels, prometheus_queues, views
-from leveret.management_ui.prometheus_slices import SLICE, Render
+from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
 from leveret.persistence.commit_stats import Histogram
 
 LEVERET = "leveret_"  # Leveret-only series keep their own prefix
@@ -43,10 +43,6 @@ AMQP = (("protocol", "amqp091"),)
 CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
 
 Labels = tuple[tuple[str, str], ...]
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 class Writer:
@@ -59,24 +55,26 @@ class Writer:
         self._label_text: dict[Labels, str] = {}
 
     def family(self, name: str, type_: str, help_: str,
-               samples: Iterable[tuple[Labels, float]]) -> None:
+               samples: Iterable[tuple[Labels | str, float]]) -> None:
         for _ in self.family_steps(name, type_, help_, samples):
             pass
 
     def family_steps(self, name: str, type_: str, help_: str,
-                     samples: Iterable[tuple[Labels, float]]) -> Iterator[None]:
-        """``family``, yielding every ``SLICE`` samples (where a scrape lets the loop run)."""
+                     samples: Iterable[tuple[Labels | str, float]]) -> Iterator[None]:
+        """``family``, yielding every ``SLICE`` samples (where a scrape lets the loop run).
+        A sample's labels are pairs, or their text (``prometheus_slices.label_text``)."""
         full = name if name.startswith((LEVERET, "rabbitmq_")) else self.prefix + name
         lines = self.lines
         lines.append(f"# TYPE {full} {type_}\n# HELP {full} {help_}\n")
         known = self._label_text
         left = SLICE
         for labels, value in samples:
-            if labels:
+            if isinstance(labels, str):  # already text (per-object rows)
+                lines.append(f"{full}{{{labels}}} {_number(value)}\n")
+            elif labels:
                 text = known.get(labels)
                 if text is None:
-                    text = known[labels] = ",".join(f'{k}="{_escape(str(v))}"'
-                                                    for k, v in labels)
+                    text = known[labels] = label_text(tuple((k, str(v)) for k, v in labels))
                 lines.append(f"{full}{{{text}}} {_number(value)}\n")
             else:
                 lines.append(f"{full} {_number(value)}\n")

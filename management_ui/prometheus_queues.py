@@ -29,15 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import inventory
 from leveret.broker.queue_bytes import HeldBytes, byte_fields
-from leveret.management_ui.prometheus_slices import SLICE, Render
+from leveret.management_ui.prometheus_slices import SLICE, Render, escape
 
 if TYPE_CHECKING:  # prometheus imports this module
-    from leveret.management_ui.prometheus import Labels, Writer
+    from leveret.management_ui.prometheus import Writer
 
 # (family without prefix, RabbitMQ's help text, the queue record's field)
 Series = tuple[str, str, str]
-# A queue's labels and its values in the order of the series asked for.
-Row = tuple["Labels", tuple[float, ...]]
+# A queue's labels (as text: ``prometheus_slices.label_text``) and its values in the order
+# of the series asked for.
+Row = tuple[str, tuple[float, ...]]
 
 COARSE: tuple[Series, ...] = (
     ("queue_messages_ready", "Messages ready to be delivered to consumers", "messages_ready"),
@@ -95,15 +96,15 @@ def rows(found: list[Row], state: Any, series: tuple[Series, ...],
     """Append (labels, values in ``series``' order) per queue to ``found``, in ``vhosts`` if
     given, yielding every ``SLICE`` queues; without the byte totals and
     ``messages_persistent`` unless ``sized``. A tuple, not the dict ``values`` returns:
-    a scrape holds one per queue until it is written."""
+    a scrape holds one per queue until it is written, with its labels as text."""
     held = inventory.held_bytes(state.broker) if sized else None
-    queues = [(vh.name, q) for vh in list(state.broker.vhosts.values())
+    queues = [q for vh in list(state.broker.vhosts.values())
               if vhosts is None or vh.name in vhosts for q in list(vh.queues.values())]
     fields = [field for _, _, field in series]
     for start in range(0, len(queues), SLICE):
-        for vhost, queue in queues[start:start + SLICE]:
+        for queue in queues[start:start + SLICE]:
             v = values(queue, held)
-            found.append(((("vhost", vhost), ("queue", queue.name)),
+            found.append((f'vhost="{escape(queue.vhost.name)}",queue="{escape(queue.name)}"',
                           tuple([v[field] for field in fields])))
         yield
 
@@ -111,7 +112,7 @@ def rows(found: list[Row], state: Any, series: tuple[Series, ...],
 def write_per_object(w: Writer, series: tuple[Series, ...], found: list[Row]) -> Render:
     """One family per series, one sample per queue (``found`` from ``rows`` with ``series``)."""
     for i, (name, help_, _) in enumerate(series):
-        yield from w.family_steps(name, "gauge", help_, [(labels, v[i]) for labels, v in found])
+        yield from w.family_steps(name, "gauge", help_, ((labels, v[i]) for labels, v in found))
 
 
 def write_aggregated(w: Writer, state: Any) -> Render:
