@@ -1,4 +1,5 @@
-"""Name patterns from users (``?name=...&use_regex=true``), matched in linear time.
+"""Name patterns from users (``?name=...&use_regex=true``, a trace's ``queue`` filter),
+matched in linear time.
 
 RabbitMQ matches them with Erlang's ``re`` (PCRE), caseless. A backtracking engine,
 PCRE or Python's ``re``, takes time exponential in the name for patterns such as
@@ -28,6 +29,11 @@ class NamePattern(Protocol):
     """A compiled pattern: ``search`` finds it anywhere in a name (unanchored, as ``re:run``)."""
 
     def search(self, text: str) -> object | None: ...
+
+    @property
+    def pattern(self) -> str:
+        """The pattern's text, as given."""
+        ...
 
 
 class PatternError(ValueError):

@@ -28,7 +28,8 @@ chain, ``exchanges.router.explain``), ``enqueue`` (one per traced queue) and, if
 unroutable and mandatory, ``return`` events, all with the same timestamp; an
 automatic-ack delivery as ``deliver`` and ``ack``. Decoding the message id
 (``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing
-to the queues it matches (``re.search``, as policies match names): queue events
+to the queues it matches (searched, as policies match names, but by RE2 in linear time:
+``model/name_pattern.py``; it is tested on every traced step): queue events
 of other queues are not recorded, and a publish only if it reached a matching
 queue.
 
@@ -45,13 +46,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.exchanges.router import Step
+from leveret.model.name_pattern import NamePattern, PatternError, compile_pattern
 from leveret.queues.browse import ids_of
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ class Tracer:
             raise ValueError(f"capacity must be between 1 and {MAX_CAPACITY}")
         self.capacity = capacity
         try:
-            self.pattern = re.compile(queue) if queue else None
-        except re.error as exc:
+            self.pattern = compile_pattern(queue, caseless=False) if queue else None
+        except PatternError as exc:
             raise ValueError(f"queue is not a regular expression: {exc}") from None
         self.ring: deque[Record] = deque(maxlen=capacity)
         self.seq = itertools.count(1)  # numbers records: how many the ring let go (evicted)
@@ -230,7 +231,7 @@ class Tracer:
 
 
 def expand(record: Record, ids: dict[bytes, str | None],
-           pattern: re.Pattern[str] | None = None) -> Iterator[Event]:
+           pattern: NamePattern | None = None) -> Iterator[Event]:
     """The API's events of one record (see the module docstring); ``ids`` caches ids, and
     ``pattern`` (the queue filter) says which of a publish's queues get an enqueue event."""
     kind, _seq, ts, props, exchange, routing_key, queue = record[:7]

@@ -149,3 +149,15 @@ def test_evictions_are_counted_with_a_filter_and_without() -> None:
     for name in "abc":
         plain.settled("ack", "q", _message(name), 1, "c", None)
     assert (plain.evicted, plain.appended) == (1, 3)
+
+
+def test_queue_filter_is_matched_in_linear_time() -> None:
+    """The filter is tested on every traced step: a backtracking engine would take 2**100
+    steps on this queue's name for ``^(a+)+$``; RE2 answers at once."""
+    t = Tracer(10, "^(a+)+$")
+    t.settled("ack", "a" * 100 + "!", _message("no"), 1, "c", None)
+    t.settled("ack", "aaaa", _message("yes"), 1, "c", None)
+    assert [e["message_id"] for e in t.events()] == ["yes"]
+    assert t.describe()["queue"] == "^(a+)+$"
+    with pytest.raises(ValueError):
+        Tracer(10, "(?=a)")  # no lookaround in RE2
