@@ -45,7 +45,7 @@ def set_tracing(api: str, capacity: int | None, queue: str | None = None) -> Non
                                  method="PUT" if capacity else "DELETE",
                                  headers={"Authorization": AUTH,
                                           "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with urllib.request.urlopen(req, timeout=600) as resp:
         resp.read()
 
 
@@ -68,7 +68,7 @@ def open_unread_streams(api: str, n: int) -> list[socket.socket]:
 
 def trace_status(api: str) -> dict:
     req = urllib.request.Request(api + "/api/traces/%2F", headers={"Authorization": AUTH})
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with urllib.request.urlopen(req, timeout=600) as resp:
         return json.loads(resp.read())
 
 

@@ -39,7 +39,8 @@ class LogFanout(logging.Handler):
         super().__init__(logging.DEBUG)
         self.loop = loop
         self.loop_thread = threading.get_ident()
-        self.ring: deque[tuple[int, sse.Event]] = deque(maxlen=LOG_RING)  # (level, event)
+        # (level, the event encoded once for every listener)
+        self.ring: deque[tuple[int, bytes]] = deque(maxlen=LOG_RING)
         self.appended = 0
         self.bell = sse.Bell()
         self.listeners = 0
@@ -60,7 +61,7 @@ class LogFanout(logging.Handler):
             self.handleError(record)
 
     def _fan_out(self, event: sse.Event, level: int) -> None:
-        self.ring.append((level, event))
+        self.ring.append((level, sse.encode("log", event)))
         self.appended += 1
         self.bell.ring()
 
@@ -77,7 +78,7 @@ class LevelView:
     def position(self) -> int:
         return self.fanout.appended
 
-    def read(self, position: int) -> tuple[list[sse.Event], int, int]:
+    def read(self, position: int) -> tuple[list[bytes], int, int]:
         fanout = self.fanout
         items, dropped, position = sse.ring_slice(fanout.ring, fanout.appended, position)
         lowest = self.lowest
@@ -104,7 +105,7 @@ async def stream_logs(req: Request) -> web.StreamResponse:
         logger.addHandler(fanout)
     fanout.listeners += 1
     try:
-        return await sse.stream(req.http, LevelView(fanout, LEVELS[name]), lambda: True, "log")
+        return await sse.stream(req.http, LevelView(fanout, LEVELS[name]), lambda: True)
     finally:
         fanout.listeners -= 1
         if not fanout.listeners:

@@ -12,8 +12,10 @@ write buffer: a stream whose client does not read waits on that buffer, untouche
 events, until the client reads or goes away.
 
 Streams wait on their source's ``Bell``: a producer rings it (``ring`` is O(1): the
-wake-up of every waiting stream is one callback, at most one per loop iteration).
-``stream`` writes events as ``data:`` lines (JSON), in writes of about ``WRITE_BYTES``,
+wake-up of every waiting stream is one callback, at most one per loop iteration). A
+source hands events encoded (``encode``: ``event:`` and a ``data:`` line of JSON), and
+may encode each once for all its streams. ``stream`` writes them in writes of about
+``WRITE_BYTES``, with its socket's send buffer bounded (``SEND_BUFFER``),
 a comment every ``KEEPALIVE_SECONDS`` so proxies and the client see the stream alive,
 and ends when ``still_wanted()`` turns false (tracing stopped) or the client goes away.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import islice
@@ -38,6 +41,19 @@ CHECK_SECONDS = 1.0
 WRITE_BYTES = 16 * 1024
 # Records a stream takes from its source at a time (what it expands into events at once).
 READ_LIMIT = 1000
+# The kernel's send buffer of a stream's socket, in bytes. Left to autotuning it grows to
+# megabytes, which a client that never reads would make the broker fill with events
+# (encoded for it) before its stream blocks; 64 KiB is ample for events to a reader.
+SEND_BUFFER = 64 * 1024
+
+
+def _bound_send_buffer(http: web.Request) -> None:
+    sock = http.transport.get_extra_info("socket") if http.transport is not None else None
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        except OSError:  # not a TCP socket (tests over pipes): nothing to bound
+            pass
 
 
 class Bell:
@@ -82,10 +98,16 @@ class Source(Protocol):
         """How many events were ever appended (where a new stream starts reading)."""
         ...
 
-    def read(self, position: int) -> tuple[Sequence[Event], int, int]:
-        """(events appended since ``position`` and still held, how many of those the ring
-        let go, the position after them)."""
+    def read(self, position: int) -> tuple[Sequence[bytes], int, int]:
+        """(the events appended since ``position`` and still held, encoded (``encode``);
+        how many of those the ring let go; the position after them)."""
         ...
+
+
+def encode(name: str, data: Event) -> bytes:
+    """One server-sent event, ``data`` as JSON on one line."""
+    return b"event: %s\ndata: %s\n\n" % (
+        name.encode(), json.dumps(data, separators=(",", ":"), default=str).encode())
 
 
 def ring_slice(ring: deque[T], appended: int, position: int,
@@ -104,16 +126,16 @@ def ring_slice(ring: deque[T], appended: int, position: int,
     return items, dropped, position + dropped + len(items)
 
 
-async def stream(http: web.Request, source: Source, still_wanted: Callable[[], bool],
-                 event_name: str) -> web.StreamResponse:
+async def stream(http: web.Request, source: Source,
+                 still_wanted: Callable[[], bool]) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
     await response.prepare(http)
+    _bound_send_buffer(http)
     loop = asyncio.get_running_loop()
     quiet_since = loop.time()
     position = source.position
-    head = f"event: {event_name}\ndata: ".encode()
     try:
         await response.write(b": stream open\n\n")
         while still_wanted():
@@ -129,9 +151,7 @@ async def stream(http: web.Request, source: Source, still_wanted: Callable[[], b
                 continue
             chunk = bytearray()
             for event in events:
-                chunk += head
-                chunk += json.dumps(event, separators=(",", ":"), default=str).encode()
-                chunk += b"\n\n"
+                chunk += event
                 if len(chunk) >= WRITE_BYTES:
                     await response.write(bytes(chunk))
                     chunk.clear()

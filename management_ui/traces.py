@@ -73,24 +73,39 @@ async def get_trace(req: Request) -> web.Response:
     return json_response(status)
 
 
+# Records whose events a TraceSource keeps encoded for its streams (the newest).
+ENCODED_RECORDS = 4096
+
+
 class TraceSource:
     """A tracer's ring as the streams' source (``sse.Source``): records kept since a
-    position, read as events. One per tracer while it has readers, woken by its tick."""
+    position, read as ``trace`` events, each record's encoded once for all the streams.
+    One per tracer while it has readers, woken by its tick."""
 
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
         self.bell = sse.Bell()
+        self._encoded: dict[int, bytes] = {}  # record number -> its events, encoded
 
     @property
     def position(self) -> int:
         return self.tracer.appended
 
-    def read(self, position: int) -> tuple[list[sse.Event], int, int]:
+    def read(self, position: int) -> tuple[list[bytes], int, int]:
         tracer = self.tracer
         records, dropped, position = sse.ring_slice(tracer.ring, tracer.appended, position)
+        encoded = self._encoded
         ids: dict[bytes, str | None] = {}
-        events = [event for record in records for event in expand(record, ids, tracer.pattern)]
-        return events, dropped, position
+        out = []
+        for record in records:
+            block = encoded.get(record[1])
+            if block is None:
+                block = encoded[record[1]] = b"".join(
+                    sse.encode("trace", event) for event in expand(record, ids, tracer.pattern))
+                if len(encoded) > ENCODED_RECORDS:  # forget the older half
+                    self._encoded = encoded = dict(list(encoded.items())[ENCODED_RECORDS // 2:])
+            out.append(block)
+        return out, dropped, position
 
 
 async def stream_trace(req: Request) -> web.StreamResponse:
@@ -105,7 +120,7 @@ async def stream_trace(req: Request) -> web.StreamResponse:
         tracer.on_records = source.bell.ring
     tracer.readers += 1
     try:
-        return await sse.stream(req.http, source, lambda: vhost.tracer is tracer, "trace")
+        return await sse.stream(req.http, source, lambda: vhost.tracer is tracer)
     finally:
         tracer.readers -= 1
         if not tracer.readers:
