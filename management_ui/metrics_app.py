@@ -76,7 +76,7 @@ class _Scrape:
         self.members = [member for member, ok in zip(self.members, sent) if ok]
 
     def abandon(self) -> None:
-        """The rendering will not happen (its leader was cancelled): drop the members."""
+        """The rendering will not be whole: close the members' connections."""
         for http, _ in self.members:
             if http.transport is not None:
                 http.transport.close()
@@ -121,10 +121,12 @@ class _Scrapes:
                 del self._forming[key]  # later scrapers form the next one
                 w = Writer(prefix)
                 await scrape.run(w, render(w))
+        except BaseException:  # cancelled, or a bug: no member may take a cut text as whole
+            scrape.abandon()
+            raise
         finally:
             if self._forming.get(key) is scrape:
                 del self._forming[key]
-                scrape.abandon()
             scrape.done.set()
         return response
 

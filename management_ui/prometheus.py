@@ -5,7 +5,8 @@ them to sum), ``/metrics/per-object`` adds one series per queue, connection
 and channel, ``/metrics/detailed?family=...&vhost=...`` the
 ``rabbitmq_detailed_`` families asked for. Text format 0.0.4 is written
 directly, laid out as RabbitMQ does (``# TYPE`` then ``# HELP`` then samples;
-counters keep their ``_total`` name). Unauthenticated, as RabbitMQ's.
+counters keep their ``_total`` name). Unauthenticated, as RabbitMQ 3.10's, unless
+``prometheus_authentication`` is on; rendered in slices and streamed (``metrics_app.py``).
 
 Where Leveret differs: ``rabbitmq_global_messages_received_confirm_total``
 is the number of messages *confirmed* (Leveret does not count publishes per
