@@ -24,7 +24,9 @@ times AMQP round trips (queue.declare passive) back to back. Printed per phase: 
 scrapes' wall time and size, the round trips done meanwhile, the longest one (about the
 longest the broker's loop was held), the time spent in round trips over
 ``STALL_MS`` (about the loop's blocked time), the broker's CPU and its peak RSS
-(VmHWM, reset before the phase through /proc/<pid>/clear_refs).
+(VmHWM, reset before the phase through /proc/<pid>/clear_refs), and the broker's own
+account of each rendering (its log at debug level: slices, the longest one's CPU time,
+which the machine's load does not stretch as it does round trips).
 """
 
 from __future__ import annotations
@@ -241,7 +243,7 @@ def _status_kb(pid: int, field: str) -> int:
     return 0
 
 
-def _scrape_phase(pid: int, port: int, url: str, parallel: int) -> None:
+def _scrape_phase(pid: int, port: int, url: str, parallel: int, log_path: str) -> None:
     import multiprocessing
 
     try:
@@ -265,6 +267,8 @@ def _scrape_phase(pid: int, port: int, url: str, parallel: int) -> None:
             sizes.append(len(resp.read()))
         spans.append((t, time.monotonic()))
 
+    with open(log_path, "rb") as f:
+        log_from = len(f.read())
     cpu0 = cpu_seconds(pid)
     threads = [threading.Thread(target=one) for _ in range(parallel)]
     for t in threads:
@@ -283,11 +287,18 @@ def _scrape_phase(pid: int, port: int, url: str, parallel: int) -> None:
           f"{max(during, default=0):,.0f} ms, {held / 1000:.2f} s in round trips over "
           f"{STALL_MS:g} ms; broker CPU {cpu:.2f} s, RSS {rss_before / 1024:,.0f} MiB -> "
           f"peak {_status_kb(pid, 'VmHWM') / 1024:,.0f} MiB", flush=True)
+    with open(log_path, "rb") as f:
+        renders = [line.split("metrics_app: ", 1)[-1] for line in
+                   f.read()[log_from:].decode(errors="replace").splitlines()
+                   if "Prometheus /metrics" in line and "slices" in line]
+    for line in renders:  # the broker's own account, when it logs at debug level
+        print(f"    broker: {line}", flush=True)
 
 
 def scrape_stall(n: int, parallel: int, start_timeout: float) -> None:
     import json
 
+    os.environ.setdefault("LEVERET_LOG_LEVEL", "debug")  # the broker logs each rendering
     lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, start_timeout)
     try:
         pid = lev.start()
@@ -306,7 +317,7 @@ def scrape_stall(n: int, parallel: int, start_timeout: float) -> None:
               f"{time.perf_counter() - t0:.1f} s)", flush=True)
         url = f"http://127.0.0.1:{lev.prometheus_port}/metrics/per-object"
         for k in (1, parallel):
-            _scrape_phase(pid, lev.port, url, k)
+            _scrape_phase(pid, lev.port, url, k, lev.log_path)
     finally:
         lev.stop()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -58,17 +59,32 @@ class _Scrape:
 
     async def run(self, w: Writer, render: Render) -> None:
         """Run ``render`` slice by slice, sending what it wrote to every member in chunks of
-        about ``FLUSH_LINES`` lines; a member that does not take a chunk is dropped."""
+        about ``FLUSH_LINES`` lines; a member that does not take a chunk is dropped. Logs
+        (debug) the slices' count and the longest one's CPU time: how long it held the loop."""
+        scrapers, slices, longest, sent = len(self.members), 0, 0.0, 0
+        clock = time.thread_time  # the loop's thread: CPU held, not time waiting for a core
+        started = clock()
         for _ in render:
+            now = clock()
+            slices += 1
+            longest = max(longest, now - started)
             if len(w.lines) >= FLUSH_LINES:
-                await self._send(w.take())
+                chunk = w.take()
+                sent += len(chunk)
+                await self._send(chunk)
                 if not self.members:
                     return  # nobody left to render for
             else:
                 await asyncio.sleep(0)
-        await self._send(w.take())
+            started = clock()
+        longest = max(longest, clock() - started)
+        chunk = w.take()
+        await self._send(chunk)
         await asyncio.gather(*(response.write_eof() for _, response in self.members),
                              return_exceptions=True)
+        log.debug("Prometheus %s for %d scraper(s): %d bytes in %d slices, the longest "
+                  "%.1f ms of CPU", self.members[0][0].path if self.members else "scrape",
+                  scrapers, sent + len(chunk), slices + 1, longest * 1e3)
 
     async def _send(self, chunk: bytes) -> None:
         sent = await asyncio.gather(*(_write(http, response, chunk)
