@@ -96,6 +96,9 @@ class Config:
     data_dir: Path = field(default_factory=lambda: default_data_dir(os.environ))
     management_port: int = 15672  # 0 = any free port
     prometheus_port: int = 15692  # 0 = any free port
+    # Scrapes of the Prometheus listener need HTTP Basic credentials of a monitoring user or
+    # an administrator; off, they are open, as RabbitMQ's (management_ui/metrics_app.py).
+    prometheus_authentication: bool = False
     # Interfaces of the management and Prometheus listeners; () = every interface, as ``host``.
     management_host: tuple[str, ...] = ()
     # A definitions file (RabbitMQ's JSON export) imported at start, as RabbitMQ's
@@ -313,6 +316,7 @@ _FIELDS: dict[str, _Field] = {
     "data_dir": _Field("path"),
     "management_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "prometheus_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "prometheus_authentication": _Field("bool"),
     "management_host": _Field("strs", _names("host")),
     "load_definitions": _Field("str"),
     "frame_max": _Field("int", _int_range(FRAME_MIN_SIZE, MAX_FRAME_MAX)),

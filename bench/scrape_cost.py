@@ -4,6 +4,7 @@ response times with many queues.
     python bench/scrape_cost.py --rounds 3 --duration 10         # transient and confirmed
     python bench/scrape_cost.py --scenario transient --rounds 1 --duration 5
     python bench/scrape_cost.py --queues-timing 10000            # response times only
+    python bench/scrape_cost.py --scrape-stall 100000            # what big scrapes block
 
 Throughput: for each scenario and round, a fresh Leveret (run.py's LeveretProcess)
 runs the loadgen twice, once unscraped and once while a scraper thread asks the
@@ -16,6 +17,16 @@ and the median ratio (the target: at most 3% difference).
 Queue timing: measures the broker CPU one scrape cycle costs (empty, then with N queues),
 declares N queues on a fresh Leveret and times (best and median of 10)
 /api/queues?page=1&page_size=100, /api/overview, /metrics and /metrics/per-object.
+
+Scrape stall (``--scrape-stall N``): N queues made at once by a definitions import, then
+one and then ``--parallel`` (4) scrapes of /metrics/per-object, while another process
+times AMQP round trips (queue.declare passive) back to back. Printed per phase: the
+scrapes' wall time and size, the round trips done meanwhile, the longest one (about the
+longest the broker's loop was held), the time spent in round trips over
+``STALL_MS`` (about the loop's blocked time), the broker's CPU and its peak RSS
+(VmHWM, reset before the phase through /proc/<pid>/clear_refs), and the broker's own
+account of each rendering (its log at debug level: slices, the longest one's CPU time,
+which the machine's load does not stretch as it does round trips).
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -202,6 +214,114 @@ def queue_timing(n: int, start_timeout: float) -> None:
         lev.stop()
 
 
+STALL_MS = 50.0  # a round trip longer than this counts as time the loop was held
+
+
+def _ping(port: int, ready: Any, stop: Any, out: Any) -> None:
+    """In its own process (no GIL shared with the scrapers): round trips until ``stop``."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", port, blocked_connection_timeout=None, socket_timeout=600,
+        stack_timeout=600))
+    ch = conn.channel()
+    times = []
+    ready.set()
+    while not stop.is_set():
+        t = time.monotonic()
+        ch.queue_declare("stall-00000", passive=True)
+        times.append((t, time.monotonic()))
+    conn.close()
+    out.put(times)
+
+
+def _status_kb(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _scrape_phase(pid: int, port: int, url: str, parallel: int, log_path: str) -> None:
+    import multiprocessing
+
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pass
+    rss_before = _status_kb(pid, "VmRSS")
+    ready, stop, out = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Queue()
+    pinger = multiprocessing.Process(target=_ping, args=(port, ready, stop, out))
+    pinger.start()
+    if not ready.wait(600):
+        raise RuntimeError("the AMQP pinger did not connect")
+    time.sleep(1.0)  # its round trips are steady
+    sizes: list[int] = []
+    spans: list[tuple[float, float]] = []
+
+    def one() -> None:
+        t = time.monotonic()
+        with urllib.request.urlopen(url, timeout=600) as resp:
+            sizes.append(len(resp.read()))
+        spans.append((t, time.monotonic()))
+
+    with open(log_path, "rb") as f:
+        log_from = len(f.read())
+    cpu0 = cpu_seconds(pid)
+    threads = [threading.Thread(target=one) for _ in range(parallel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu = cpu_seconds(pid) - cpu0
+    stop.set()
+    rtts = out.get()
+    pinger.join()
+    start, end = min(a for a, _ in spans), max(b for _, b in spans)
+    during = [(b - a) * 1000 for a, b in rtts if b > start and a < end]
+    held = sum(ms for ms in during if ms > STALL_MS)
+    print(f"  {parallel} scrape(s): {end - start:6.2f} s wall, {min(sizes) / 1e6:,.1f} MB "
+          f"each; {len(during)} AMQP round trips meanwhile, longest "
+          f"{max(during, default=0):,.0f} ms, {held / 1000:.2f} s in round trips over "
+          f"{STALL_MS:g} ms; broker CPU {cpu:.2f} s, RSS {rss_before / 1024:,.0f} MiB -> "
+          f"peak {_status_kb(pid, 'VmHWM') / 1024:,.0f} MiB", flush=True)
+    with open(log_path, "rb") as f:
+        renders = [line.split("metrics_app: ", 1)[-1] for line in
+                   f.read()[log_from:].decode(errors="replace").splitlines()
+                   if "Prometheus /metrics" in line and "slices" in line]
+    for line in renders:  # the broker's own account, when it logs at debug level
+        print(f"    broker: {line}", flush=True)
+
+
+def scrape_stall(n: int, parallel: int, start_timeout: float) -> None:
+    import json
+
+    os.environ.setdefault("LEVERET_LOG_LEVEL", "debug")  # the broker logs each rendering
+    lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, start_timeout)
+    try:
+        pid = lev.start()
+        api = f"http://127.0.0.1:{lev.management_port}"
+        wait_for_http(api + "/api/overview")
+        body = json.dumps({"queues": [
+            {"name": f"stall-{i:05d}", "vhost": "/", "durable": False, "auto_delete": False,
+             "arguments": {}} for i in range(n)]}).encode()
+        t0 = time.perf_counter()
+        req = urllib.request.Request(api + "/api/definitions", data=body, method="POST",
+                                     headers={"Authorization": AUTH,
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=3600) as resp:
+            resp.read()
+        print(f"## /metrics/per-object with {n:,} queues (imported in "
+              f"{time.perf_counter() - t0:.1f} s)", flush=True)
+        url = f"http://127.0.0.1:{lev.prometheus_port}/metrics/per-object"
+        for k in (1, parallel):
+            _scrape_phase(pid, lev.port, url, k, lev.log_path)
+    finally:
+        lev.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", action="append", choices=["transient", "confirmed"])
@@ -211,8 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-timeout", type=float, default=30.0)
     p.add_argument("--queues-timing", type=int, default=0, metavar="N",
                    help="only time responses with N queues")
+    p.add_argument("--scrape-stall", type=int, default=0, metavar="N",
+                   help="only time what scrapes of /metrics/per-object block, with N queues")
+    p.add_argument("--parallel", type=int, default=4,
+                   help="scrapes at once in the second --scrape-stall phase")
     args = p.parse_args(argv)
     run.loadgen_proc.raise_nofile()
+    if args.scrape_stall:
+        scrape_stall(args.scrape_stall, args.parallel, args.start_timeout)
+        return 0
     if args.queues_timing:
         queue_timing(args.queues_timing, args.start_timeout)
         return 0

@@ -2,6 +2,7 @@
 
     python bench/trace_cost.py --rounds 3 --duration 5
     python bench/trace_cost.py --rounds 1 --duration 5 --capacity 100000
+    python bench/trace_cost.py --rounds 3 --duration 5 --unread-streams 500
 
 Each round starts a fresh Leveret (run.py's LeveretProcess) and runs the loadgen's
 ``transient`` scenario on it twice: once with tracing off and once after
@@ -11,6 +12,10 @@ between rounds (off-on, on-off, ...). Printed per round: consumed msg/s of both,
 ratio and the broker CPU per message; then the median on/off ratio (the target:
 at most a 20% cost when on). Tracing off costs one attribute test per hook (publish,
 delivery, ack call): that is not separable from noise here, so only off vs on is measured.
+
+``--unread-streams N``: while tracing is on, N clients open the live trace stream
+(``GET /api/traces/%2F/stream``) over raw sockets and never read it, as forgotten browser
+tabs would; what they cost the traced run shows in its rate.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import socket
 import statistics
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -38,13 +45,30 @@ def set_tracing(api: str, capacity: int | None, queue: str | None = None) -> Non
                                  method="PUT" if capacity else "DELETE",
                                  headers={"Authorization": AUTH,
                                           "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with urllib.request.urlopen(req, timeout=600) as resp:
         resp.read()
+
+
+def open_unread_streams(api: str, n: int) -> list[socket.socket]:
+    """``n`` trace streams whose client never reads (a small receive buffer, soon full)."""
+    host, port = api.split("//", 1)[1].split(":")
+    request = (f"GET /api/traces/%2F/stream HTTP/1.1\r\nHost: {host}\r\n"
+               f"Authorization: {AUTH}\r\n\r\n").encode()
+    socks = []
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(request)
+        socks.append(sock)
+    while trace_status(api).get("subscribers", 0) < n:  # every stream is open
+        time.sleep(0.1)
+    return socks
 
 
 def trace_status(api: str) -> dict:
     req = urllib.request.Request(api + "/api/traces/%2F", headers={"Authorization": AUTH})
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with urllib.request.urlopen(req, timeout=600) as resp:
         return json.loads(resp.read())
 
 
@@ -56,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--capacity", type=int, default=10_000)
     p.add_argument("--queue", default=None,
                    help="trace only queues matching this regex (default: all)")
+    p.add_argument("--unread-streams", type=int, default=0, metavar="N",
+                   help="open N trace streams that are never read while tracing is on")
     p.add_argument("--start-timeout", type=float, default=30.0)
     args = p.parse_args(argv)
     run.loadgen_proc.raise_nofile()
@@ -63,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         ["--duration", str(args.duration), "--warmup", str(args.warmup)]), "transient")
     ratios = []
     print(f"## transient: {args.rounds} round(s), {args.duration:g} s each, "
-          f"capacity {args.capacity:,}, queue filter {args.queue!r}", flush=True)
+          f"capacity {args.capacity:,}, queue filter {args.queue!r}, "
+          f"{args.unread_streams} unread stream(s)", flush=True)
     for i in range(args.rounds):
         lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, args.start_timeout)
         try:
@@ -73,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             got = {}
             for traced in ((False, True) if i % 2 == 0 else (True, False)):
                 set_tracing(api, args.capacity if traced else None, args.queue)
+                streams = open_unread_streams(api, args.unread_streams) if traced else []
                 res = run.run_loadgen("127.0.0.1", lev.port, pid, sargs, data_dir=lev.data_dir)
                 if traced:
                     res["trace"] = trace_status(api)
                     set_tracing(api, None)
+                for sock in streams:
+                    sock.close()
                 if not res.get("ok"):
                     print(f"  round {i + 1} {'on' if traced else 'off'}: FAILED "
                           f"{res.get('error')}", flush=True)

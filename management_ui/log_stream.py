@@ -3,8 +3,9 @@
 A ``LogFanout`` is a ``logging.Handler`` on the ``leveret`` logger, attached
 only while at least one client listens (no cost otherwise). Each record
 becomes ``{"timestamp", "level", "logger", "message"}`` (the traceback
-appended to the message when there is one) and goes to every listener's
-bounded ``sse.Feed``; a slow client loses events, the broker never waits.
+appended to the message when there is one), appended once to a ring of
+``LOG_RING`` events that every listener reads at its pace (``sse.py``); a slow
+client is told how many it lost (of any level), the broker never waits.
 Records are emitted on the loop thread by most of the broker; a record from
 another thread (the group commit's writer) is handed to the loop with
 ``call_soon_threadsafe``.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +30,8 @@ from leveret.management_ui.router import Request, bad_request
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR}
 ROOT_LOGGER = "leveret"
+# Log events kept for the listeners, shared: what a listener may fall behind by.
+LOG_RING = 10_000
 
 
 class LogFanout(logging.Handler):
@@ -35,7 +39,11 @@ class LogFanout(logging.Handler):
         super().__init__(logging.DEBUG)
         self.loop = loop
         self.loop_thread = threading.get_ident()
-        self.feeds: dict[sse.Feed, int] = {}  # feed -> lowest level it wants
+        # (level, the event encoded once for every listener)
+        self.ring: deque[tuple[int, bytes]] = deque(maxlen=LOG_RING)
+        self.appended = 0
+        self.bell = sse.Bell()
+        self.listeners = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -52,10 +60,29 @@ class LogFanout(logging.Handler):
         except Exception:  # a log handler must never raise into the broker
             self.handleError(record)
 
-    def _fan_out(self, event: dict[str, Any], level: int) -> None:
-        for feed, wanted in list(self.feeds.items()):
-            if level >= wanted:
-                feed(event)
+    def _fan_out(self, event: sse.Event, level: int) -> None:
+        self.ring.append((level, sse.encode("log", event)))
+        self.appended += 1
+        self.bell.ring()
+
+
+class LevelView:
+    """The fanout's ring as one listener's source (``sse.Source``): its level and up."""
+
+    def __init__(self, fanout: LogFanout, lowest: int) -> None:
+        self.fanout = fanout
+        self.lowest = lowest
+        self.bell = fanout.bell
+
+    @property
+    def position(self) -> int:
+        return self.fanout.appended
+
+    def read(self, position: int) -> tuple[list[bytes], int, int]:
+        fanout = self.fanout
+        items, dropped, position = sse.ring_slice(fanout.ring, fanout.appended, position)
+        lowest = self.lowest
+        return [event for level, event in items if level >= lowest], dropped, position
 
 
 def _fanout(state: Any) -> LogFanout:
@@ -74,13 +101,12 @@ async def stream_logs(req: Request) -> web.StreamResponse:
         raise bad_request(f"invalid level '{name}'")
     fanout = _fanout(req.state)
     logger = logging.getLogger(ROOT_LOGGER)
-    feed = sse.Feed()
-    if not fanout.feeds:
+    if not fanout.listeners:
         logger.addHandler(fanout)
-    fanout.feeds[feed] = LEVELS[name]
+    fanout.listeners += 1
     try:
-        return await sse.stream(req.http, feed, lambda: True, "log")
+        return await sse.stream(req.http, LevelView(fanout, LEVELS[name]), lambda: True)
     finally:
-        del fanout.feeds[feed]
-        if not fanout.feeds:
+        fanout.listeners -= 1
+        if not fanout.listeners:
             logger.removeHandler(fanout)

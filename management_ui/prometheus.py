@@ -5,7 +5,8 @@ them to sum), ``/metrics/per-object`` adds one series per queue, connection
 and channel, ``/metrics/detailed?family=...&vhost=...`` the
 ``rabbitmq_detailed_`` families asked for. Text format 0.0.4 is written
 directly, laid out as RabbitMQ does (``# TYPE`` then ``# HELP`` then samples;
-counters keep their ``_total`` name). Unauthenticated, as RabbitMQ's.
+counters keep their ``_total`` name). Unauthenticated, as RabbitMQ 3.10's, unless
+``prometheus_authentication`` is on; rendered in slices and streamed (``metrics_app.py``).
 
 Where Leveret differs: ``rabbitmq_global_messages_received_confirm_total``
 is the number of messages *confirmed* (Leveret does not count publishes per
@@ -29,11 +30,12 @@ import os
 import resource
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.management_ui import prometheus_channels, prometheus_queues, views
+from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
 from leveret.persistence.commit_stats import Histogram
 
 LEVERET = "leveret_"  # Leveret-only series keep their own prefix
@@ -42,10 +44,6 @@ AMQP = (("protocol", "amqp091"),)
 CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
 
 Labels = tuple[tuple[str, str], ...]
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 class Writer:
@@ -58,19 +56,33 @@ class Writer:
         self._label_text: dict[Labels, str] = {}
 
     def family(self, name: str, type_: str, help_: str,
-               samples: Iterable[tuple[Labels, float]]) -> None:
+               samples: Iterable[tuple[Labels | str, float]]) -> None:
+        for _ in self.family_steps(name, type_, help_, samples):
+            pass
+
+    def family_steps(self, name: str, type_: str, help_: str,
+                     samples: Iterable[tuple[Labels | str, float]]) -> Iterator[None]:
+        """``family``, yielding every ``SLICE`` samples (where a scrape lets the loop run).
+        A sample's labels are pairs, or their text (``prometheus_slices.label_text``)."""
         full = name if name.startswith((LEVERET, "rabbitmq_")) else self.prefix + name
-        self.lines.append(f"# TYPE {full} {type_}\n# HELP {full} {help_}\n")
+        lines = self.lines
+        lines.append(f"# TYPE {full} {type_}\n# HELP {full} {help_}\n")
         known = self._label_text
+        left = SLICE
         for labels, value in samples:
-            if labels:
+            if isinstance(labels, str):  # already text (per-object rows)
+                lines.append(f"{full}{{{labels}}} {_number(value)}\n")
+            elif labels:
                 text = known.get(labels)
                 if text is None:
-                    text = known[labels] = ",".join(f'{k}="{_escape(str(v))}"'
-                                                    for k, v in labels)
-                self.lines.append(f"{full}{{{text}}} {_number(value)}\n")
+                    text = known[labels] = label_text(tuple((k, str(v)) for k, v in labels))
+                lines.append(f"{full}{{{text}}} {_number(value)}\n")
             else:
-                self.lines.append(f"{full} {_number(value)}\n")
+                lines.append(f"{full} {_number(value)}\n")
+            left -= 1
+            if not left:
+                left = SLICE
+                yield
 
     def one(self, name: str, type_: str, help_: str, value: float, labels: Labels = ()) -> None:
         self.family(name, type_, help_, [(labels, value)])
@@ -84,6 +96,12 @@ class Writer:
 
     def text(self) -> str:
         return "".join(self.lines)
+
+    def take(self) -> bytes:
+        """What was written since the last ``take``, encoded (a streamed scrape's chunk)."""
+        data = "".join(self.lines).encode()
+        self.lines.clear()
+        return data
 
 
 def _number(value: float) -> str:
@@ -243,19 +261,35 @@ def write_leveret(w: Writer, state: Any, queues: list[Any]) -> None:
           sum(q.paged_out for q in queues))
 
 
-def write_queues_aggregated(w: Writer, state: Any) -> None:
-    prometheus_queues.write_aggregated(w, state)
+def write_queues_aggregated(w: Writer, state: Any) -> Render:
+    yield from prometheus_queues.write_aggregated(w, state)
     channel_consumers = sum(len(ch.consumers) for conn in list(state.broker.connections)
                             for ch in conn.channels.values())
     w.one("channel_consumers", "gauge", "Consumers on a channel", channel_consumers)
 
 
-def write_queues_per_object(w: Writer, state: Any) -> None:
-    prometheus_queues.write_per_object(w, prometheus_queues.SERIES,
-                                       prometheus_queues.rows(state))
+def write_queues_per_object(w: Writer, state: Any) -> Render:
+    found: list[prometheus_queues.Row] = []
+    yield from prometheus_queues.rows(found, state, prometheus_queues.SERIES)
+    yield from prometheus_queues.write_per_object(w, prometheus_queues.SERIES, found)
 
 
-def write_connections_channels(w: Writer, state: Any) -> None:
+def render_metrics(w: Writer, state: Any) -> Render:
+    """``/metrics``: the node, and the queues summed."""
+    write_node(w, state)
+    yield
+    yield from write_queues_aggregated(w, state)
+
+
+def render_per_object(w: Writer, state: Any) -> Render:
+    """``/metrics/per-object``: the node, then a series per queue, connection and channel."""
+    write_node(w, state)
+    yield
+    yield from write_queues_per_object(w, state)
+    yield from write_connections_channels(w, state)
+
+
+def write_connections_channels(w: Writer, state: Any) -> Render:
     conns = sorted(state.broker.connections, key=views.connection_name)
     conn_rows = [((("channel", views.connection_name(c)),), c) for c in conns]
     for name, help_, get, type_ in (
@@ -271,7 +305,8 @@ def write_connections_channels(w: Writer, state: Any) -> None:
          lambda c: 0, "gauge"),
         ("connection_channels", "Channels on a connection", lambda c: len(c.channels), "gauge"),
     ):
-        w.family(name, type_, help_, [(labels, get(c)) for labels, c in conn_rows])
+        yield from w.family_steps(name, type_, help_,
+                                  ((labels, get(c)) for labels, c in conn_rows))
     ch_rows = [((("channel", views.channel_name(ch)),), ch)
                for c in conns for ch in sorted(c.channels.values(), key=lambda ch: ch.number)]
     for name, help_, get, type_ in (
@@ -289,8 +324,9 @@ def write_connections_channels(w: Writer, state: Any) -> None:
         ("channel_prefetch", "Total limit of unacknowledged messages for all consumers on a "
          "channel", lambda ch: ch.global_prefetch, "gauge"),
     ):
-        w.family(name, type_, help_, [(labels, get(ch)) for labels, ch in ch_rows])
+        yield from w.family_steps(name, type_, help_,
+                                  ((labels, get(ch)) for labels, ch in ch_rows))
     # The counters by exchange and by queue, with RabbitMQ's labels (prometheus_channels.py).
-    prometheus_channels.channel_exchange(w, state)
-    prometheus_channels.channel_queue(w, state)
-    prometheus_channels.channel_queue_exchange(w, state)
+    yield from prometheus_channels.channel_exchange(w, state)
+    yield from prometheus_channels.channel_queue(w, state)
+    yield from prometheus_channels.channel_queue_exchange(w, state)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import inventory
+from leveret.management_ui.prometheus_slices import Render
 from leveret.model import object_stats
 
 if TYPE_CHECKING:
@@ -29,13 +30,13 @@ def _named_channels(state: Any) -> list[tuple[str, Any]]:
             for ch in inventory.channels_of(inventory.open_connections(state.broker))]
 
 
-def channel_exchange(w: Writer, state: Any, vhosts: set[str] | None = None) -> None:
+def channel_exchange(w: Writer, state: Any, vhosts: set[str] | None = None) -> Render:
     rows = [((("channel", name), ("vhost", ch.vhost.name), ("exchange", exchange)), counters)
             for name, ch in _named_channels(state)
             for exchange, counters in sorted(ch.exchange_stats.items())]
     for field, metric, help_ in object_stats.EXCHANGE_FIELDS:
-        w.family(metric, "counter", help_,
-                 [(labels, getattr(counters, field)) for labels, counters in rows])
+        yield from w.family_steps(metric, "counter", help_,
+                                  [(labels, getattr(counters, field)) for labels, counters in rows])
 
 
 def _live_queues(counted: dict[Any, Any]) -> list[tuple[Any, Any]]:
@@ -44,16 +45,16 @@ def _live_queues(counted: dict[Any, Any]) -> list[tuple[Any, Any]]:
                   key=lambda pair: pair[0].name)
 
 
-def channel_queue(w: Writer, state: Any, vhosts: set[str] | None = None) -> None:
+def channel_queue(w: Writer, state: Any, vhosts: set[str] | None = None) -> Render:
     rows = [((("channel", name), ("vhost", ch.vhost.name), ("queue", queue.name)), counters)
             for name, ch in _named_channels(state)
             for queue, counters in _live_queues(ch.queue_stats)]
     for field, metric, help_ in object_stats.QUEUE_FIELDS:
-        w.family(metric, "counter", help_,
-                 [(labels, getattr(counters, field)) for labels, counters in rows])
+        yield from w.family_steps(metric, "counter", help_,
+                                  [(labels, getattr(counters, field)) for labels, counters in rows])
 
 
-def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None = None) -> None:
+def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None = None) -> Render:
     rows = []
     for name, ch in _named_channels(state):
         vhost = ch.vhost.name
@@ -61,5 +62,5 @@ def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None = None
             for queue, count in _live_queues(counters.queues):
                 rows.append(((("channel", name), ("queue_vhost", vhost), ("queue", queue.name),
                               ("exchange_vhost", vhost), ("exchange", exchange)), count))
-    w.family("queue_messages_published_total", "counter",
-             "Total number of messages published to queues", rows)
+    yield from w.family_steps("queue_messages_published_total", "counter",
+                              "Total number of messages published to queues", rows)

@@ -23,8 +23,9 @@ from typing import Any
 from leveret.broker import inventory
 from leveret.management_ui import prometheus, prometheus_channels, prometheus_queues
 from leveret.management_ui.prometheus import Labels, Writer
+from leveret.management_ui.prometheus_slices import Render
 
-Family = Callable[[Writer, Any, "set[str] | None"], None]
+Family = Callable[[Writer, Any, "set[str] | None"], Render]
 
 
 def _connections(state: Any) -> list[tuple[Labels, Any]]:
@@ -37,7 +38,7 @@ def _channels(state: Any) -> list[tuple[Labels, Any]]:
             for ch in inventory.channels_of(inventory.open_connections(state.broker))]
 
 
-def connection_churn(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+def connection_churn(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     churn = state.broker.churn_totals()
     for name, help_, value in (
         ("connections_opened_total", "Total number of connections opened",
@@ -51,34 +52,39 @@ def connection_churn(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         ("queues_deleted_total", "Total number of queues deleted", churn.queue_deleted),
     ):
         w.one(name, "counter", help_, value)
+    yield
 
 
-def queue_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    prometheus_queues.write_per_object(w, prometheus_queues.COARSE,
-                                       prometheus_queues.rows(state, vhosts, sized=False))
+def _queues(w: Writer, state: Any, vhosts: set[str] | None,
+            series: tuple[prometheus_queues.Series, ...], sized: bool) -> Render:
+    found: list[prometheus_queues.Row] = []
+    yield from prometheus_queues.rows(found, state, series, vhosts, sized)
+    yield from prometheus_queues.write_per_object(w, series, found)
 
 
-def queue_consumer_count(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    prometheus_queues.write_per_object(w, (prometheus_queues.CONSUMERS,),
-                                       prometheus_queues.rows(state, vhosts, sized=False))
+def queue_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+    return _queues(w, state, vhosts, prometheus_queues.COARSE, sized=False)
 
 
-def queue_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    prometheus_queues.write_per_object(w, prometheus_queues.METRICS,
-                                       prometheus_queues.rows(state, vhosts))
+def queue_consumer_count(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+    return _queues(w, state, vhosts, (prometheus_queues.CONSUMERS,), sized=False)
 
 
-def connection_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+def queue_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+    return _queues(w, state, vhosts, prometheus_queues.METRICS, sized=True)
+
+
+def connection_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     rows = _connections(state)
-    w.family("connection_incoming_bytes_total", "counter",
-             "Total number of bytes received on a connection",
-             [(labels, c.recv_oct) for labels, c in rows])
-    w.family("connection_outgoing_bytes_total", "counter",
-             "Total number of bytes sent on a connection",
-             [(labels, c.send_oct) for labels, c in rows])
+    yield from w.family_steps("connection_incoming_bytes_total", "counter",
+                              "Total number of bytes received on a connection",
+                              [(labels, c.recv_oct) for labels, c in rows])
+    yield from w.family_steps("connection_outgoing_bytes_total", "counter",
+                              "Total number of bytes sent on a connection",
+                              [(labels, c.send_oct) for labels, c in rows])
 
 
-def connection_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+def connection_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     rows = _connections(state)
     for name, type_, help_, get in (
         ("connection_incoming_packets_total", "counter",
@@ -90,10 +96,10 @@ def connection_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         ("connection_channels", "gauge", "Channels on a connection",
          lambda c: len(c.channels)),
     ):
-        w.family(name, type_, help_, [(labels, get(c)) for labels, c in rows])
+        yield from w.family_steps(name, type_, help_, [(labels, get(c)) for labels, c in rows])
 
 
-def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     rows = [(labels, inventory.channel_record(ch)) for labels, ch in _channels(state)]
     for name, key, help_ in (
         ("channel_consumers", "consumer_count", "Consumers on a channel"),
@@ -110,14 +116,14 @@ def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         ("channel_prefetch", "global_prefetch_count",
          "Total limit of unacknowledged messages for all consumers on a channel"),
     ):
-        w.family(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
+        yield from w.family_steps(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
 
 
-def vhost_status(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    w.family("rabbitmq_cluster_vhost_status", "gauge",
-             "Whether a given vhost is running",
-             [((("vhost", name),), 1) for name in sorted(state.broker.vhosts)
-              if vhosts is None or name in vhosts])
+def vhost_status(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+    yield from w.family_steps("rabbitmq_cluster_vhost_status", "gauge",
+                              "Whether a given vhost is running",
+                              [((("vhost", name),), 1) for name in sorted(state.broker.vhosts)
+                               if vhosts is None or name in vhosts])
 
 
 def _exchanges(state: Any, vhosts: set[str] | None) -> list[tuple[Labels, Any]]:
@@ -126,21 +132,21 @@ def _exchanges(state: Any, vhosts: set[str] | None) -> list[tuple[Labels, Any]]:
             for x in vh.exchanges.values()]
 
 
-def exchange_names(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    w.family("rabbitmq_cluster_exchange_name", "gauge",
-             "Enumerates exchanges without any additional info. This value is cluster-wide. "
-             "A cheaper alternative to `exchange_bindings`",
-             [(labels, 1) for labels, _ in _exchanges(state, vhosts)])
+def exchange_names(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+    yield from w.family_steps("rabbitmq_cluster_exchange_name", "gauge",
+                              "Enumerates exchanges without any additional info. This value "
+                              "is cluster-wide. A cheaper alternative to `exchange_bindings`",
+                              [(labels, 1) for labels, _ in _exchanges(state, vhosts)])
 
 
-def exchange_bindings(w: Writer, state: Any, vhosts: set[str] | None) -> None:
-    w.family("rabbitmq_cluster_exchange_bindings", "gauge",
-             "Number of bindings for an exchange. This value is cluster-wide.",
-             [(labels, sum(1 for _ in x.matcher.bindings()))
-              for labels, x in _exchanges(state, vhosts) if x.name != ""])
+def exchange_bindings(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+    yield from w.family_steps("rabbitmq_cluster_exchange_bindings", "gauge",
+                              "Number of bindings for an exchange. This value is cluster-wide.",
+                              [(labels, sum(1 for _ in x.matcher.bindings()))
+                               for labels, x in _exchanges(state, vhosts) if x.name != ""])
 
 
-def auth_attempts(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+def auth_attempts(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     ok, failed = state.http_auth
     amqp = state.broker.accounts.auth_attempts
     amqp_labels: Labels = (("protocol", "amqp091"),)
@@ -153,10 +159,11 @@ def auth_attempts(w: Writer, state: Any, vhosts: set[str] | None) -> None:
         ("auth_attempts_failed_total", "Total number of failed authentication attempts",
          amqp["failed"], failed),
     ):
-        w.family(name, "counter", help_, [(amqp_labels, amqp_value), (http_labels, http_value)])
+        yield from w.family_steps(name, "counter", help_,
+                                  [(amqp_labels, amqp_value), (http_labels, http_value)])
 
 
-def auth_attempts_detailed(w: Writer, state: Any, vhosts: set[str] | None) -> None:
+def auth_attempts_detailed(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     for name, help_ in (
         ("auth_attempts_detailed_total", "Total number of authorization attempts with source "
          "info"),
@@ -165,7 +172,7 @@ def auth_attempts_detailed(w: Writer, state: Any, vhosts: set[str] | None) -> No
         ("auth_attempts_detailed_failed_total", "Total number of failed authorization attempts "
          "with source info"),
     ):
-        w.family(name, "counter", help_, [])
+        yield from w.family_steps(name, "counter", help_, [])
 
 
 FAMILIES: dict[str, Family] = {
@@ -187,11 +194,13 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def write(state: Any, families: set[str], vhosts: set[str] | None) -> str:
-    """The families asked for, in FAMILIES' order, then build and identity info."""
-    w = Writer("rabbitmq_detailed_")
+PREFIX = "rabbitmq_detailed_"
+
+
+def render(w: Writer, state: Any, families: set[str], vhosts: set[str] | None) -> Render:
+    """The families asked for, in FAMILIES' order, then build and identity info (``w``
+    with ``PREFIX``)."""
     for name, family in FAMILIES.items():
         if name in families:
-            family(w, state, vhosts)
+            yield from family(w, state, vhosts)
     prometheus.write_info(w, state)
-    return w.text()

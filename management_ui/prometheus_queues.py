@@ -29,12 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import inventory
 from leveret.broker.queue_bytes import HeldBytes, byte_fields
+from leveret.management_ui.prometheus_slices import SLICE, Render, escape
 
 if TYPE_CHECKING:  # prometheus imports this module
-    from leveret.management_ui.prometheus import Labels, Writer
+    from leveret.management_ui.prometheus import Writer
 
 # (family without prefix, RabbitMQ's help text, the queue record's field)
 Series = tuple[str, str, str]
+# A queue's labels (as text: ``prometheus_slices.label_text``) and its values in the order
+# of the series asked for.
+Row = tuple[str, tuple[float, ...]]
 
 COARSE: tuple[Series, ...] = (
     ("queue_messages_ready", "Messages ready to be delivered to consumers", "messages_ready"),
@@ -87,32 +91,40 @@ def values(queue: Any, held: HeldBytes | None) -> dict[str, float]:
     return out
 
 
-def rows(state: Any, vhosts: set[str] | None = None,
-         sized: bool = True) -> list[tuple[Labels, dict[str, float]]]:
-    """(labels, values) per queue, in ``vhosts`` if given; without the byte totals and
-    ``messages_persistent`` unless ``sized``."""
+def rows(found: list[Row], state: Any, series: tuple[Series, ...],
+         vhosts: set[str] | None = None, sized: bool = True) -> Render:
+    """Append (labels, values in ``series``' order) per queue to ``found``, in ``vhosts`` if
+    given, yielding every ``SLICE`` queues; without the byte totals and
+    ``messages_persistent`` unless ``sized``. A tuple, not the dict ``values`` returns:
+    a scrape holds one per queue until it is written, with its labels as text."""
     held = inventory.held_bytes(state.broker) if sized else None
-    return [((("vhost", vh.name), ("queue", q.name)), values(q, held))
-            for vh in state.broker.vhosts.values() if vhosts is None or vh.name in vhosts
-            for q in vh.queues.values()]
+    queues = [q for vh in list(state.broker.vhosts.values())
+              if vhosts is None or vh.name in vhosts for q in list(vh.queues.values())]
+    fields = [field for _, _, field in series]
+    for start in range(0, len(queues), SLICE):
+        for queue in queues[start:start + SLICE]:
+            v = values(queue, held)
+            found.append((f'vhost="{escape(queue.vhost.name)}",queue="{escape(queue.name)}"',
+                          tuple([v[field] for field in fields])))
+        yield
 
 
-def write_per_object(w: Writer, series: tuple[Series, ...],
-                     found: list[tuple[Labels, dict[str, float]]]) -> None:
-    """One family per series, one sample per queue."""
-    for name, help_, field in series:
-        w.family(name, "gauge", help_, [(labels, v[field]) for labels, v in found])
+def write_per_object(w: Writer, series: tuple[Series, ...], found: list[Row]) -> Render:
+    """One family per series, one sample per queue (``found`` from ``rows`` with ``series``)."""
+    for i, (name, help_, _) in enumerate(series):
+        yield from w.family_steps(name, "gauge", help_, ((labels, v[i]) for labels, v in found))
 
 
-def write_aggregated(w: Writer, state: Any) -> None:
+def write_aggregated(w: Writer, state: Any) -> Render:
     """One sample per series, the sum over every queue (none for UNSUMMED): one walk, the
-    byte totals counted only for queues with messages."""
+    byte totals counted only for queues with messages, yielding every ``SLICE`` queues."""
     held = inventory.held_bytes(state.broker)
+    left = SLICE
     ready = unacked = consumers = paged_out = 0
     utilisation = 0.0
     sizes: dict[str, int] = {}
-    for vhost in state.broker.vhosts.values():
-        for queue in vhost.queues.values():
+    for vhost in list(state.broker.vhosts.values()):
+        for queue in list(vhost.queues.values()):
             r, u = queue.message_count, queue.unacked
             ready += r
             unacked += u
@@ -122,6 +134,10 @@ def write_aggregated(w: Writer, state: Any) -> None:
                 paged_out += queue.paged_out
                 for field, size in byte_fields(queue, held).items():
                     sizes[field] = sizes.get(field, 0) + size
+            left -= 1
+            if not left:
+                left = SLICE
+                yield
     totals: dict[str, float] = {
         "messages_ready": ready, "messages_unacknowledged": unacked,
         "messages": ready + unacked, "consumers": consumers,

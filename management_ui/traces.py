@@ -21,7 +21,7 @@ from aiohttp import web
 
 from leveret.management_ui import read, sse
 from leveret.management_ui.router import Request, bad_request, json_response
-from leveret.queues.tracing import DEFAULT_CAPACITY, Tracer
+from leveret.queues.tracing import DEFAULT_CAPACITY, Tracer, expand
 
 # Events a status GET shows (the newest).
 RECENT = 100
@@ -73,15 +73,55 @@ async def get_trace(req: Request) -> web.Response:
     return json_response(status)
 
 
+# Records whose events a TraceSource keeps encoded for its streams (the newest).
+ENCODED_RECORDS = 4096
+
+
+class TraceSource:
+    """A tracer's ring as the streams' source (``sse.Source``): records kept since a
+    position, read as ``trace`` events, each record's encoded once for all the streams.
+    One per tracer while it has readers, woken by its tick."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self.bell = sse.Bell()
+        self._encoded: dict[int, bytes] = {}  # record number -> its events, encoded
+
+    @property
+    def position(self) -> int:
+        return self.tracer.appended
+
+    def read(self, position: int) -> tuple[list[bytes], int, int]:
+        tracer = self.tracer
+        records, dropped, position = sse.ring_slice(tracer.ring, tracer.appended, position)
+        encoded = self._encoded
+        ids: dict[bytes, str | None] = {}
+        out = []
+        for record in records:
+            block = encoded.get(record[1])
+            if block is None:
+                block = encoded[record[1]] = b"".join(
+                    sse.encode("trace", event) for event in expand(record, ids, tracer.pattern))
+                if len(encoded) > ENCODED_RECORDS:  # forget the older half
+                    self._encoded = encoded = dict(list(encoded.items())[ENCODED_RECORDS // 2:])
+            out.append(block)
+        return out, dropped, position
+
+
 async def stream_trace(req: Request) -> web.StreamResponse:
     """Server-sent events: each trace event as it is recorded, until tracing stops."""
     vhost = read.vhost_of(req)
     tracer: Tracer | None = vhost.tracer
     if tracer is None:
         raise bad_request(f"tracing is off in vhost '{vhost.name}'")
-    feed = sse.Feed()
-    tracer.subscribe(feed)
+    source = tracer.live
+    if not isinstance(source, TraceSource):
+        source = tracer.live = TraceSource(tracer)
+        tracer.on_records = source.bell.ring
+    tracer.readers += 1
     try:
-        return await sse.stream(req.http, feed, lambda: vhost.tracer is tracer, "trace")
+        return await sse.stream(req.http, source, lambda: vhost.tracer is tracer)
     finally:
-        tracer.unsubscribe(feed)
+        tracer.readers -= 1
+        if not tracer.readers:
+            tracer.on_records = tracer.live = None

@@ -18,8 +18,8 @@ queue and the step's details. Memory is bounded (the oldest records go first;
 What tracing on costs is what a step costs, so a step is made cheap
 (``bench/trace_cost.py``, ``bench/icount.py --trace``): the channel builds the
 tuple for a delivery or an ack itself and hands it to ``Tracer.record``, which
-is the ring's own ``append`` (a C call) unless a queue filter or a subscriber
-needs a look at it; the timestamp is ``now``, one float refreshed every
+is the ring's own ``append`` (a C call) unless a queue filter needs a look at
+it (live readers never do); the timestamp is ``now``, one float refreshed every
 ``CLOCK_TICK`` by a loop timer, not a clock call and a float per record. Records
 become the API's events (dicts with ``event``, ``timestamp`` in seconds since the
 epoch, ``message_id``, ``exchange``, ``routing_key`` and the details) only when
@@ -28,12 +28,15 @@ chain, ``exchanges.router.explain``), ``enqueue`` (one per traced queue) and, if
 unroutable and mandatory, ``return`` events, all with the same timestamp; an
 automatic-ack delivery as ``deliver`` and ``ack``. Decoding the message id
 (``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing
-to the queues it matches (``re.search``, as policies match names): queue events
+to the queues it matches (searched, as policies match names, but by RE2 in linear time:
+``model/name_pattern.py``; it is tested on every traced step): queue events
 of other queues are not recorded, and a publish only if it reached a matching
 queue.
 
-Subscribers (the SSE stream) are callables fed each event as it is recorded;
-they must not block (the HTTP side queues them with a bound).
+Live readers (the SSE streams, ``management_ui/sse.py``) read the ring itself, each
+from the position it has reached (``appended`` counts every record kept): recording
+does nothing per reader. ``on_records``, when set, is called by the clock's tick when
+records came since the last tick (at most once per ``CLOCK_TICK``), to wake them.
 
 It lives in ``queues`` (below ``broker``) because queues record their own
 events (expire, dead-letter, drop) through it.
@@ -43,13 +46,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.exchanges.router import Step
+from leveret.model.name_pattern import NamePattern, PatternError, compile_pattern
 from leveret.queues.browse import ids_of
 
 if TYPE_CHECKING:
@@ -68,7 +71,6 @@ EVENTS = ("publish", "route", "enqueue", "deliver", "ack", "nack", "reject", "ex
 # details end with the names of the queues it reached (at _QUEUES) and its route steps.
 Record = tuple[Any, ...]
 Event = dict[str, Any]
-Subscriber = Callable[[Event], None]
 _QUEUE = 6
 _QUEUES = 11
 
@@ -96,12 +98,12 @@ _now = time.time
 
 class Tracer:
     """A vhost's trace ring. ``record`` appends one record (the layout above); call sites on
-    the hot path build the tuple themselves and call it: while there is no queue filter and
-    no subscriber it is the ring's own ``append``, so tracing a step costs one tuple, one
-    ``next(seq)`` and one C call. The methods below build records for everyone else."""
+    the hot path build the tuple themselves and call it: while there is no queue filter it
+    is the ring's own ``append``, so tracing a step costs one tuple, one ``next(seq)`` and
+    one C call, however many streams read the ring. The methods below build records for everyone else."""
 
-    __slots__ = ("_skipped", "_skipped_at_last", "_timer", "capacity", "now", "pattern",
-                 "record", "ring", "seq", "started", "subscribers")
+    __slots__ = ("_last_seen", "_skipped", "_skipped_at_last", "_timer", "capacity", "live",
+                 "now", "on_records", "pattern", "readers", "record", "ring", "seq", "started")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY, queue: str | None = None) -> None:
         """``ValueError`` for a capacity out of range or a pattern that is not a regex."""
@@ -109,40 +111,40 @@ class Tracer:
             raise ValueError(f"capacity must be between 1 and {MAX_CAPACITY}")
         self.capacity = capacity
         try:
-            self.pattern = re.compile(queue) if queue else None
-        except re.error as exc:
+            self.pattern = compile_pattern(queue, caseless=False) if queue else None
+        except PatternError as exc:
             raise ValueError(f"queue is not a regular expression: {exc}") from None
         self.ring: deque[Record] = deque(maxlen=capacity)
         self.seq = itertools.count(1)  # numbers records: how many the ring let go (evicted)
         self._skipped = self._skipped_at_last = 0  # records the queue filter turned away
         self.started = self.now = time.time()
-        self.subscribers: list[Subscriber] = []
+        self.readers = 0  # live streams reading the ring (shown by describe)
+        self.on_records: Callable[[], None] | None = None
+        self.live: object | None = None  # what the HTTP side keeps while readers are on
+        self._last_seen = 0  # the newest record's number at the last tick
         self._timer: asyncio.TimerHandle | None = None
-        self.record: Callable[[Record], None] = self.ring.append
-        self._choose_record()
+        self.record: Callable[[Record], None] = (
+            self.ring.append if self.pattern is None else self._record_checked)
 
-    def _choose_record(self) -> None:
-        plain = self.pattern is None and not self.subscribers
-        self.record = self.ring.append if plain else self._record_checked
-
-    def subscribe(self, subscriber: Subscriber) -> None:
-        self.subscribers.append(subscriber)
-        self._choose_record()
-
-    def unsubscribe(self, subscriber: Subscriber) -> None:
-        self.subscribers.remove(subscriber)
-        self._choose_record()
+    @property
+    def appended(self) -> int:
+        """Records ever kept (the ring holds the last ``len(ring)`` of them)."""
+        ring = self.ring
+        return ring[-1][1] - self._skipped_at_last if ring else 0
 
     @property
     def evicted(self) -> int:
-        ring = self.ring
-        return ring[-1][1] - len(ring) - self._skipped_at_last if ring else 0
+        return self.appended - len(self.ring)
 
     def start_clock(self, loop: asyncio.AbstractEventLoop, on: Callable[[], bool]) -> None:
         """Refresh ``now`` every ``CLOCK_TICK`` while ``on()`` (this tracer is the vhost's)."""
         def tick() -> None:
             if on():
                 self.now = _now()
+                ring, wake = self.ring, self.on_records
+                if wake is not None and ring and ring[-1][1] != self._last_seen:
+                    self._last_seen = ring[-1][1]
+                    wake()
                 self._timer = loop.call_later(CLOCK_TICK, tick)
             else:
                 self._timer = None
@@ -158,8 +160,8 @@ class Tracer:
         return pattern is None or pattern.search(queue) is not None
 
     def _record_checked(self, record: Record) -> None:
-        """``record`` with a queue filter or subscribers: a queue step of another queue, or
-        a publish that reached none of the filter's queues, is not kept."""
+        """``record`` with a queue filter: a queue step of another queue, or a publish that
+        reached none of the filter's queues, is not kept."""
         pattern = self.pattern
         if pattern is not None:
             if record[0] == "publish":
@@ -171,10 +173,6 @@ class Tracer:
                 return
         self._skipped_at_last = self._skipped
         self.ring.append(record)
-        if self.subscribers:
-            for event in expand(record, {}, pattern):
-                for subscriber in self.subscribers:
-                    subscriber(event)
 
     def queue_event(self, kind: str, queue: str, message: Message, *details: Any) -> None:
         """A step in one queue's life of the message (``_DETAILS[kind]``, in order)."""
@@ -229,11 +227,11 @@ class Tracer:
         return {"enabled": True, "capacity": self.capacity,
                 "queue": self.pattern.pattern if self.pattern is not None else None,
                 "records": len(self.ring), "evicted": self.evicted,
-                "started": round(self.started, 3), "subscribers": len(self.subscribers)}
+                "started": round(self.started, 3), "subscribers": self.readers}
 
 
 def expand(record: Record, ids: dict[bytes, str | None],
-           pattern: re.Pattern[str] | None = None) -> Iterator[Event]:
+           pattern: NamePattern | None = None) -> Iterator[Event]:
     """The API's events of one record (see the module docstring); ``ids`` caches ids, and
     ``pattern`` (the queue filter) says which of a publish's queues get an enqueue event."""
     kind, _seq, ts, props, exchange, routing_key, queue = record[:7]

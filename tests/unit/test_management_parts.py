@@ -129,3 +129,14 @@ def test_prometheus_writer_format():
         "# TYPE rabbitmq_queue_messages_ready gauge\n# HELP rabbitmq_queue_messages_ready Ready\n"
         'rabbitmq_queue_messages_ready{vhost="/",queue="a\\"b\\\\c\\nd"} 2\n'
         "# TYPE leveret_x gauge\n# HELP leveret_x Leveret only\nleveret_x 1.5\n")
+
+
+def test_name_regex_is_linear_and_caseless():
+    """``^(a+)+$`` against a long run of a's that does not end the name: a backtracking
+    engine tries every split of them (2**100 here); RE2 answers at once."""
+    objs = [Obj("a" * 100 + "!", 0), Obj("AAAA", 1)]
+    out = listing.respond_list({"name": "^(a+)+$", "use_regex": "true"}, objs, fmt)
+    assert [d["name"] for d in out] == ["AAAA"]
+    with pytest.raises(ApiError) as err:
+        listing.respond_list({"name": "(?=a)", "use_regex": "true"}, objs, fmt)
+    assert (err.value.status, err.value.reason) == (400, listing.INVALID_PATTERN)

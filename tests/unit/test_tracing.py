@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from pamqp import commands
 
+from leveret.management_ui.sse import ring_slice
 from leveret.model.message import Message
 from leveret.model.properties import encode_properties
 from leveret.queues import tracing
@@ -79,12 +80,21 @@ def test_the_queue_filter_applies_to_every_record() -> None:
     assert enqueued == ["keep-1"]
 
 
-def test_subscribers_get_events_as_recorded() -> None:
-    t = Tracer(10)
-    seen: list[str] = []
-    t.subscribe(lambda e: seen.append(e["event"]))
+def test_readers_read_the_ring_from_their_position() -> None:
+    """A live reader (the SSE stream) reads what was kept after its position, and learns how
+    many the ring let go before it read them; recording does nothing for it."""
+    t = Tracer(3)
+    start = t.appended
     t.published(_message("m"), _queues("q"), "u", 1, False, False)
-    assert seen == ["publish", "route", "enqueue"]
+    records, dropped, position = ring_slice(t.ring, t.appended, start)
+    assert [e["event"] for r in records for e in tracing.expand(r, {})] == [
+        "publish", "route", "enqueue"]
+    assert (dropped, position) == (0, 1)
+    for i in range(5):
+        t.settled("ack", "q", _message(f"a{i}"), 1, "c", None)
+    records, dropped, position = ring_slice(t.ring, t.appended, position)
+    assert [r[3] for r in records] == [_message(f"a{i}").raw_properties for i in (2, 3, 4)]
+    assert (dropped, position, t.evicted) == (2, 6, 3)
 
 
 @pytest.mark.parametrize("capacity, queue", [(0, None), (tracing.MAX_CAPACITY + 1, None),
@@ -125,24 +135,29 @@ def test_http_publish_and_requeue_on_close_read_back() -> None:
         "requeue": True}
 
 
-def test_evictions_are_counted_with_a_filter_and_with_subscribers() -> None:
-    """The ring's eviction count holds whichever way a record is kept: plain appends, the
-    queue filter turning records away, or a subscriber being fed."""
+def test_evictions_are_counted_with_a_filter_and_without() -> None:
+    """The ring's eviction count (and ``appended``, what readers go by) holds whichever way a
+    record is kept: plain appends, or the queue filter turning records away."""
     t = Tracer(2, "^keep")
     for i in range(3):
         t.settled("ack", "keep", _message(f"k{i}"), 1, "c", None)
         t.settled("ack", "other", _message(f"o{i}"), 1, "c", None)
     assert [e["message_id"] for e in t.events()] == ["k1", "k2"] and t.evicted == 1
+    assert t.appended == 3
     plain = Tracer(2)
-    seen: list[str] = []
-    plain.settled("ack", "q", _message("a"), 1, "c", None)
-    def feed(e: dict[str, object]) -> None:
-        seen.append(str(e["message_id"]))
+    assert plain.record == plain.ring.append  # no filter: the C append, readers or not
+    for name in "abc":
+        plain.settled("ack", "q", _message(name), 1, "c", None)
+    assert (plain.evicted, plain.appended) == (1, 3)
 
-    assert plain.record == plain.ring.append  # no filter, nobody listening: the C append
-    plain.subscribe(feed)
-    plain.settled("ack", "q", _message("b"), 1, "c", None)
-    plain.settled("ack", "q", _message("c"), 1, "c", None)
-    assert seen == ["b", "c"] and plain.evicted == 1
-    plain.unsubscribe(feed)
-    assert plain.record == plain.ring.append
+
+def test_queue_filter_is_matched_in_linear_time() -> None:
+    """The filter is tested on every traced step: a backtracking engine would take 2**100
+    steps on this queue's name for ``^(a+)+$``; RE2 answers at once."""
+    t = Tracer(10, "^(a+)+$")
+    t.settled("ack", "a" * 100 + "!", _message("no"), 1, "c", None)
+    t.settled("ack", "aaaa", _message("yes"), 1, "c", None)
+    assert [e["message_id"] for e in t.events()] == ["yes"]
+    assert t.describe()["queue"] == "^(a+)+$"
+    with pytest.raises(ValueError):
+        Tracer(10, "(?=a)")  # no lookaround in RE2
