@@ -31,12 +31,15 @@ import resource
 import shutil
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.management_ui import prometheus_channels, prometheus_queues, views
 from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
 from leveret.persistence.commit_stats import Histogram
+
+if TYPE_CHECKING:
+    from leveret.management_ui.service import State
 
 LEVERET = "leveret_"  # Leveret-only series keep their own prefix
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -120,7 +123,7 @@ def _fds() -> tuple[int, int]:
     return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def write_info(w: Writer, state: Any) -> None:
+def write_info(w: Writer, state: State) -> None:
     """``rabbitmq_build_info`` and ``rabbitmq_identity_info``, which dashboards join on."""
     broker = state.broker
     w.one("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info", 1, (
@@ -133,7 +136,7 @@ def write_info(w: Writer, state: Any) -> None:
         ("rabbitmq_cluster_permanent_id", f"leveret-{broker.cluster_name}")))
 
 
-def write_node(w: Writer, state: Any) -> None:
+def write_node(w: Writer, state: State) -> None:
     """Build/identity info, object counts and churn, node resources, global counters."""
     broker, config = state.broker, state.config
     write_info(w, state)
@@ -238,7 +241,7 @@ def write_node(w: Writer, state: Any) -> None:
     write_leveret(w, state, queues)
 
 
-def write_leveret(w: Writer, state: Any, queues: list[Any]) -> None:
+def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
     """Leveret-only series: the group commit, the store, paging."""
     log = state.broker.log
     w.one("leveret_store_backlogged", "gauge",
@@ -261,27 +264,27 @@ def write_leveret(w: Writer, state: Any, queues: list[Any]) -> None:
           sum(q.paged_out for q in queues))
 
 
-def write_queues_aggregated(w: Writer, state: Any) -> Render:
+def write_queues_aggregated(w: Writer, state: State) -> Render:
     yield from prometheus_queues.write_aggregated(w, state)
     channel_consumers = sum(len(ch.consumers) for conn in list(state.broker.connections)
                             for ch in conn.channels.values())
     w.one("channel_consumers", "gauge", "Consumers on a channel", channel_consumers)
 
 
-def write_queues_per_object(w: Writer, state: Any) -> Render:
+def write_queues_per_object(w: Writer, state: State) -> Render:
     found: list[prometheus_queues.Row] = []
     yield from prometheus_queues.rows(found, state, prometheus_queues.SERIES)
     yield from prometheus_queues.write_per_object(w, prometheus_queues.SERIES, found)
 
 
-def render_metrics(w: Writer, state: Any) -> Render:
+def render_metrics(w: Writer, state: State) -> Render:
     """``/metrics``: the node, and the queues summed."""
     write_node(w, state)
     yield
     yield from write_queues_aggregated(w, state)
 
 
-def render_per_object(w: Writer, state: Any) -> Render:
+def render_per_object(w: Writer, state: State) -> Render:
     """``/metrics/per-object``: the node, then a series per queue, connection and channel."""
     write_node(w, state)
     yield
@@ -289,7 +292,7 @@ def render_per_object(w: Writer, state: Any) -> Render:
     yield from write_connections_channels(w, state)
 
 
-def write_connections_channels(w: Writer, state: Any) -> Render:
+def write_connections_channels(w: Writer, state: State) -> Render:
     conns = sorted(state.broker.connections, key=views.connection_name)
     conn_rows = [((("channel", views.connection_name(c)),), c) for c in conns]
     for name, help_, get, type_ in (

@@ -22,15 +22,16 @@ from leveret.model import object_stats
 
 if TYPE_CHECKING:
     from leveret.management_ui.prometheus import Writer
+    from leveret.management_ui.service import State
 
 
-def _named_channels(state: Any) -> list[tuple[str, Any]]:
+def _named_channels(state: State) -> list[tuple[str, Any]]:
     """(channel label, channel) of every open channel."""
     return [(inventory.channel_name(ch), ch)
             for ch in inventory.channels_of(inventory.open_connections(state.broker))]
 
 
-def channel_exchange(w: Writer, state: Any, vhosts: set[str] | None = None) -> Render:
+def channel_exchange(w: Writer, state: State, vhosts: set[str] | None = None) -> Render:
     rows = [((("channel", name), ("vhost", ch.vhost.name), ("exchange", exchange)), counters)
             for name, ch in _named_channels(state)
             for exchange, counters in sorted(ch.exchange_stats.items())]
@@ -45,7 +46,7 @@ def _live_queues(counted: dict[Any, Any]) -> list[tuple[Any, Any]]:
                   key=lambda pair: pair[0].name)
 
 
-def channel_queue(w: Writer, state: Any, vhosts: set[str] | None = None) -> Render:
+def channel_queue(w: Writer, state: State, vhosts: set[str] | None = None) -> Render:
     rows = [((("channel", name), ("vhost", ch.vhost.name), ("queue", queue.name)), counters)
             for name, ch in _named_channels(state)
             for queue, counters in _live_queues(ch.queue_stats)]
@@ -54,7 +55,7 @@ def channel_queue(w: Writer, state: Any, vhosts: set[str] | None = None) -> Rend
                                   [(labels, getattr(counters, field)) for labels, counters in rows])
 
 
-def channel_queue_exchange(w: Writer, state: Any, vhosts: set[str] | None = None) -> Render:
+def channel_queue_exchange(w: Writer, state: State, vhosts: set[str] | None = None) -> Render:
     rows = []
     for name, ch in _named_channels(state):
         vhost = ch.vhost.name

@@ -18,27 +18,30 @@ detailed auth tracking.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import inventory
 from leveret.management_ui import prometheus, prometheus_channels, prometheus_queues
 from leveret.management_ui.prometheus import Labels, Writer
 from leveret.management_ui.prometheus_slices import Render
 
+if TYPE_CHECKING:
+    from leveret.management_ui.service import State
+
 Family = Callable[[Writer, Any, "set[str] | None"], Render]
 
 
-def _connections(state: Any) -> list[tuple[Labels, Any]]:
+def _connections(state: State) -> list[tuple[Labels, Any]]:
     return [((("channel", inventory.connection_name(c)),), c)
             for c in inventory.open_connections(state.broker)]
 
 
-def _channels(state: Any) -> list[tuple[Labels, Any]]:
+def _channels(state: State) -> list[tuple[Labels, Any]]:
     return [((("channel", inventory.channel_name(ch)),), ch)
             for ch in inventory.channels_of(inventory.open_connections(state.broker))]
 
 
-def connection_churn(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def connection_churn(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     churn = state.broker.churn_totals()
     for name, help_, value in (
         ("connections_opened_total", "Total number of connections opened",
@@ -55,26 +58,26 @@ def connection_churn(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
     yield
 
 
-def _queues(w: Writer, state: Any, vhosts: set[str] | None,
+def _queues(w: Writer, state: State, vhosts: set[str] | None,
             series: tuple[prometheus_queues.Series, ...], sized: bool) -> Render:
     found: list[prometheus_queues.Row] = []
     yield from prometheus_queues.rows(found, state, series, vhosts, sized)
     yield from prometheus_queues.write_per_object(w, series, found)
 
 
-def queue_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def queue_coarse(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     return _queues(w, state, vhosts, prometheus_queues.COARSE, sized=False)
 
 
-def queue_consumer_count(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def queue_consumer_count(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     return _queues(w, state, vhosts, (prometheus_queues.CONSUMERS,), sized=False)
 
 
-def queue_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def queue_metrics(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     return _queues(w, state, vhosts, prometheus_queues.METRICS, sized=True)
 
 
-def connection_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def connection_coarse(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     rows = _connections(state)
     yield from w.family_steps("connection_incoming_bytes_total", "counter",
                               "Total number of bytes received on a connection",
@@ -84,7 +87,7 @@ def connection_coarse(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
                               [(labels, c.send_oct) for labels, c in rows])
 
 
-def connection_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def connection_metrics(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     rows = _connections(state)
     for name, type_, help_, get in (
         ("connection_incoming_packets_total", "counter",
@@ -99,7 +102,7 @@ def connection_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render
         yield from w.family_steps(name, type_, help_, [(labels, get(c)) for labels, c in rows])
 
 
-def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def channel_metrics(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     rows = [(labels, inventory.channel_record(ch)) for labels, ch in _channels(state)]
     for name, key, help_ in (
         ("channel_consumers", "consumer_count", "Consumers on a channel"),
@@ -119,34 +122,34 @@ def channel_metrics(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
         yield from w.family_steps(name, "gauge", help_, [(labels, r[key]) for labels, r in rows])
 
 
-def vhost_status(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def vhost_status(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     yield from w.family_steps("rabbitmq_cluster_vhost_status", "gauge",
                               "Whether a given vhost is running",
                               [((("vhost", name),), 1) for name in sorted(state.broker.vhosts)
                                if vhosts is None or name in vhosts])
 
 
-def _exchanges(state: Any, vhosts: set[str] | None) -> list[tuple[Labels, Any]]:
+def _exchanges(state: State, vhosts: set[str] | None) -> list[tuple[Labels, Any]]:
     return [((("vhost", vh.name), ("exchange", x.name), ("type", x.type)), x)
             for vh in state.broker.vhosts.values() if vhosts is None or vh.name in vhosts
             for x in vh.exchanges.values()]
 
 
-def exchange_names(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def exchange_names(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     yield from w.family_steps("rabbitmq_cluster_exchange_name", "gauge",
                               "Enumerates exchanges without any additional info. This value "
                               "is cluster-wide. A cheaper alternative to `exchange_bindings`",
                               [(labels, 1) for labels, _ in _exchanges(state, vhosts)])
 
 
-def exchange_bindings(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def exchange_bindings(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     yield from w.family_steps("rabbitmq_cluster_exchange_bindings", "gauge",
                               "Number of bindings for an exchange. This value is cluster-wide.",
                               [(labels, sum(1 for _ in x.matcher.bindings()))
                                for labels, x in _exchanges(state, vhosts) if x.name != ""])
 
 
-def auth_attempts(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def auth_attempts(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     ok, failed = state.http_auth
     amqp = state.broker.accounts.auth_attempts
     amqp_labels: Labels = (("protocol", "amqp091"),)
@@ -163,7 +166,7 @@ def auth_attempts(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
                                   [(amqp_labels, amqp_value), (http_labels, http_value)])
 
 
-def auth_attempts_detailed(w: Writer, state: Any, vhosts: set[str] | None) -> Render:
+def auth_attempts_detailed(w: Writer, state: State, vhosts: set[str] | None) -> Render:
     for name, help_ in (
         ("auth_attempts_detailed_total", "Total number of authorization attempts with source "
          "info"),
@@ -197,7 +200,7 @@ FAMILIES: dict[str, Family] = {
 PREFIX = "rabbitmq_detailed_"
 
 
-def render(w: Writer, state: Any, families: set[str], vhosts: set[str] | None) -> Render:
+def render(w: Writer, state: State, families: set[str], vhosts: set[str] | None) -> Render:
     """The families asked for, in FAMILIES' order, then build and identity info (``w``
     with ``PREFIX``)."""
     for name, family in FAMILIES.items():

@@ -33,6 +33,7 @@ from leveret.management_ui.prometheus_slices import SLICE, Render, escape
 
 if TYPE_CHECKING:  # prometheus imports this module
     from leveret.management_ui.prometheus import Writer
+    from leveret.management_ui.service import State
 
 # (family without prefix, RabbitMQ's help text, the queue record's field)
 Series = tuple[str, str, str]
@@ -91,7 +92,7 @@ def values(queue: Any, held: HeldBytes | None) -> dict[str, float]:
     return out
 
 
-def rows(found: list[Row], state: Any, series: tuple[Series, ...],
+def rows(found: list[Row], state: State, series: tuple[Series, ...],
          vhosts: set[str] | None = None, sized: bool = True) -> Render:
     """Append (labels, values in ``series``' order) per queue to ``found``, in ``vhosts`` if
     given, yielding every ``SLICE`` queues; without the byte totals and
@@ -115,7 +116,7 @@ def write_per_object(w: Writer, series: tuple[Series, ...], found: list[Row]) ->
         yield from w.family_steps(name, "gauge", help_, ((labels, v[i]) for labels, v in found))
 
 
-def write_aggregated(w: Writer, state: Any) -> Render:
+def write_aggregated(w: Writer, state: State) -> Render:
     """One sample per series, the sum over every queue (none for UNSUMMED): one walk, the
     byte totals counted only for queues with messages, yielding every ``SLICE`` queues."""
     held = inventory.held_bytes(state.broker)
