@@ -55,6 +55,10 @@ REALM = 'Basic realm="RabbitMQ Management"'
 # differs: a ?auth= that is not base64 of user:password is the header's empty 400, where
 # RabbitMQ answers an empty 500.
 QUERY_AUTH = frozenset({"definitions"})
+BODY_TOO_LARGE = "Exceeded HTTP request body size limit"  # RabbitMQ 3.10.8's reason
+# RabbitMQ's reason for a body that is JSON but a string, not an object.
+JSON_STRING = ("invalid payload: the request body JSON-decoded to a string. "
+               "Is the input doubly-JSON-encoded?")
 
 
 class ApiError(Exception):
@@ -104,18 +108,31 @@ class Request:
         return self.http.query
 
     async def body(self) -> dict[str, Any]:
-        """The JSON object body; ``{}`` when empty; 400 ``not_json`` otherwise."""
-        raw = await self.http.read()
-        if not raw.strip():
+        """The JSON object body; ``{}`` when empty or ``null``; else RabbitMQ's 400s:
+        ``not_json`` (not JSON, not UTF-8, nested past Python's recursion limit, not an
+        object), ``JSON_STRING``, ``BODY_TOO_LARGE`` (a chunked body past the limit)."""
+        data = parse_json(await self.http.read())
+        if data is None:
             return {}
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise bad_request("not_json") from None
+        if isinstance(data, str):
+            raise bad_request(JSON_STRING)
         if not isinstance(data, dict):
             raise bad_request("not_json")
         return data
 
+
+def parse_json(raw: bytes) -> Any:
+    """``raw`` decoded; None when blank; ApiError ``not_json`` when it is not JSON."""
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise bad_request("not_json") from None
+
+
+# The 400s a malformed body gets, logged in one line each (never a traceback).
+CLIENT_BODY_ERRORS = frozenset({"not_json", "failed_to_parse_json", JSON_STRING})
 
 Handler = Callable[[Request], Awaitable[web.StreamResponse]]
 
@@ -204,7 +221,12 @@ def make_handler(router: Router, state: Any, prefix: str = "/api/") -> Callable[
         try:
             return await route.handler(Request(request, params, user, tags, state))
         except ApiError as exc:
+            if exc.status == 400 and isinstance(exc.reason, str) and exc.reason in CLIENT_BODY_ERRORS:
+                log.info("management API %s %s: %s", request.method, raw, exc.reason)
             return error_response(exc.status, exc.error, exc.reason)
+        except web.HTTPRequestEntityTooLarge:  # a chunked body past client_max_size
+            log.warning("management API %s %s: %s", request.method, raw, BODY_TOO_LARGE)
+            return error_response(400, "bad_request", BODY_TOO_LARGE)
         except ChannelError as exc:
             if exc.code == NOT_FOUND:
                 return error_response(404, "Object Not Found", "Not Found")
