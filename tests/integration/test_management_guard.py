@@ -283,3 +283,19 @@ def test_https_closes_a_slow_request_too(make_broker: Any, tmp_path: Path, certs
     context = ssl.create_default_context(cafile=str(certs.ca))
     with _connect(port) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
         assert _closed_by_peer(tls, b"GET /api/overview HTTP/1.1\r\n" * 100) == b""
+
+
+@pytest.mark.parametrize("request_head", [
+    b"GET /api/definitions?auth=%ff HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /api/overview HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \xff\xfe\r\n\r\n"])
+def test_credentials_beyond_ascii_are_an_empty_400(broker: Any, request_head: bytes) -> None:
+    """Where Leveret differs: RabbitMQ 3.10.8 answers ``?auth=%ff`` with an empty 500."""
+    with _connect(broker.management_port) as sock:
+        sock.sendall(request_head)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = sock.recv(4096)
+            assert data, head
+            head += data
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert b"\r\nContent-Length: 0\r\n" in head, head
