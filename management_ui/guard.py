@@ -30,7 +30,8 @@ Then bounds, as cowboy's under RabbitMQ's management listener:
 * ``management_idle_timeout`` (cowboy's ``idle_timeout``, 60 s): while a
   request's body arrives, ``bound_body`` watches the bytes received; no new
   byte for a whole period and the handler is cancelled, the client gets a 408
-  and the connection is closed (between one and two periods of silence).
+  and the connection is closed (after one to two periods of silence). Like
+  cowboy's, it bounds silence, not a body that trickles.
 * A ``Content-Length`` over the app's ``client_max_size`` is refused before
   it is read, with RabbitMQ's 400 ``Exceeded HTTP request body size limit``;
   a chunked body that grows past it gets the same answer (``router.py``).
@@ -57,6 +58,7 @@ JSON = "application/json"
 MULTIPART = "multipart/form-data"
 # Routes that also take the UI's multipart upload (definitions.py).
 MULTIPART_ROUTES = ("/api/definitions",)
+
 
 def _origin_key(url: URL) -> tuple[str, str, int | None]:
     return (url.scheme.lower(), (url.host or "").lower(), url.port)
@@ -106,8 +108,8 @@ def middlewares(config: Config) -> list[Middleware]:
             log.warning("HTTP %s %s refused: cross-origin request from %r", request.method,
                         request.rel_url.raw_path, origin)
             return error_response(403, "forbidden",
-                           f"cross-origin request refused: Origin {origin!r} is not this "
-                           "listener's")
+                                  f"cross-origin request refused: Origin {origin!r} is not "
+                                  "this listener's")
         return await handler(request)
 
     @web.middleware
@@ -117,7 +119,7 @@ def middlewares(config: Config) -> list[Middleware]:
             log.warning("HTTP %s %s refused: Content-Type %r", request.method,
                         request.rel_url.raw_path, given)
             return error_response(415, "Unsupported Media Type",
-                           f"Content-Type {given!r} is not accepted: send {JSON}")
+                                  f"Content-Type {given!r} is not accepted: send {JSON}")
         return await handler(request)
 
     @web.middleware
@@ -142,10 +144,11 @@ def middlewares(config: Config) -> list[Middleware]:
 
 async def _watch_body(request: web.Request, handler: Handler, idle: float
                       ) -> web.StreamResponse:
-    """Runs the handler while the body arrives; a body silent for ``idle`` s ends it."""
+    """Runs the handler while the body arrives; a body silent for a whole period of
+    ``idle`` s ends it (so after between one and two periods of silence)."""
+    seen = request.content.total_bytes
     task = asyncio.ensure_future(handler(request))
     try:
-        seen = -1
         while not request.content.is_eof():
             done, _ = await asyncio.wait({task}, timeout=idle)
             if done:
