@@ -286,6 +286,12 @@ def test_a_silent_connection_is_closed(short_timeouts: Any) -> None:
         assert _closed_by_peer(silent) == b""
 
 
+def test_a_silent_connection_is_closed_with_the_default_settings(target_http: str) -> None:
+    """Both close it after cowboy's request_timeout (5 s), without an answer."""
+    with _connect(int(target_http.rsplit(":", 1)[1])) as silent:
+        assert _closed_by_peer(silent) == b""
+
+
 def test_an_idle_keep_alive_connection_is_closed(short_timeouts: Any) -> None:
     with _connect(short_timeouts.management_port) as sock:
         sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: x\r\n"
