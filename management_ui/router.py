@@ -28,6 +28,9 @@ model's ``ChannelError``) and shaped once, here, as RabbitMQ shapes them:
        name what is missing: ``{"error":"not_found","reason":"no queue …"}``
 405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
        (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)
+403    ``{"error":"forbidden",...}``: a write from another Origin (``guard.py``)
+408    ``{"error":"request_timeout",...}``: a body that stopped arriving
+415    ``{"error":"Unsupported Media Type",...}``: a write's body not JSON
 =====  ==========================================================
 """
 
