@@ -141,6 +141,17 @@ class Config:
     # Written (atomically, as JSON with the bound ports) once every listener and the
     # control socket are up (node/ready_file.py); None: no file.
     ready_file: Path | None = None
+    # HTTP connection bounds (management API over HTTP and HTTPS, Prometheus), as cowboy's
+    # under RabbitMQ's management.tcp.request_timeout / idle_timeout (management_ui/guard.py).
+    # Seconds a connection has to send a request's complete headers, counted from its opening
+    # or from its previous response; an idle keep-alive connection is closed after it too.
+    management_request_timeout: float = 5.0
+    # Longest silence while a request's body arrives before the connection is closed.
+    management_idle_timeout: float = 60.0
+    # Origins besides each listener's own whose state-changing requests are accepted (the
+    # console behind a proxy that rewrites Host), as "https://mq.example.com"; any other
+    # Origin is refused (403): a page elsewhere cannot use the browser's credentials.
+    management_allowed_origins: tuple[str, ...] = ()
     # Not a setting: the names a file, the environment or a flag set (``load_config``).
     # A listener on a *default* HTTP port that is taken is skipped with a warning, so a
     # Leveret beside a RabbitMQ (which holds 15672/15692) still serves AMQP; one the
@@ -344,6 +355,9 @@ _FIELDS: dict[str, _Field] = {
     "tls_cert_login_from": _Field("str", _choice("distinguished_name", "common_name")),
     "management_tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "ready_file": _Field("path"),
+    "management_request_timeout": _Field("float", _positive_float),
+    "management_idle_timeout": _Field("float", _positive_float),
+    "management_allowed_origins": _Field("strs", _names("origin")),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}
 

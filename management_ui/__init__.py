@@ -16,8 +16,9 @@ point (``cli.py``) passes ``services()`` to ``node.process.run``, which starts t
 after the AMQP listeners and stops them before. Modules: ``router``
 (route matching, auth, error shapes), ``api`` (the route table), ``read``, ``admin``,
 ``write``, ``definitions``, ``health``, ``views`` (object -> JSON),
-``listing``, ``auth`` (the one seam to the user model), ``prometheus``, ``console``
-(the web console's static files at ``/``).
+``listing``, ``auth`` (the one seam to the user model), ``guard`` (cross-site writes,
+content types, body size and slow connections, before routing), ``prometheus``,
+``console`` (the web console's static files at ``/``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from leveret.management_ui import (
     admin,
     basic,
     definitions,
+    guard,
     health,
     log_stream,
     messages,
@@ -178,7 +179,8 @@ ROUTES.append(("GET", "openapi.json", openapi, None))
 
 def build_app(state: Any) -> web.Application:
     # A definitions file can be large; RabbitMQ's default body limit is 20 MB.
-    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app = web.Application(client_max_size=32 * 1024 * 1024,
+                          middlewares=guard.middlewares(state.config))
     # [\s\S]: a percent-encoded newline in a name must reach the router too (".*" stops).
     app.router.add_route("*", "/api/{tail:[\\s\\S]*}", make_handler(Router(ROUTES), state))
 

@@ -102,7 +102,7 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
         return None
     try:
         raw = base64.b64decode(token.strip(), validate=True)
-    except binascii.Error:
+    except (binascii.Error, ValueError):  # ValueError: a character beyond ASCII
         raise MalformedCredentials(header) from None
     user, sep, password = raw.partition(b":")
     if not sep:

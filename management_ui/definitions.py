@@ -10,7 +10,6 @@ comes once it is committed.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -18,7 +17,13 @@ from aiohttp import web
 
 from leveret.broker import definitions, import_slices
 from leveret.management_ui import read
-from leveret.management_ui.router import Request, bad_request, json_response
+from leveret.management_ui.router import (
+    ApiError,
+    Request,
+    bad_request,
+    json_response,
+    parse_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +46,14 @@ async def import_(req: Request) -> web.Response:
             raise bad_request("not_json") from None
         upload: Any = form.get("file")
         raw = upload.file.read() if hasattr(upload, "file") else str(upload or "").encode()
-        try:
-            defs = json.loads(raw)
-        except ValueError:
-            raise bad_request("not_json") from None
     else:
-        defs = await req.body()
-    if not isinstance(defs, dict):
-        raise bad_request("not_json")
+        raw = await req.http.read()
+    try:
+        defs = parse_json(raw) if raw.strip() else {}
+    except ApiError:
+        defs = None
+    if not isinstance(defs, dict):  # RabbitMQ's reason here, for any body but an object
+        raise bad_request("failed_to_parse_json")
     try:
         count, skipped = await import_slices.apply_in_slices(req.state.broker, defs, only)
     except definitions.Invalid as exc:

@@ -214,10 +214,11 @@ def error_responses() -> dict[str, Any]:
                                    "no body without credentials); not_authorised: refused "
                                    "after the login (a tag, vhost or object access)"},
             **{code: {"description": text, "content": json_content(ref("Error"))}
-            for code, text in (("400", "bad_request"),
+            for code, text in (("400", "bad_request (also a body over the size limit)"),
+                               ("403", "forbidden: a write from another Origin"),
                                ("404", "Object Not Found"), ("405", "Method Not Allowed"),
-                               ("413", "Request Entity Too Large"),
-                               ("415", "Unsupported Media Type"))}}
+                               ("408", "request_timeout: the body stopped arriving"),
+                               ("415", "Unsupported Media Type: a write's body not JSON"))}}
 
 
 def success_responses(method: str, pattern: str) -> dict[str, Any]:

@@ -31,6 +31,9 @@ RabbitMQ shapes them:
        name what is missing: ``{"error":"not_found","reason":"no queue …"}``
 405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
        (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)
+403    ``{"error":"forbidden",...}``: a write from another Origin (``guard.py``)
+408    ``{"error":"request_timeout",...}``: a body that stopped arriving
+415    ``{"error":"Unsupported Media Type",...}``: a write's body not JSON
 =====  ==========================================================
 """
 
@@ -61,6 +64,10 @@ QUERY_AUTH = frozenset({"definitions"})
 # Methods of the routes that change state: their answer waits for the commit (``_after_commit``).
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 COMMIT_FAILED = "the change was applied but could not be written to the message store"
+BODY_TOO_LARGE = "Exceeded HTTP request body size limit"  # RabbitMQ 3.10.8's reason
+# RabbitMQ's reason for a body that is JSON but a string, not an object.
+JSON_STRING = ("invalid payload: the request body JSON-decoded to a string. "
+               "Is the input doubly-JSON-encoded?")
 
 
 class ApiError(Exception):
@@ -110,18 +117,31 @@ class Request:
         return self.http.query
 
     async def body(self) -> dict[str, Any]:
-        """The JSON object body; ``{}`` when empty; 400 ``not_json`` otherwise."""
-        raw = await self.http.read()
-        if not raw.strip():
+        """The JSON object body; ``{}`` when empty or ``null``; else RabbitMQ's 400s:
+        ``not_json`` (not JSON, not UTF-8, nested past Python's recursion limit, not an
+        object), ``JSON_STRING``, ``BODY_TOO_LARGE`` (a chunked body past the limit)."""
+        data = parse_json(await self.http.read())
+        if data is None:
             return {}
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise bad_request("not_json") from None
+        if isinstance(data, str):
+            raise bad_request(JSON_STRING)
         if not isinstance(data, dict):
             raise bad_request("not_json")
         return data
 
+
+def parse_json(raw: bytes) -> Any:
+    """``raw`` decoded; None when blank; ApiError ``not_json`` when it is not JSON."""
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise bad_request("not_json") from None
+
+
+# The 400s a malformed body gets, logged in one line each (never a traceback).
+CLIENT_BODY_ERRORS = frozenset({"not_json", "failed_to_parse_json", JSON_STRING})
 
 Handler = Callable[[Request], Awaitable[web.StreamResponse]]
 
@@ -220,7 +240,12 @@ async def _dispatch(route: Route, req: Request, raw: str) -> web.StreamResponse:
     try:
         return await route.handler(req)
     except ApiError as exc:
+        if exc.status == 400 and isinstance(exc.reason, str) and exc.reason in CLIENT_BODY_ERRORS:
+            log.info("management API %s %s: %s", req.http.method, raw, exc.reason)
         return error_response(exc.status, exc.error, exc.reason)
+    except web.HTTPRequestEntityTooLarge:  # a chunked body past client_max_size
+        log.warning("management API %s %s: %s", req.http.method, raw, BODY_TOO_LARGE)
+        return error_response(400, "bad_request", BODY_TOO_LARGE)
     except ChannelError as exc:
         if exc.code == NOT_FOUND:
             return error_response(404, "Object Not Found", "Not Found")

@@ -10,7 +10,8 @@ one ``StartupError`` line. With ``tls_certfile`` set, the management API is
 served over HTTPS too, on ``management_tls_port`` (15671, RabbitMQ's
 ``management.ssl.port``), with the AMQPS listener's certificate settings
 (``node/tls.py``: the same CA, client-certificate verification and TLS
-versions); it is listed as protocol ``https``. ``State`` is what handlers share: the broker, the
+versions); it is listed as protocol ``https``. Every listener closes slow and idle
+connections (``guard.keepalive_timeout``). ``State`` is what handlers share: the broker, the
 config, the sampler and the HTTP login counters.
 """
 
@@ -28,7 +29,7 @@ from aiohttp import web
 from leveret import __version__
 from leveret.broker import definitions
 from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
-from leveret.management_ui import alerts, api, metrics_app, sampler, views
+from leveret.management_ui import alerts, api, guard, metrics_app, sampler, views
 from leveret.management_ui.log_stream import LogFanout
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 from leveret.node import tls
@@ -145,7 +146,8 @@ class ManagementService:
             if runner is None:
                 runner = runners[app] = web.AppRunner(
                     app, access_log=None, handle_signals=False,
-                    shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
+                    shutdown_timeout=HTTP_SHUTDOWN_SECONDS,
+                    keepalive_timeout=guard.keepalive_timeout(config))
                 await runner.setup()
                 self.runners.append(runner)
             before = set(runner.addresses)

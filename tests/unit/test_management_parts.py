@@ -97,7 +97,8 @@ def test_sampler_keeps_a_bounded_ring():
 def test_basic_auth_parsing_and_tags():
     header = "Basic " + base64.b64encode(b"guest:pa:ss").decode()
     assert auth.parse_basic(header) == ("guest", "pa:ss")
-    for malformed in ("Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode(), "Basic"):
+    for malformed in ("Basic !!!", "Basic \u00ff\u00fe",
+                      "Basic " + base64.b64encode(b"no-colon").decode(), "Basic"):
         with pytest.raises(auth.MalformedCredentials):  # RabbitMQ: an empty 400
             auth.parse_basic(malformed)
     assert auth.parse_basic("Bearer x") is None
