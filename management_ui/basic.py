@@ -36,6 +36,9 @@ Publish:
    committed, and once the queues it went to are no longer behind their
    consumers (flow control holds an HTTP publisher back as it does a channel).
 
+Get runs the broker's basic.get (``broker/basic_get.py``) ``count`` times, then
+settles every message as ``ackmode`` says.
+
 Get: a key missing (400); no channel (401 ``Access refused.``, as above); an
 unknown ``encoding`` (400); read permission (401 ``not_authorised`` with the
 close reason, ``rights.check_get``); no such queue: 404 ``not_found``
@@ -64,6 +67,7 @@ from aiohttp import web
 from pamqp import commands
 
 from leveret.broker import publish_props
+from leveret.broker.basic_get import basic_get
 from leveret.broker.publishing import AwaitingOrigin, basic_publish, committed
 from leveret.broker.reply_to import no_reply_consumer
 from leveret.management_ui import rights
@@ -77,7 +81,12 @@ from leveret.management_ui.router import (
 from leveret.management_ui.views import jsonable
 from leveret.model.errors import NOT_FOUND, ChannelError
 from leveret.model.message import Message
-from leveret.model.object_stats import ExchangeCounters, channel_totals
+from leveret.model.object_stats import (
+    ExchangeCounters,
+    QueueCounters,
+    as_message_stats,
+    channel_totals,
+)
 from leveret.model.properties import decode_properties, encode_properties
 from leveret.model.stats import MessageStats
 
@@ -246,25 +255,16 @@ async def get(req: Request) -> web.Response:
         if exc.code == NOT_FOUND:
             raise ApiError(404, "not_found", exc.reply_text) from None
         raise channel_closed(exc) from None  # another connection's exclusive queue
-    stats = vhost.closed_channel_stats
+    counters = QueueCounters()
     taken = []
     out = []
     for _ in range(max(count, 0)):
-        entry = queue.take()
-        if entry is None:
-            stats.get_empty += 1
+        got = basic_get(queue, False, counters, vhost.tracer, req.user, None)
+        if got is None:
             break
-        redelivered = entry.delivery_count > 0  # take() counted it unacked and delivered
-        if redelivered:
-            stats.redeliver += 1
-        stats.get += 1
-        entry.delivery_count += 1
-        if vhost.tracer is not None:  # channel None: got over HTTP
-            vhost.tracer.delivered(queue.name, entry.message, "", redelivered, None,
-                                   req.user, True)
-        taken.append(entry)
-        out.append(_message_json(entry.message, redelivered, queue.message_count, encoding,
-                                 truncate))
+        taken.append(got.entry)
+        out.append(_message_json(got.entry.message, got.redelivered, got.message_count,
+                                 encoding, truncate))
     # RabbitMQ gets them all on one channel, then settles: requeued ones come back in order.
     requeue = ackmode.endswith("requeue_true")
     tracer = vhost.tracer
@@ -275,14 +275,13 @@ async def get(req: Request) -> web.Response:
             tracer.settled("ack" if ackmode.startswith("ack") else "reject", queue.name,
                            entry.message, None, "", None if ackmode.startswith("ack") else False)
         if requeue:
-            if entry.stored:
-                queue.note_delivered(entry)
             queue.requeue(entry)
         elif ackmode.startswith("ack"):
-            stats.ack += 1
+            counters.ack += 1
             queue.settle(entry)
         else:
             queue.reject(entry)
+    vhost.closed_channel_stats.add(as_message_stats(counters))
     if requeue and taken:
         queue.dispatch()
     return json_response(out)
