@@ -18,7 +18,6 @@ Message shape (RabbitMQ's get, with ``position`` instead of
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Any
 
@@ -26,6 +25,7 @@ from aiohttp import web
 
 from leveret.broker import queue_messages
 from leveret.broker.permissions import READ, Access
+from leveret.broker.publishing import committed
 from leveret.broker.queue_messages import Outcome, Selection
 from leveret.management_ui import basic, read, rights, views
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
@@ -162,16 +162,7 @@ def _selection(body: dict[str, Any]) -> Selection:
 async def _answer(vhost: Any, outcome: Outcome, key: str = "moved") -> web.Response:
     """Answer once what the operation recorded is committed (a crash after the answer
     loses nothing the answer reported)."""
-    log = vhost.log
-    if log.deferred:
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def committed(ok: bool) -> None:
-            if not done.done():
-                done.set_result(ok)
-
-        log.after_commit(committed)
-        await done
+    await committed(vhost.log)
     return json_response({key: outcome.moved, "skipped": [
         {"position": p, "reason": r} for p, r in outcome.skipped]})
 
@@ -194,7 +185,7 @@ async def move(req: Request) -> web.Response:
         raise not_found()
     if destination is queue:
         raise bad_request("destination is the queue itself")
-    outcome = queue_messages.move(queue, destination, access, _selection(body))
+    outcome = queue_messages.move(vhost, queue, destination, access, _selection(body))
     return await _answer(vhost, outcome)
 
 
