@@ -59,6 +59,7 @@ from leveret.model.stats import MessageStats
 
 if TYPE_CHECKING:
     from leveret.amqp.connection import Connection
+    from leveret.broker.basic_get import Got
     from leveret.broker.vhost import VirtualHost
     from leveret.queues.consumer import Consumer
     from leveret.queues.queue import Queue, QueueEntry
@@ -272,35 +273,21 @@ class Channel(Publisher):
             self.number, consumer_tag, self._next_tag, False, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max))
 
-    def deliver_get(self, queue: Queue, entry: QueueEntry, no_ack: bool) -> None:
+    def deliver_get(self, queue: Queue, got: Got, no_ack: bool) -> None:
+        """basic.get-ok for what ``broker.basic_get`` took (counted and traced there)."""
         tag = self._next_tag
         self._next_tag = tag + 1
+        entry = got.entry
         message = entry.message
         conn = self.connection
-        self._write(fastpath.encode_get_ok(self.number, tag, entry.delivery_count > 0,
+        self._write(fastpath.encode_get_ok(self.number, tag, got.redelivered,
                                            message.exchange, message.routing_key,
-                                           queue.message_count))
+                                           got.message_count))
         self._writelines(fastpath.encode_content(self.number, message.raw_properties,
                                                  message.body, conn.frame_max))
-        tracer = self.vhost.tracer
-        if tracer is not None:
-            tracer.delivered(queue.name, message, "", entry.delivery_count > 0, self.number,
-                             conn.user, not no_ack)
-        counters = self.queue_counters(queue)
-        if entry.delivery_count:
-            counters.redeliver += 1
-        if no_ack:
-            counters.get_no_ack += 1
-        else:
-            counters.get += 1
-        entry.delivery_count += 1
-        if no_ack:
-            queue.settle(entry)
-            return
-        if entry.stored:
-            queue.note_delivered(entry)
-        entry.delivered_at = conn.clock()
-        self._unacked.add(tag, (entry, queue, None))
+        if not no_ack:
+            entry.delivered_at = conn.clock()
+            self._unacked.add(tag, (entry, queue, None))
 
     def queue_counters(self, queue: Queue) -> QueueCounters:
         """This channel's counters for ``queue`` (``model/object_stats.py``)."""

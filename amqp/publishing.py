@@ -11,7 +11,9 @@ per distinct list a channel sees): malformed properties are never relayed, and
 close the connection with 541 INTERNAL_ERROR as they crash a RabbitMQ 3.10
 channel; then the ``user-id`` and ``expiration`` checks (only when their flags
 are set), CC/BCC and direct reply-to (``broker/publish_props.py``); then ``publish``:
-route, enqueue in every queue, and confirm or return as RabbitMQ does. A
+the broker's one publish operation (``broker/publishing.basic_publish``: route, enqueue in
+every queue, count, trace, flow control, with this channel as its ``Origin``), and what is
+the channel's own: confirm or return as RabbitMQ does. A
 persistent message in a durable queue is confirmed after its group commit
 (``confirms_settled``); confirms go out in one batch per loop turn
 (``flush_confirms``), behind any reply held for a commit (``held_output.py``).
@@ -27,8 +29,9 @@ from typing import TYPE_CHECKING, Any, cast
 from leveret.amqp import fastpath
 from leveret.amqp.assembler import Publish
 from leveret.amqp.held_output import HeldOutput
-from leveret.broker import publish_props
+from leveret.broker import publish_props, publishing
 from leveret.broker.permissions import WRITE, Access
+from leveret.broker.publishing import basic_publish
 from leveret.model.errors import (
     FRAME_ERROR,
     NOT_FOUND,
@@ -46,14 +49,14 @@ from leveret.model.message import (
 from leveret.model.object_stats import ExchangeCounters
 from leveret.model.properties import check_properties
 from leveret.model.stats import MessageStats
-from leveret.queues.entry import PublishResult
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
+    from leveret.queues.queue import Queue
 
 log = logging.getLogger(__name__)
 
-_ACCEPTED = PublishResult.ACCEPTED
+_ACCEPTED = publishing.ACCEPTED
 _NO_PROPERTIES = b"\x00\x00"  # the flag word alone, all clear
 # Property lists a channel has found well-formed: publishers repeat theirs (content type,
 # delivery mode, the same headers), so each distinct one is checked once; bounded.
@@ -62,7 +65,6 @@ VALID_PROPERTIES_KEPT = 64
 # reply-to (direct reply-to), as the high and low byte of the first flag word.
 _CHECKED_HIGH = (FLAG_EXPIRATION | FLAG_HEADERS | FLAG_REPLY_TO) >> 8
 _CHECKED_LOW = FLAG_USER_ID
-_HELD = PublishResult.HELD
 
 
 def decoded_properties(message: Message) -> Any:
@@ -156,36 +158,31 @@ class Publisher(HeldOutput):
 
     def publish(self, message: Message, mandatory: bool,
                 extra_routing_keys: tuple[str, ...] = ()) -> None:
-        """Route ``message`` (plus its CC/BCC keys) and enqueue it; confirms and returns as RabbitMQ."""
-        vhost = self.vhost
-        # The default exchange to an existing queue, the commonest publish, without a call;
-        # everything else (and every error) is VirtualHost.route's.
-        queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
-            message.routing_key)
+        """Publish ``message`` (plus its CC/BCC keys) through the broker's one operation
+        (``broker/publishing.py``); then confirm or return it as RabbitMQ does."""
+        name = message.exchange
+        try:  # subscripts, not .get: no method call on the hot path
+            counters = self.exchange_stats[name]
+        except KeyError:
+            counters = self.exchange_stats[name] = ExchangeCounters()
         try:
-            queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
-        except ValueError as exc:  # properties are decoded lazily, here
+            out = basic_publish(self.vhost, message, extra_routing_keys, mandatory, counters,
+                                self)
+        except ValueError as exc:  # properties are decoded lazily, when routing needs them
             raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
                                    (60, 40)) from exc
         except ChannelError as exc:
             exc.method = (60, 40)
             raise
-        name = message.exchange
-        tracer = vhost.tracer
-        if tracer is not None:  # tracing off: this test is all it costs (queues/tracing.py)
-            tracer.published(message, queues, self.connection.user or "",
-                             self.number, mandatory, self.confirms is not None,
-                             vhost.explain_route(message, extra_routing_keys)
-                             if message.exchange else None)
-        try:  # subscripts, not .get: no method call on the hot path
-            counters = self.exchange_stats[name]
-        except KeyError:
-            counters = self.exchange_stats[name] = ExchangeCounters()
-        counters.publish += 1
         confirms = self.confirms
-        if not queues:
+        if out is _ACCEPTED:  # the commonest outcome first
+            if confirms is not None:
+                counters.confirm += 1
+                confirms.publish()
+                self.connection.want_flush(self)
+            return
+        if not out.routed:
             if mandatory:
-                counters.return_unroutable += 1
                 self._write(
                     fastpath.encode_return(self.number, 312, "NO_ROUTE", name, message.routing_key)
                 )
@@ -193,34 +190,18 @@ class Publisher(HeldOutput):
                     fastpath.encode_content(self.number, message.raw_properties, message.body,
                                             self.connection.frame_max)
                 )
-            else:
-                counters.drop_unroutable += 1
             if confirms is not None:
                 counters.confirm += 1
                 confirms.publish()
                 self.connection.want_flush(self)
             return
-        held = refused = False
-        routed = counters.queues
-        for queue in queues:
-            try:
-                routed[queue] += 1
-            except KeyError:
-                counters.first_route(queue)
-            result = queue.publish(message)
-            if result is not _ACCEPTED:
-                if result is _HELD:
-                    held = True
-                else:  # reject-publish overflow (queues/limits.py)
-                    refused = True
-            if queue.behind():
-                self.connection.flow_wait(queue)
+        held = out.held
         if self.tx_durable is not None and held:
             self.tx_durable = True
         if confirms is not None:
             # A persistent message in a durable queue is confirmed after its commit.
             log = self.vhost.log
-            if refused:  # one refusing queue is enough for a nack, as in RabbitMQ
+            if out.refused:  # one refusing queue is enough for a nack, as in RabbitMQ
                 confirms.settle(confirms.publish(hold=True), False)
                 self.connection.want_flush(self)
             elif held and log.deferred:
@@ -230,6 +211,23 @@ class Publisher(HeldOutput):
                 counters.confirm += 1
                 confirms.publish()
                 self.connection.want_flush(self)
+
+    # -- what broker.publishing asks of its Origin ---------------------------------------
+
+    @property
+    def trace_user(self) -> str:
+        return self.connection.user or ""
+
+    @property
+    def trace_channel(self) -> int | None:
+        return self.number
+
+    @property
+    def trace_confirm(self) -> bool:
+        return self.confirms is not None
+
+    def flow_wait(self, queue: Queue) -> None:
+        self.connection.flow_wait(queue)
 
     def confirms_settled(self, seqs: list[int], ok: bool) -> None:
         """The store committed (or failed to commit) held messages ``seqs``."""

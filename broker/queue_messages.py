@@ -14,6 +14,9 @@ and taken out of the queue's tail, ``ready.Tail.take``), is:
   unchanged (x-death included, as a shovel would), then removed;
 * **moved** to another queue of the vhost (enqueued there directly, as a
   publish through the default exchange would), then removed;
+
+both through the broker's one publish operation (``publishing.basic_publish``), as a
+publish without a channel: not traced, not paused by flow control;
 * **deleted** (not dead-lettered: a purge of the selection).
 
 Atomic per message: the enqueue into the destination and the removal from
@@ -32,17 +35,18 @@ check ``read`` on the source queue (basic.get, queue.purge); redrive checks
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from leveret.broker.permissions import Access
+from leveret.broker.publishing import Published, basic_publish
 from leveret.broker.vhost import VirtualHost
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
 from leveret.persistence.store import StoredEntry
 from leveret.queues import browse
-from leveret.queues.entry import PublishResult, QueueEntry
+from leveret.queues.entry import QueueEntry
 from leveret.queues.queue import Queue
 from leveret.queues.ready import Tail
 
@@ -156,10 +160,11 @@ def origin(message: Message) -> tuple[str, list[str]] | None:
     return _text(first["exchange"]), [_text(k) for k in keys]
 
 
-def _enqueue(queues: Sequence[Queue], message: Message) -> bool:
-    """Publish into every queue; False if every one refused it (overflow)."""
-    results = [q.publish(message) for q in queues]
-    return any(r is not PublishResult.REFUSED for r in results)
+def _sent(out: Published) -> bool | str:
+    """A step's answer for what the publish did: refused when no queue took the message."""
+    if not out.routed:
+        return UNROUTABLE
+    return out.stored or REFUSED
 
 
 def redrive(vhost: VirtualHost, queue: Queue, access: Access, selection: Selection) -> Outcome:
@@ -176,25 +181,24 @@ def redrive(vhost: VirtualHost, queue: Queue, access: Access, selection: Selecti
         try:
             access.check_publish(exchange)
             copy = Message(exchange, keys[0], message.raw_properties, message.body)
-            queues = vhost.route(copy, tuple(keys[1:]))
+            return _sent(basic_publish(vhost, copy, tuple(keys[1:]), False, None, None))
         except ChannelError as exc:
             return ACCESS_REFUSED if exc.code == 403 else EXCHANGE_GONE
         except ValueError:
             return UNROUTABLE  # malformed properties: nothing routes it
-        if not queues:
-            return UNROUTABLE
-        return _enqueue(queues, copy) or REFUSED
 
     return _apply(queue, selection, step)
 
 
-def move(queue: Queue, destination: Queue, access: Access, selection: Selection) -> Outcome:
+def move(vhost: VirtualHost, queue: Queue, destination: Queue, access: Access,
+         selection: Selection) -> Outcome:
     """Move ready messages to ``destination``, unchanged (exchange and routing key kept).
 
     Raises 403 ``ChannelError`` without write on ``amq.default``."""
     access.check_publish("")
-    return _apply(queue, selection, lambda entry: _enqueue((destination,), entry.message)
-                  or REFUSED)
+    moved = (destination,)
+    return _apply(queue, selection, lambda entry: _sent(
+        basic_publish(vhost, entry.message, (), False, None, None, moved)))
 
 
 def delete(queue: Queue, selection: Selection) -> Outcome:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
-from leveret.broker import limits
+from leveret.broker import limits, publishing
 from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
@@ -237,6 +237,11 @@ class VirtualHost:
         # resolves exchanges, so what comes back are queues.
         return cast("list[Queue]", route(exchange, message.routing_key, headers,
                                          self.exchanges.get, extra_routing_keys))
+
+    def publish_routed(self, message: Message, queues: Sequence[Queue]) -> None:
+        """A dead letter, routed by ``queues/dead_letter.py``, into ``queues``: the broker's
+        publish without a publisher (not traced as a publish, no flow control)."""
+        publishing.basic_publish(self, message, (), False, None, None, queues)
 
     def check_not_internal(self, exchange: Exchange) -> None:
         """An internal exchange takes no publishes: 403 (rabbit_channel check_internal_exchange)."""

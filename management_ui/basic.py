@@ -27,7 +27,17 @@ Publish:
    (``404 NOT_FOUND - no exchange 'x' in vhost '/'``), internal, topic
    permission, ``user_id`` (``impersonator`` exempt), ``expiration``, CC/BCC,
    and ``reply_to = amq.rabbitmq.reply-to`` (an HTTP publish has no reply
-   consumer). The checks are the channel's own (``broker/publish_props.py``).
+   consumer). The checks are the channel's own (``broker/publish_props.py``);
+5. the broker's one publish operation (``broker/publishing.py``), as a channel in
+   confirm mode: a ``reject-publish`` queue that refuses the message (even if
+   another queue took it), or a store that fails to commit it, is the nack's 400
+   ``rejected Unable to publish message. Check queue limits.``; otherwise
+   ``{"routed": …}`` comes once a persistent message in a durable queue is
+   committed, and once the queues it went to are no longer behind their
+   consumers (flow control holds an HTTP publisher back as it does a channel).
+
+Get runs the broker's basic.get (``broker/basic_get.py``) ``count`` times, then
+settles every message as ``ackmode`` says.
 
 Get: a key missing (400); no channel (401 ``Access refused.``, as above); an
 unknown ``encoding`` (400); read permission (401 ``not_authorised`` with the
@@ -48,7 +58,6 @@ encoding; RabbitMQ keeps it, and still checks an empty ``user_id`` or
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import datetime
@@ -58,6 +67,8 @@ from aiohttp import web
 from pamqp import commands
 
 from leveret.broker import publish_props
+from leveret.broker.basic_get import basic_get
+from leveret.broker.publishing import AwaitingOrigin, basic_publish, committed
 from leveret.broker.reply_to import no_reply_consumer
 from leveret.management_ui import rights
 from leveret.management_ui.router import (
@@ -70,8 +81,14 @@ from leveret.management_ui.router import (
 from leveret.management_ui.views import jsonable
 from leveret.model.errors import NOT_FOUND, ChannelError
 from leveret.model.message import Message
+from leveret.model.object_stats import (
+    ExchangeCounters,
+    QueueCounters,
+    as_message_stats,
+    channel_totals,
+)
 from leveret.model.properties import decode_properties, encode_properties
-from leveret.queues.entry import PublishResult
+from leveret.model.stats import MessageStats
 
 __all__ = ["ACK_MODES", "PROPERTY_NAMES", "get", "properties_json", "publish"]
 
@@ -86,6 +103,8 @@ INT_PROPERTIES = ("delivery_mode", "priority", "timestamp")
 PUBLISH_KEYS = ("routing_key", "payload", "payload_encoding", "properties")
 GET_KEYS = ("ackmode", "encoding", "count")
 UNSUPPORTED_ENCODING = "Unsupported encoding. Please use auto or base64."
+# A publish a queue refused (reject-publish) or the store lost: RabbitMQ's answer to the nack.
+REJECTED = "rejected Unable to publish message. Check queue limits."
 
 
 def _key_missing(body: dict[str, Any], keys: tuple[str, ...]) -> None:
@@ -176,7 +195,9 @@ def _checked(req: Request, props: dict[str, Any],
 
 
 async def publish(req: Request) -> web.Response:
-    """Publish one message; ``{"routed": bool}`` once it is safe (as a confirm)."""
+    """Publish one message through the broker's publish operation; ``{"routed": bool}`` once
+    it is safe, as a confirm would say (after its commit, and once the queues it went to are
+    no longer behind their consumers); 400 ``rejected`` as RabbitMQ when a queue refused it."""
     body = await req.body()
     _key_missing(body, PUBLISH_KEYS)
     payload = body["payload"]
@@ -189,39 +210,26 @@ async def publish(req: Request) -> web.Response:
     name = req.params["name"]
     routing_key = str(body["routing_key"])
     access = rights.check_publish(req, vhost, name)  # before the lookup
+    origin = AwaitingOrigin(req.user)
+    counters = ExchangeCounters()
     try:
         exchange = vhost.get_exchange("" if name == "amq.default" else name)
         vhost.check_not_internal(exchange)
         rights.check_topic_publish(access, exchange, routing_key)
         message, extra = _checked(req, props, Message(exchange.name, routing_key, raw_props,
                                                       data))
-        queues = vhost.route(message, extra)
+        out = basic_publish(vhost, message, extra, False, counters, origin)
     except ChannelError as exc:
         raise channel_closed(exc) from None
-    tracer = vhost.tracer
-    if tracer is not None:  # channel None: published over HTTP
-        tracer.published(message, queues, req.user, None, False, False,
-                         vhost.explain_route(message, extra) if message.exchange else None)
-    stats = vhost.closed_channel_stats  # the vhost's counters of channel-less work
-    stats.publish += 1
-    if not queues:
-        stats.drop_unroutable += 1
-        return json_response({"routed": False})
-    held = False
-    for queue in queues:
-        if queue.publish(message) is PublishResult.HELD:
-            held = True
-    if held and vhost.log.deferred:
-        # As RabbitMQ's publish (confirm mode): answer once the store has the message.
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def committed(ok: bool) -> None:
-            if not done.done():
-                done.set_result(ok)
-
-        vhost.log.after_commit(committed)
-        await done
-    return json_response({"routed": True})
+    finally:  # the vhost's counters of channel-less work
+        vhost.closed_channel_stats.add(channel_totals((counters,), (), MessageStats()))
+    try:
+        if out.refused or (out.held and not await committed(vhost.log)):
+            raise bad_request(REJECTED)  # a nack, in RabbitMQ's confirm-mode channel
+        await origin.caught_up()
+    finally:
+        origin.leave()
+    return json_response({"routed": out.routed})
 
 
 # -- get ---------------------------------------------------------------------------------------
@@ -247,25 +255,16 @@ async def get(req: Request) -> web.Response:
         if exc.code == NOT_FOUND:
             raise ApiError(404, "not_found", exc.reply_text) from None
         raise channel_closed(exc) from None  # another connection's exclusive queue
-    stats = vhost.closed_channel_stats
+    counters = QueueCounters()
     taken = []
     out = []
     for _ in range(max(count, 0)):
-        entry = queue.take()
-        if entry is None:
-            stats.get_empty += 1
+        got = basic_get(queue, False, counters, vhost.tracer, req.user, None)
+        if got is None:
             break
-        redelivered = entry.delivery_count > 0  # take() counted it unacked and delivered
-        if redelivered:
-            stats.redeliver += 1
-        stats.get += 1
-        entry.delivery_count += 1
-        if vhost.tracer is not None:  # channel None: got over HTTP
-            vhost.tracer.delivered(queue.name, entry.message, "", redelivered, None,
-                                   req.user, True)
-        taken.append(entry)
-        out.append(_message_json(entry.message, redelivered, queue.message_count, encoding,
-                                 truncate))
+        taken.append(got.entry)
+        out.append(_message_json(got.entry.message, got.redelivered, got.message_count,
+                                 encoding, truncate))
     # RabbitMQ gets them all on one channel, then settles: requeued ones come back in order.
     requeue = ackmode.endswith("requeue_true")
     tracer = vhost.tracer
@@ -276,14 +275,13 @@ async def get(req: Request) -> web.Response:
             tracer.settled("ack" if ackmode.startswith("ack") else "reject", queue.name,
                            entry.message, None, "", None if ackmode.startswith("ack") else False)
         if requeue:
-            if entry.stored:
-                queue.note_delivered(entry)
             queue.requeue(entry)
         elif ackmode.startswith("ack"):
-            stats.ack += 1
+            counters.ack += 1
             queue.settle(entry)
         else:
             queue.reject(entry)
+    vhost.closed_channel_stats.add(as_message_stats(counters))
     if requeue and taken:
         queue.dispatch()
     return json_response(out)

@@ -181,7 +181,7 @@ async def move(req: Request) -> web.Response:
         raise not_found()
     if destination is queue:
         raise bad_request("destination is the queue itself")
-    outcome = queue_messages.move(queue, destination, access, _selection(body))
+    outcome = queue_messages.move(vhost, queue, destination, access, _selection(body))
     return _answer(outcome)
 
 

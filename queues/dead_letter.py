@@ -30,7 +30,10 @@ history, and no death since (and including) that queue's was ``rejected``,
 the copy for that queue is dropped (RabbitMQ's ``rabbit_dead_letter``
 ``is_cycle``); a ``rejected`` death never counts as a cycle, since a client
 broke it. A missing dead-letter exchange drops the message silently, as do
-target queues that refuse it (``reject-publish`` overflow).
+target queues that refuse it (``reject-publish`` overflow). The queues left are
+given the new message through the vhost's ``publish_routed``: the broker's one
+publish operation (``broker/publishing.py``), which the routing and cycles here
+do not go through, as they are dead-lettering's own.
 
 A message whose headers cannot be decoded (malformed, or nested deeper than
 ``amqp/field_table.MAX_DEPTH``) is still dead-lettered, without its headers
@@ -232,8 +235,11 @@ def _dead_letter(queue: Queue, message: Message, reason: str) -> None:
             if target is not None and target not in targets:
                 targets.append(target)
     deaths = headers.get("x-death")
+    kept = []
     for target in targets:
         if reason != REJECTED and is_cycle(target.name, deaths):
             log.debug("dead-letter cycle: dropping message for %r", target.name)
             continue
-        target.publish(dead)
+        kept.append(target)
+    if kept:
+        vhost.publish_routed(dead, kept)

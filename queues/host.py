@@ -48,6 +48,10 @@ class QueueHost(Protocol):
     def delete_queue(self, queue: Queue) -> int:
         """Remove the queue (x-expires, auto-delete); returns its ready count."""
 
+    def publish_routed(self, message: Message, queues: Sequence[Queue]) -> None:
+        """Offer ``message`` to ``queues``, routed by the caller (a dead letter), through
+        the broker's publish operation; a queue that refuses it drops it."""
+
 
 class QueueLog(Protocol):
     """The group commit, as a durable queue records through it."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from leveret.amqp.handlers.queue import readable
+from leveret.broker.basic_get import basic_get
 from leveret.broker.reply_to import PSEUDO_QUEUE
 from leveret.model.errors import (
     ACCESS_REFUSED,
@@ -87,12 +88,12 @@ def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
 
 def get(ch: Channel, m: commands.Basic.Get) -> None:
     queue = readable(ch, m.queue)
-    entry = queue.take()
-    if entry is None:
-        ch.queue_counters(queue).get_empty += 1
+    got = basic_get(queue, m.no_ack, ch.queue_counters(queue), ch.vhost.tracer,
+                    ch.connection.user or "", ch.number)
+    if got is None:
         ch.send_method(commands.Basic.GetEmpty())
         return
-    ch.deliver_get(queue, entry, m.no_ack)
+    ch.deliver_get(queue, got, m.no_ack)
 
 
 def recover(ch: Channel, m: commands.Basic.Recover) -> None:

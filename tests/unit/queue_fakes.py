@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from leveret.broker.publishing import basic_publish
 from leveret.model.message import Message
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
@@ -72,6 +74,9 @@ class FakeVhost:
         q = Queue(self, name, arguments=arguments)
         self.queues[name] = q
         return q
+
+    def publish_routed(self, message: Message, queues: Sequence[Queue]) -> None:
+        basic_publish(self, message, (), False, None, None, queues)  # type: ignore[arg-type]
 
     def delete_queue(self, queue: Queue) -> int:
         self.deleted.append(queue.name)

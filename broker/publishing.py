@@ -1,0 +1,184 @@
+"""basic.publish in the broker model: route, enqueue, count, trace; one path for every front door.
+
+Theory of operation
+-------------------
+``basic_publish`` is what RabbitMQ's channel does once a message is complete and
+checked (``rabbit_channel`` ``handle_method(basic.publish)`` after its checks, then
+``deliver_to_queues``): route it through its exchange (exchange-to-exchange bindings and
+alternate exchanges are ``exchanges/router.py``'s; CC/BCC keys come in ``extra``), offer it
+to every queue, and sum up the queues' ``PublishResult`` for the publisher:
+
+* ``routed``: some queue was found (unroutable: the AMQP caller returns a mandatory one);
+* ``stored``: some queue took it (redrive skips a message every queue refused);
+* ``held``: a durable write was recorded, so a confirm (or an HTTP answer) waits for the
+  commit: ``committed`` for a caller that can await, ``GroupCommit.hold`` for a channel;
+* ``refused``: a ``reject-publish`` queue refused it: a confirm is a nack, HTTP says 400.
+
+Every front door calls it: AMQP basic.publish (``amqp/publishing.py``), HTTP publish
+(``management_ui/basic.py``), redrive and move (``queue_messages.py``), dead-lettering
+(through the vhost, ``queues/dead_letter.py`` routes itself: its keys and cycles are its
+own) and the aliveness check. What differs is the ``Origin``: who is named in the trace
+and paused while a queue it fills is behind its consumers (flow control); None for the
+broker's own moves, which are neither traced as publishes nor paused.
+
+The hot path is AMQP's: the channel calls this with what it has (no object built per
+message), the default exchange to an existing queue is one dictionary lookup, and the
+common outcomes are shared constants, not a tuple built per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from leveret.queues.entry import PublishResult
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from leveret.broker.vhost import VirtualHost
+    from leveret.model.message import Message
+    from leveret.model.object_stats import ExchangeCounters
+    from leveret.persistence.group_commit import GroupCommit
+    from leveret.queues.queue import Queue
+
+__all__ = ["AwaitingOrigin", "Origin", "Published", "basic_publish", "committed"]
+
+_ACCEPTED = PublishResult.ACCEPTED
+_HELD = PublishResult.HELD
+
+
+class Origin(Protocol):
+    """Who publishes: named in trace records, and paused while a queue it fills is behind."""
+
+    @property
+    def trace_user(self) -> str: ...
+
+    @property
+    def trace_channel(self) -> int | None:
+        """The channel number; None over HTTP."""
+
+    @property
+    def trace_confirm(self) -> bool: ...
+
+    def flow_wait(self, queue: Queue) -> None:
+        """``queue`` is behind its consumers: wait until it calls ``flow_release``."""
+
+
+class Published(NamedTuple):
+    """What the queues made of one publish (see the module docstring)."""
+
+    routed: bool
+    stored: bool
+    held: bool
+    refused: bool
+
+
+UNROUTED = Published(False, False, False, False)
+ACCEPTED = Published(True, True, False, False)
+HELD = Published(True, True, True, False)
+
+
+def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tuple[str, ...],
+                  mandatory: bool, counters: ExchangeCounters | None, origin: Origin | None,
+                  queues: Sequence[Queue] | None = None) -> Published:
+    """Route ``message`` (plus its CC/BCC keys) and offer it to every queue it reaches.
+
+    ``queues``: already routed (dead-lettering, a move), so routing is skipped. Raises
+    ``ChannelError`` (404 no exchange, 403 internal) and ``ValueError`` (properties that
+    routing had to decode and could not): the caller maps them to its own reply.
+    ``counters`` (the publishing channel's, for this exchange) are counted if given.
+    """
+    if queues is None:
+        # The default exchange to an existing queue, the commonest publish, without a call;
+        # everything else (and every error) is VirtualHost.route's.
+        queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
+            message.routing_key)
+        queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
+    tracer = vhost.tracer
+    if tracer is not None and origin is not None:  # tracing off: this test is all it costs
+        tracer.published(message, queues, origin.trace_user, origin.trace_channel, mandatory,
+                         origin.trace_confirm,
+                         vhost.explain_route(message, extra_routing_keys)
+                         if message.exchange else None)
+    if counters is not None:
+        counters.publish += 1
+    if not queues:
+        if counters is not None:
+            if mandatory:
+                counters.return_unroutable += 1
+            else:
+                counters.drop_unroutable += 1
+        return UNROUTED
+    held = refused = stored = False
+    for queue in queues:
+        if counters is not None:
+            try:  # subscripts, not .get: no method call on the hot path
+                counters.queues[queue] += 1
+            except KeyError:
+                counters.first_route(queue)
+        result = queue.publish(message)
+        if result is _ACCEPTED:
+            stored = True
+        elif result is _HELD:
+            held = stored = True
+        else:  # reject-publish overflow (queues/limits.py)
+            refused = True
+        if origin is not None and queue.behind():
+            origin.flow_wait(queue)
+    if not refused:
+        return HELD if held else ACCEPTED
+    return Published(True, stored, held, True)
+
+
+class AwaitingOrigin:
+    """A publisher without an AMQP channel that can wait (an HTTP publish): traced with no
+    channel number, and held back, as a channel under flow control is, until every queue
+    it was paused by is back under its low mark (``caught_up``)."""
+
+    trace_channel = None
+    trace_confirm = False
+
+    def __init__(self, user: str) -> None:
+        self.trace_user = user
+        self._behind: set[Queue] = set()
+        self._released: asyncio.Future[None] | None = None
+
+    def flow_wait(self, queue: Queue) -> None:
+        if queue not in self._behind:
+            self._behind.add(queue)
+            queue.flow_waiters.add(self)
+
+    def flow_release(self, queue: Queue) -> None:
+        """Called by ``queue`` once it has caught up (or is deleted)."""
+        self._behind.discard(queue)
+        if not self._behind and self._released is not None and not self._released.done():
+            self._released.set_result(None)
+
+    async def caught_up(self) -> None:
+        """Return once no queue holds this publisher back."""
+        if self._behind:
+            self._released = asyncio.get_running_loop().create_future()
+            await self._released
+
+    def leave(self) -> None:
+        """Stop waiting on any queue (done, or the caller gave up: a client went away)."""
+        for queue in self._behind:
+            queue.flow_waiters.discard(self)
+        self._behind.clear()
+
+
+async def committed(log: GroupCommit) -> bool:
+    """Wait until what this loop turn recorded is committed: False if the write failed.
+
+    For a caller that answers once a held message is safe, as a confirm would (HTTP)."""
+    if not log.deferred:
+        return True
+    done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def settled(ok: bool) -> None:
+        if not done.done():
+            done.set_result(ok)
+
+    log.after_commit(settled)
+    return await done
