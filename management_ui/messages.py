@@ -24,13 +24,12 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker import queue_messages
+from leveret.broker.api import Queue, browse
 from leveret.broker.permissions import READ, Access
 from leveret.broker.queue_messages import Outcome, Selection
 from leveret.management_ui import basic, read, rights, views
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
 from leveret.model.message import Message
-from leveret.queues import browse
-from leveret.queues.queue import Queue
 
 STATES = ("ready", "unacked")
 ENCODINGS = ("auto", "base64")

@@ -34,9 +34,9 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
+from leveret.broker.api import Histogram
 from leveret.management_ui import prometheus_channels, prometheus_queues, views
 from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
-from leveret.persistence.commit_stats import Histogram
 
 if TYPE_CHECKING:
     from leveret.management_ui.service import State

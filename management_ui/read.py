@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker import inventory
-from leveret.exchanges import EXCHANGE_TYPES
+from leveret.broker.api import EXCHANGE_TYPES
 from leveret.management_ui import alerts, auth, views
 from leveret.management_ui.listing import respond_list, respond_one, truthy
 from leveret.management_ui.rights import DEST_KIND

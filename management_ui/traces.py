@@ -19,9 +19,9 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.broker.api import TRACE_CAPACITY, Tracer, expand_trace
 from leveret.management_ui import read, sse
 from leveret.management_ui.router import Request, bad_request, json_response
-from leveret.queues.tracing import DEFAULT_CAPACITY, Tracer, expand
 
 # Events a status GET shows (the newest).
 RECENT = 100
@@ -31,7 +31,7 @@ async def put_trace(req: Request) -> web.Response:
     """Start tracing the vhost into a capped ring (restarts it if on)."""
     vhost = read.vhost_of(req)
     body = await req.body()
-    capacity = body.get("capacity", DEFAULT_CAPACITY)
+    capacity = body.get("capacity", TRACE_CAPACITY)
     queue = body.get("queue")
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise bad_request("capacity must be an integer")
@@ -101,7 +101,7 @@ class TraceSource:
             block = encoded.get(record[1])
             if block is None:
                 block = encoded[record[1]] = b"".join(
-                    sse.encode("trace", event) for event in expand(record, ids, tracer.pattern))
+                    sse.encode("trace", event) for event in expand_trace(record, ids, tracer.pattern))
                 if len(encoded) > ENCODED_RECORDS:  # forget the older half
                     self._encoded = encoded = dict(list(encoded.items())[ENCODED_RECORDS // 2:])
             out.append(block)

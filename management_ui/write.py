@@ -16,12 +16,11 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker import inventory
-from leveret.exchanges import EXCHANGE_TYPES
+from leveret.broker.api import EXCHANGE_TYPES, PolicyError, validate_policy
 from leveret.management_ui import read, rights, views
 from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, not_found
 from leveret.model.errors import ChannelError
-from leveret.queues.policy import PolicyError, validate
 
 # RabbitMQ's default text when a connection is closed from the management UI.
 CLOSED_VIA_MANAGEMENT = "Closed via management plugin"
@@ -207,7 +206,7 @@ async def put_policy(req: Request) -> web.Response:
         if key not in body:
             raise bad_request(f"[{{key_missing,{key}}}]")
     try:
-        policy = validate(vhost.name, req.params["name"], body["pattern"], body["definition"],
+        policy = validate_policy(vhost.name, req.params["name"], body["pattern"], body["definition"],
                           _int(body.get("priority", 0), "priority"),
                           body.get("apply-to", "all"))
     except PolicyError as exc:
