@@ -116,7 +116,7 @@ def explain(
     lookup: Lookup,
     extra_routing_keys: Sequence[str] = (),
 ) -> tuple[Step, ...]:
-    """The walk ``route`` makes for a message, step by step, for message tracing (issue 13).
+    """The walk ``route`` makes for a message, step by step, for message tracing.
 
     Called only while tracing is on, after ``route`` (so it walks the graph a second time
     rather than slowing the untraced path); same rules, same order.

@@ -1,4 +1,4 @@
-"""Per-queue alert hints for the queue list (issue 13): what deserves a look, and why.
+"""Per-queue alert hints for the queue list: what deserves a look, and why.
 
 Each item of ``/api/queues`` (and ``/api/queues/{vhost}/{name}``) gains
 ``"alerts"``: a list of ``{"alert", "reason"}``, empty when all is well:

@@ -1,6 +1,6 @@
 """Who may use the management API: HTTP basic credentials, RabbitMQ's tags, vhost access.
 
-The one seam to the user model (``broker/accounts.py``, issue 11): passwords
+The one seam to the user model (``broker/accounts.py``): passwords
 are checked by ``Accounts.authenticate`` against RabbitMQ's salted hashes, tags
 are the user's, and vhost access is "has permissions there".
 

@@ -1,4 +1,4 @@
-"""Routes that look into a queue and act on its messages (issue 13's "Beyond RabbitMQ").
+"""Routes that look into a queue and act on its messages (beyond RabbitMQ's API).
 
 ``POST /api/queues/{vhost}/{name}/peek`` and ``…/search`` change nothing
 (``queues/browse.py``); ``…/redrive``, ``…/move`` and ``DELETE …/messages``

@@ -98,7 +98,7 @@ SCHEMAS: dict[str, Any] = {
                     "message_count": INT, "properties": OBJ}),
 }
 
-# Issue 13's console API: browsed messages, operation outcomes, trace events.
+# The console's own API: browsed messages, operation outcomes, trace events.
 SKIPPED = {"type": "array", "items": obj({"position": INT, "reason": STR})}
 SCHEMAS.update({
     "BrowsedMessage": obj({"position": INT, "payload": STR, "payload_encoding": STR,

@@ -30,7 +30,7 @@ RabbitMQ shapes them:
 404    ``{"error":"Object Not Found","reason":"Not Found"}``; get and bind
        name what is missing: ``{"error":"not_found","reason":"no queue …"}``
 405    ``{"error":"Method Not Allowed","reason":...}`` + ``Allow``
-       (RabbitMQ sends an empty body; issue 12 wants JSON everywhere)
+       (RabbitMQ sends an empty body; Leveret answers JSON everywhere)
 403    ``{"error":"forbidden",...}``: a write from another Origin (``guard.py``)
 408    ``{"error":"request_timeout",...}``: a body that stopped arriving
 415    ``{"error":"Unsupported Media Type",...}``: a write's body not JSON

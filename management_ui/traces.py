@@ -1,4 +1,4 @@
-"""Tracing routes (issue 13): start, stop, read a vhost's trace ring, and its SSE feed.
+"""Tracing routes: start, stop, read a vhost's trace ring, and its SSE feed.
 
 ``PUT /api/traces/{vhost}`` ``{"capacity": n, "queue": "regex"}`` starts
 tracing (or restarts it with an empty ring), ``DELETE`` stops it. ``GET``

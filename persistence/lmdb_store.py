@@ -119,7 +119,7 @@ COMPACT_SUFFIX = ".compact"
 # Entries read or written between two releases of the mapped pages (``PageBudget``): each
 # touches two or three pages, and each page fault maps up to 64 KiB of neighbours, so one
 # call maps at most some tens of MiB before they are given back. 256 gave a lower peak
-# but cost a deep priority drain a third of its rate (bench/README.md, issue 15).
+# but cost a deep priority drain a third of its rate (measured on a deep priority queue's drain).
 RELEASE_EVERY_ENTRIES = 1024
 
 

@@ -16,7 +16,7 @@ beyond ``PAGE_HIGH`` (``page_out`` of its store: those already on disk), so its
 memory goes down as well as stopping growth.
 
 Why it matters: a backlog that fits in memory is delivered from memory, with no
-read back from the store. The Spark pipeline's broker work (issue 16) relays a
+read back from the store. The Spark pipeline's broker work relays a
 100,000-row backlog with 35 us of broker CPU per row instead of 47-50 when all
 but 10,000 rows were read back from LMDB (``bench/README.md``, "Paging").
 

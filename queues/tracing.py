@@ -1,4 +1,4 @@
-"""Message tracing: a capped ring of life events per vhost, on demand (issue 13).
+"""Message tracing: a capped ring of life events per vhost, on demand.
 
 Theory of operation
 -------------------

@@ -13,7 +13,7 @@ occasional Basic.Return, but not for the frames that carry the load:
 * in:  ``Basic.Deliver`` + content header + body (consumer), ``Basic.Ack`` /
   ``Basic.Nack`` (publisher confirms).
 
-One wire vocabulary (issue 10): the frame and method constants, the
+One wire vocabulary: the frame and method constants, the
 ``Basic.Ack`` encoder, the confirm and content-header decoders and the content
 encoder are the broker's own, from :mod:`leveret.amqp.fastpath` (pure
 ``struct`` code importing nothing of the broker, so the bridge still runs

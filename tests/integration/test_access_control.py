@@ -8,7 +8,7 @@ suffix so the shared RabbitMQ is left as it was found.
 
 The user ``U`` has configure ``^(cfg|amq\\.gen).*``, write ``^w.*``, read ``^r.*``
 on ``/``; ``guest`` sets up the objects it uses. ``CASES`` is the permission
-table of issue 11, operation by operation, allowed and refused.
+table of RabbitMQ's access-control guide, operation by operation, allowed and refused.
 """
 
 from __future__ import annotations

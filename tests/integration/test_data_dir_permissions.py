@@ -1,4 +1,4 @@
-"""The data dir holds persistent bodies: 0700, and its files 0600 (issue 17 item 7)."""
+"""The data dir holds persistent bodies: 0700, and its files 0600."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Malformed message properties: Leveret must answer like RabbitMQ 3.10 (issue 15 item 4).
+"""Malformed message properties: Leveret must answer like RabbitMQ 3.10.
 
 Each case publishes one message whose content header carries hand-built
 property bytes, then fetches it back with ``basic.get``. RabbitMQ 3.10.8 decodes

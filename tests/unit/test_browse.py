@@ -22,7 +22,7 @@ from leveret.queues import browse, plain_store
 from leveret.queues.queue import Queue
 
 # paged-ttl / paged-limit: durable featured stores, paged like the plain one; paged-priority:
-# one tail per priority level (issue 15).
+# one tail per priority level.
 KINDS = ("plain", "paged", "featured", "priority", "paged-ttl", "paged-limit", "paged-priority")
 
 

@@ -1,4 +1,4 @@
-"""After the broker sends connection.close (issue 17 item 6): read only for close-ok, keep nothing.
+"""After the broker sends connection.close: read only for close-ok, keep nothing.
 
 RabbitMQ 3.10, measured with raw sockets: after a hard error on an open connection it reads
 and discards what the client sends and drops the socket after 30 s (or the heartbeat, if
@@ -107,7 +107,7 @@ def test_refused_tune_ok_then_large_frames_keep_nothing() -> None:
 
 
 def test_prefetch_0_consumer_gets_deliveries_one_batch_per_turn() -> None:
-    """Issue 17 item 2: a long queue is not encoded for a prefetch-0 consumer all at once."""
+    """A long queue is not encoded for a prefetch-0 consumer all at once."""
     from leveret.amqp.channel import DELIVERY_BATCH_BYTES
 
     client, _ = running()

@@ -1,4 +1,4 @@
-"""Durable queues with TTL or length limits page their backlog (issue 15, item 5).
+"""Durable queues with TTL or length limits page their backlog.
 
 With small page sizes, a few dozen messages stand for millions: memory holds at most
 PAGE_HIGH ready entries, the rest is in the store (the queue's tail), and expiry, the

@@ -132,7 +132,7 @@ def test_message_headers_round_trip_through_pamqp_with_their_types() -> None:
     assert list(decoded) == ["z", "a", "f", "n"]  # pamqp alone would sort the keys
 
 
-# -- hostile tables (issue 17 item 5): lengths inside their container, bounded depth ----
+# -- hostile tables: lengths inside their container, bounded depth ----
 
 def nested(depth: int, array: bool = False) -> bytes:
     """A table ``depth`` levels deep (the outermost counts); inside it tables, or arrays."""

@@ -1,4 +1,4 @@
-"""Durable priority queues page their backlog, one tail per priority level (issue 15, item 5).
+"""Durable priority queues page their backlog, one tail per priority level.
 
 With small page sizes a few dozen messages stand for millions: memory holds about
 PAGE_HIGH ready entries, the rest are in the store, and every delivery is still the

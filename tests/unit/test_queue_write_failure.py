@@ -1,5 +1,5 @@
-"""A persistent message whose store write failed is nacked and leaves no trace in its queue
-(issue 17, item 4): neither counted nor ready, in memory or in its paged-out tail."""
+"""A persistent message whose store write failed is nacked and leaves no trace in its
+queue: neither counted nor ready, in memory or in its paged-out tail."""
 
 from __future__ import annotations
 

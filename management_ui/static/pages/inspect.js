@@ -2,7 +2,7 @@
 // (streamed, with a stop button), and acting on what was found: redrive to the x-death origin,
 // move to another queue, delete selected, delete the first N.
 //
-// API (issue 13): POST queues/{vh}/{q}/peek | search | redrive | move, DELETE .../messages.
+// API: POST queues/{vh}/{q}/peek | search | redrive | move, DELETE .../messages.
 
 import {
   api, attempt, clear, confirmAction, credentials, enc, errorBox, field, h, notice, num, select,

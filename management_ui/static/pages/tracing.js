@@ -1,6 +1,6 @@
 // Trace (per vhost, on demand, over SSE) and the live broker log (administrators, SSE).
 //
-// API (issue 13): PUT/DELETE/GET /api/traces/{vhost}, GET /api/traces/{vhost}/stream (SSE).
+// API: PUT/DELETE/GET /api/traces/{vhost}, GET /api/traces/{vhost}/stream (SSE).
 // EventSource cannot send an Authorization header, so the streams are read with fetch.
 
 import {

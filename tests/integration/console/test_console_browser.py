@@ -1,4 +1,4 @@
-"""The web console in a real headless Chromium against a real Leveret (issue 13).
+"""The web console in a real headless Chromium against a real Leveret.
 
 One browser for the module. Each test does what a user does (types, clicks) and
 checks what a user sees, and, where the console changes the broker, checks the
