@@ -31,7 +31,7 @@ def _publish(ch: Any, queue: str, n: int, persistent: bool = False, **props: Any
 def _consume_all(conn: pika.BlockingConnection, ch: Any, queue: str, n: int,
                  ) -> list[tuple[bytes, bool]]:
     got: list[tuple[bytes, bool]] = []
-    for method, _props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=5):
+    for method, _props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=60):
         if method is None:
             break
         got.append((body, method.redelivered))

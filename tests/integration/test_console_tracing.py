@@ -42,7 +42,7 @@ def test_a_message_from_publish_to_ack(api, broker, qname):
         conn, ch = _channel(broker)
         ch.queue_declare(qname)
         ch.basic_publish("", qname, b"hello", pika.BasicProperties(message_id=qname + "-1"))
-        method, _, _ = next(ch.consume(qname, inactivity_timeout=5))
+        method, _, _ = next(ch.consume(qname, inactivity_timeout=60))
         ch.basic_ack(method.delivery_tag)
         ch.cancel()
         events = _wait_events(api, qname + "-1", "ack")
@@ -141,7 +141,7 @@ def test_http_publish_get_and_requeue_on_close_are_traced(api, broker, qname):
         status, _, got = api.post(f"/queues/%2F/{qname}/get", {
             "count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
         assert status == 200 and len(got) == 1
-        method, _, _ = next(ch.consume(qname, inactivity_timeout=5))
+        method, _, _ = next(ch.consume(qname, inactivity_timeout=60))
         assert method is not None
         conn.close()  # the unacked delivery goes back to the queue
         events = _wait_events(api, qname + "-h", "nack")
