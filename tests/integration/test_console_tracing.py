@@ -14,6 +14,8 @@ from typing import Any
 
 import pika
 
+from tests.integration.conftest import WAIT
+
 T = "/traces/%2F"
 
 
@@ -29,7 +31,7 @@ def _events(api: Any, message_id: str) -> list[dict[str, Any]]:
 
 
 def _wait_events(api: Any, message_id: str, last: str) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT
     while True:
         events = _events(api, message_id)
         if (events and events[-1]["event"] == last) or time.monotonic() > deadline:
@@ -79,7 +81,6 @@ def test_reject_dead_letter_expire_and_return(api, broker, qname):
 
         ch.queue_declare(qname + "-ttl", arguments={"x-message-ttl": 50})
         ch.basic_publish("", qname + "-ttl", b"x", pika.BasicProperties(message_id=qname + "-e"))
-        time.sleep(0.3)
         events = _wait_events(api, qname + "-e", "expire")
         assert [e["event"] for e in events][-1] == "expire"
         assert events[-1]["queue"] == qname + "-ttl"
@@ -212,7 +213,7 @@ def test_sse_stream_feeds_events_live(api, broker, qname):
         conn, ch = _channel(broker)
         ch.queue_declare(qname)
         ch.basic_publish("", qname, b"x", pika.BasicProperties(message_id=qname + "-s"))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline and sum(1 for x in lines if "enqueue" in x) < 1:
             time.sleep(0.05)
         conn.close()
