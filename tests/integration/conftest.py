@@ -141,7 +141,7 @@ class HttpApi:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=60) as resp:
                 status, hdrs, text = resp.status, resp.headers, resp.read().decode()
         except urllib.error.HTTPError as exc:
             status, hdrs, text = exc.code, exc.headers, exc.read().decode()

@@ -20,7 +20,7 @@ Q = "/queues/%2F/"
 def _follow(api: Any, path: str, lines: list[str], stop: str) -> threading.Thread:
     token = base64.b64encode(f"{api.user}:{api.password}".encode()).decode()
     req = urllib.request.Request(api.base + path, headers={"Authorization": "Basic " + token})
-    resp = urllib.request.urlopen(req, timeout=10)
+    resp = urllib.request.urlopen(req, timeout=60)
     assert resp.headers["Content-Type"].startswith("text/event-stream")
 
     def read() -> None:
@@ -51,7 +51,7 @@ def test_log_stream_shows_broker_records_live(api, broker, qname):
     assert _wait(lines, ": stream open")
     assert api.put(f"/users/{user}", {"password": "pw", "tags": ""})[0] in (201, 204)
     assert api.delete(f"/users/{user}")[0] == 204
-    reader.join(5)
+    reader.join(60)
     records = [json.loads(x[len("data: "):]) for x in lines if x.startswith("data: ")]
     created = [r for r in records if r["message"] == f"created user '{user}'"]
     assert created and created[0]["level"] == "info"
@@ -70,7 +70,7 @@ def test_log_stream_level_filter_and_admin_only(api, broker, qname):
             "127.0.0.1", broker.port, credentials=pika.PlainCredentials(user, "wrong")))
     except pika.exceptions.AMQPError:
         pass
-    reader.join(5)
+    reader.join(60)
     records = [json.loads(x[len("data: "):]) for x in lines if x.startswith("data: ")]
     assert records and all(r["level"] in ("warning", "error") for r in records)
     assert any(f"login refused for user '{user}'" in r["message"] for r in records)

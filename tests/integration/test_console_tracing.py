@@ -198,7 +198,7 @@ def test_sse_stream_feeds_events_live(api, broker, qname):
     token = base64.b64encode(b"guest:guest").decode()
     req = urllib.request.Request(api.base + T + "/stream",
                                  headers={"Authorization": "Basic " + token})
-    resp = urllib.request.urlopen(req, timeout=10)
+    resp = urllib.request.urlopen(req, timeout=60)
     assert resp.headers["Content-Type"].startswith("text/event-stream")
 
     def read() -> None:
@@ -219,7 +219,7 @@ def test_sse_stream_feeds_events_live(api, broker, qname):
         conn.close()
     finally:
         api.delete(T)
-    reader.join(5)
+    reader.join(60)
     data = [json.loads(x[len("data: "):]) for x in lines if x.startswith("data: {\"")]
     assert [d["event"] for d in data][:3] == ["publish", "route", "enqueue"]
     assert data[0]["message_id"] == qname + "-s"

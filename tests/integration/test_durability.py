@@ -390,7 +390,7 @@ def test_corrupt_data_dir_is_a_clear_startup_error(tmp_path):
     (data / "store" / "data.mdb").write_bytes(b"this is not an lmdb file" * 100)
     proc = subprocess.run([sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1",
                            "--port", "0", "--data-dir", str(data)],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert len(lines) == 1, proc.stderr
@@ -402,7 +402,7 @@ def test_data_dir_in_use_by_another_broker(make_broker, tmp_path):
     b = make_broker()
     proc = subprocess.run([sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1",
                            "--port", "0", "--data-dir", str(b.data_dir)],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "in use by another Leveret process" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -197,7 +197,7 @@ def _serve(tmp_path: Path, *args: str,
     return subprocess.run(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
          "--management-host", "127.0.0.1", "--data-dir", str(tmp_path), "--log-level",
-         "warning", *args], env=env, capture_output=True, text=True, timeout=30, check=False)
+         "warning", *args], env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 @pytest.mark.parametrize("flag", ["--management-port", "--prometheus-port"])

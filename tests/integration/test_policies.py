@@ -12,7 +12,7 @@ import pytest
 
 def ctl(broker, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "leveret", "ctl", "--data-dir", str(broker.data_dir),
-                           *argv], check=False, capture_output=True, text=True, timeout=30)
+                           *argv], check=False, capture_output=True, text=True, timeout=120)
 
 
 def channel(broker):
