@@ -47,7 +47,7 @@ AUTH_REFUSED_TEXT = (
 class RawClient:
     """A blocking AMQP 0-9-1 client that does only what it is told."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = WAIT) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
         self.start: Any = None

@@ -35,7 +35,7 @@ def _follow(api: Any, path: str, lines: list[str], stop: str) -> threading.Threa
     return thread
 
 
-def _wait(lines: list[str], text: str, timeout: float = 5.0) -> bool:
+def _wait(lines: list[str], text: str, timeout: float = WAIT) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(text in x for x in lines):

@@ -20,7 +20,7 @@ def channel(broker):
     return conn, conn.channel()
 
 
-def wait_ready(ch, queue: str, count: int, timeout: float = 3.0) -> int:
+def wait_ready(ch, queue: str, count: int, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         got = ch.queue_declare(queue, passive=True).method.message_count
