@@ -177,7 +177,7 @@ def test_health_checks_fail_with_503(api, broker, make_broker):
     # A tiny memory watermark raises the memory alarm at once.
     alarmed = private_api(make_broker, LEVERET_MEMORY_HIGH_WATERMARK="0.00001")
     for path in ("/health/checks/alarms", "/health/checks/local-alarms"):
-        for _ in range(50):
+        for _ in range(600):  # until the first memory check (a hang guard of 60 s)
             status, _, body = alarmed.get(path)
             if status == 503:
                 break
