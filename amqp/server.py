@@ -112,6 +112,10 @@ async def shutdown(broker: Broker, servers: list[asyncio.AbstractServer]) -> Non
         proto._flush()
     if protocols:
         await asyncio.wait([p.closed for p in protocols], timeout=SHUTDOWN_GRACE_SECONDS)
-        for proto in protocols:
-            if not proto.closed.done() and proto.transport is not None:
-                proto.transport.abort()
+        silent = [p.transport for p in protocols
+                  if not p.closed.done() and p.transport is not None]
+        if silent:
+            log.warning("%d client(s) did not answer connection.close within %.0f s; dropped",
+                        len(silent), SHUTDOWN_GRACE_SECONDS)
+        for transport in silent:
+            transport.abort()

@@ -5,6 +5,10 @@ names); ``make_broker`` starts a private one for tests that stop, kill or
 restart it. The broker listens on 127.0.0.1 with port 0 and the fixture reads
 the ports it got from its ready file (``--ready-file``, written once every
 listener and the control socket are up), so parallel runs never collide.
+
+``--quick`` (``.venv/bin/pytest --quick``) keeps the loop a developer runs between edits:
+the unit tests without the property-based (hypothesis) ones, and the core integration
+files of ``QUICK``. The full run stays the one CI and commits answer to (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -21,6 +25,37 @@ from pathlib import Path
 import pytest
 
 from leveret.node import ready_file
+
+# What ``--quick`` runs besides the unit tests: a node id prefix each (a file, or a test).
+QUICK = (
+    "tests/test_imports.py",
+    "tests/integration/test_smoke.py",
+    "tests/integration/test_ready_file.py",
+    "tests/integration/test_pika_basic.py",
+    "tests/integration/test_durability.py::test_durable_topology_and_persistent_messages",
+    "tests/integration/test_durability.py::test_unacked_messages_come_back_redelivered",
+    "tests/integration/test_management_api.py",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true",
+                     help="the quick loop: unit tests (no hypothesis) and core integration tests")
+
+
+def _quick(item: pytest.Item) -> bool:
+    if item.nodeid.startswith("tests/unit/"):
+        return not getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    return item.nodeid.startswith(QUICK)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--quick"):
+        return
+    keep = [item for item in items if _quick(item)]
+    config.hook.pytest_deselected(items=[item for item in items if not _quick(item)])
+    items[:] = keep
+
 
 # Generous: on a machine busy with other work a start (imports, store recovery) can take
 # many times its idle few hundred milliseconds; a broker that exits fails at once.

@@ -238,7 +238,7 @@ def _console_served(base: str) -> None:
             assert response.status == 200 and response.read(), asset
 
 
-def _wait(predicate, timeout: float = 5.0) -> None:
+def _wait(predicate, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"

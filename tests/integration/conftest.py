@@ -23,7 +23,9 @@ import pika
 import pytest
 
 POLL = 0.01  # seconds per process_data_events slice while polling
-WAIT = 3.0  # upper bound for anything that should happen "now"
+# Upper bound for anything that should happen "now": a hang guard, not a budget (a wait
+# ends as soon as its state holds), generous because a busy machine can be many times slower.
+WAIT = 60.0
 
 
 class AmqpTarget:
@@ -67,11 +69,14 @@ def amqp(request: pytest.FixtureRequest) -> Iterator[AmqpTarget]:
 
 
 def poll(conn: pika.BlockingConnection, done: Callable[[], bool], timeout: float = WAIT) -> bool:
-    """Pump ``conn`` until ``done()`` or the timeout; returns ``done()``."""
+    """Pump ``conn`` until ``done()`` or the timeout; True once ``done()`` held (it is not
+    asked again: a state seen is not lost to one that moved on)."""
     deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
+    while not done():
+        if time.monotonic() > deadline:
+            return False
         conn.process_data_events(time_limit=POLL)
-    return done()
+    return True
 
 
 def settle(conn: pika.BlockingConnection, quiet: float = 0.15) -> None:
@@ -136,7 +141,7 @@ class HttpApi:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=60) as resp:
                 status, hdrs, text = resp.status, resp.headers, resp.read().decode()
         except urllib.error.HTTPError as exc:
             status, hdrs, text = exc.code, exc.headers, exc.read().decode()

@@ -35,6 +35,8 @@ RABBITMQ_CAPABILITIES = (
     "authentication_failure_close",
     "per_consumer_qos",
 )
+# A bound for what is due (a frame, a close, an exit), not a budget: waits end on the state.
+WAIT = 60.0
 SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
 AUTH_REFUSED_TEXT = (
     "ACCESS_REFUSED - Login was refused using authentication mechanism {}. "
@@ -45,7 +47,7 @@ AUTH_REFUSED_TEXT = (
 class RawClient:
     """A blocking AMQP 0-9-1 client that does only what it is told."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = WAIT) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
         self.start: Any = None
@@ -57,7 +59,7 @@ class RawClient:
     def send(self, channel: int, value: Any) -> None:
         self.sock.sendall(frame.marshal(value, channel))
 
-    def recv(self, timeout: float = 5.0) -> tuple[int, Any] | None:
+    def recv(self, timeout: float = WAIT) -> tuple[int, Any] | None:
         """The next frame as (channel, frame), or None once the broker closed the socket."""
         deadline = time.monotonic() + timeout
         while True:
@@ -81,7 +83,7 @@ class RawClient:
                 return None
             self.buf += data
 
-    def recv_method(self, timeout: float = 5.0) -> tuple[int, Any] | None:
+    def recv_method(self, timeout: float = WAIT) -> tuple[int, Any] | None:
         """Like recv, skipping heartbeats."""
         while True:
             got = self.recv(timeout)
@@ -348,15 +350,15 @@ def test_silent_client_dropped_others_keep_working(broker, qname):
     busy = pika.BlockingConnection(pika.URLParameters(broker.url))
     try:
         assert isinstance(quiet.handshake(heartbeat=0), commands.Connection.OpenOk)
+        opened = time.monotonic()  # before the broker last heard from it: a lower bound holds
         assert isinstance(silent.handshake(heartbeat=1), commands.Connection.OpenOk)
-        opened = time.monotonic()
         result: dict[str, Any] = {}
 
         def wait_for_drop() -> None:
             heartbeats = 0
             try:
                 while True:
-                    got = silent.recv(timeout=8)
+                    got = silent.recv()
                     if got is None:
                         break
                     if isinstance(got[1], heartbeat.Heartbeat):
@@ -377,13 +379,14 @@ def test_silent_client_dropped_others_keep_working(broker, qname):
             busy.sleep(0.05)
         waiter.join()
         assert result["elapsed"] is not None, "the silent client was never dropped"
-        assert 1.5 <= result["elapsed"] <= 4.5, result
+        # Not before two missed intervals (RabbitMQ: two); how late is the machine's business.
+        assert result["elapsed"] >= 1.5, result
         assert result["heartbeats"] >= 1  # the broker did its part
-        assert n > 5
+        assert n >= 1
         roundtrip(ch, qname, b"after")
         # The quiet (heartbeat=0) client was neither sent heartbeats nor dropped.
         quiet.send(1, commands.Channel.Open())
-        channel, method = quiet.recv(timeout=2)  # type: ignore[misc]
+        channel, method = quiet.recv()  # type: ignore[misc]
         assert (channel, type(method)) == (1, commands.Channel.OpenOk)
     finally:
         busy.close()
@@ -396,9 +399,10 @@ def test_broker_sends_heartbeats_to_idle_client(broker):
     try:
         assert isinstance(c.handshake(heartbeat=1), commands.Connection.OpenOk)
         received = 0
-        deadline = time.monotonic() + 2.6
+        deadline = time.monotonic() + WAIT
         next_beat = time.monotonic()
-        while time.monotonic() < deadline:
+        while received < 2:
+            assert time.monotonic() < deadline, "the broker sent no heartbeats"
             if time.monotonic() >= next_beat:  # we keep our side alive
                 c.sock.sendall(frame.marshal(heartbeat.Heartbeat(), 0))
                 next_beat += 0.4
@@ -444,12 +448,12 @@ def test_garbage_on_one_connection_does_not_affect_another(broker, qname):
             good.process_data_events(time_limit=0.05)
         for bad in bad_clients:
             # The bad connection gets a close (frame error) or is dropped; never hangs.
-            got = bad.recv_method(timeout=5)
+            got = bad.recv_method()
             if got is not None:
                 assert isinstance(got[1], commands.Connection.Close), got
                 assert got[1].reply_code in (501, 502, 505), got[1].reply_text
             bad.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT
         while len(received) < 20 and time.monotonic() < deadline:
             good.process_data_events(time_limit=0.05)
         assert sorted(received) == sorted(f"{n}-{i}".encode() for n in range(1, 5)
@@ -486,11 +490,12 @@ def test_sigterm_closes_clients_with_320_pika(make_broker):
     b.proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
-        while time.monotonic() - started < 5:
+        while time.monotonic() - started < WAIT:
             conn.process_data_events(time_limit=0.1)
     assert (info.value.reply_code, info.value.reply_text) == (320, SHUTDOWN_TEXT)
-    assert b.proc.wait(timeout=5) == 0
-    assert time.monotonic() - started < 3
+    assert b.proc.wait(timeout=WAIT) == 0
+    # The client answered the close: the broker did not wait out its grace to drop it.
+    assert "did not answer connection.close" not in b.log_text()
     assert "Traceback" not in b.log_text()
 
 
@@ -499,20 +504,33 @@ async def test_sigterm_closes_clients_with_320_aiormq(make_broker):
     conn = await aiormq.connect(b.url)
     channel = await conn.channel()
     await channel.queue_declare("", exclusive=True)
-    started = time.monotonic()
     b.proc.send_signal(signal.SIGTERM)
     with pytest.raises(aiormq.exceptions.ConnectionClosed) as info:
-        await asyncio.wait_for(conn.closing, timeout=5)
+        await asyncio.wait_for(conn.closing, timeout=WAIT)
     assert info.value.args[:2] == (320, SHUTDOWN_TEXT)
-    code = await asyncio.to_thread(b.proc.wait, 5)
+    code = await asyncio.to_thread(b.proc.wait, WAIT)
     assert code == 0
-    assert time.monotonic() - started < 3
+    assert "did not answer connection.close" not in b.log_text()
+
+
+def test_sigterm_drops_a_client_that_never_answers_after_the_grace(make_broker):
+    """The other side of the two cases above: their "did not answer" line is not absent
+    because it was never written."""
+    b = make_broker()
+    mute = RawClient(b.host, b.port)
+    try:
+        assert isinstance(mute.handshake(heartbeat=0), commands.Connection.OpenOk)
+        b.proc.send_signal(signal.SIGTERM)
+        assert b.proc.wait(timeout=WAIT) == 0
+    finally:
+        mute.close()
+    assert "1 client(s) did not answer connection.close within 3 s; dropped" in b.log_text()
 
 
 def test_sigint_without_clients_exits_0(make_broker):
     b = make_broker()
     b.proc.send_signal(signal.SIGINT)
-    assert b.proc.wait(timeout=5) == 0
+    assert b.proc.wait(timeout=WAIT) == 0
     assert "Traceback" not in b.log_text()
 
 
@@ -524,7 +542,7 @@ def run_serve(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1",
          "--log-level", "warning", *args],
-        env=env, capture_output=True, text=True, timeout=20, check=False)
+        env=env, capture_output=True, text=True, timeout=WAIT, check=False)
 
 
 def test_port_taken_exits_1_with_one_line(tmp_path: Path):

@@ -11,6 +11,8 @@ from typing import Any
 import pika
 import pytest
 
+from tests.integration.conftest import WAIT
+
 Q = "/queues/%2F/"
 # A lazy queue pages past PAGE_HIGH whatever the memory (queues/paging.py).
 LAZY = {"x-queue-mode": "lazy"}
@@ -31,7 +33,7 @@ def _publish(ch: Any, queue: str, n: int, persistent: bool = False, **props: Any
 def _consume_all(conn: pika.BlockingConnection, ch: Any, queue: str, n: int,
                  ) -> list[tuple[bytes, bool]]:
     got: list[tuple[bytes, bool]] = []
-    for method, _props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=5):
+    for method, _props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=60):
         if method is None:
             break
         got.append((body, method.redelivered))
@@ -89,10 +91,10 @@ def test_peek_unacked_shows_consumer_channel_and_age(api, broker, qname):
     ch.basic_qos(prefetch_count=2)
     held: list[Any] = []
     ch.basic_consume(qname, lambda c, m, p, b: held.append(m), consumer_tag="peeker")
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT
     while len(held) < 2 and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)
-    time.sleep(0.3)
+    time.sleep(0.3)  # lets an age pass: the unacked_for_seconds bound below holds however late
     unacked = _ok(api, "POST", Q + qname + "/peek", {"state": "unacked"})
     assert [m["payload"] for m in unacked] == ["m0", "m1"]
     assert [m["position"] for m in unacked] == [0, 1]

@@ -39,7 +39,7 @@ def vhost(broker: Any) -> Any:
     ctl(broker, "delete_vhost", name)
 
 
-def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+def wait_for(predicate: Any, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"

@@ -25,6 +25,8 @@ import pika
 import pytest
 
 Target = Any
+# A bound for what must happen, not a budget: each wait ends once its state holds.
+WAIT = 60.0
 
 
 def _name(prefix: str) -> str:
@@ -38,7 +40,8 @@ def _pump(conn: pika.BlockingConnection, until: Callable[[], bool], seconds: flo
 
 
 def _get(ch: Any, queue: str) -> tuple[Any, Any]:
-    for _ in range(100):
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
         method, props, _body = ch.basic_get(queue)
         if method is not None:
             return method, props
@@ -64,21 +67,21 @@ def test_multiple_ack_refills_freed_consumers_in_tag_order(target: Target) -> No
 
     for tag in tags:
         ch.basic_consume(q, on_message, consumer_tag=tag)
-    _pump(conn, lambda: len(log) == 8, 5)
+    _pump(conn, lambda: len(log) == 8, WAIT)
     assert [t for t, _ in log] == ["zz", "zz", "aa", "aa", "mm", "mm", "bb", "bb"]
     log.clear()
     ch.basic_ack(last[0], multiple=True)  # frees all four at once
-    _pump(conn, lambda: len(log) == 8, 5)
+    _pump(conn, lambda: len(log) == 8, WAIT)
     assert log == [("aa", "m8"), ("aa", "m9"), ("bb", "m10"), ("bb", "m11"),
                    ("mm", "m12"), ("mm", "m13"), ("zz", "m14"), ("zz", "m15")]
     log.clear()
     ch.basic_ack(last[0] - 7)  # aa's m8 alone: aa gets the next one
-    _pump(conn, lambda: len(log) == 1, 5)
+    _pump(conn, lambda: len(log) == 1, WAIT)
     conn.process_data_events(time_limit=0.2)
     assert log == [("aa", "m16")]
     log.clear()
     ch.basic_ack(last[0], multiple=True)  # aa had one slot taken again, the others two
-    _pump(conn, lambda: len(log) == 8, 5)
+    _pump(conn, lambda: len(log) == 8, WAIT)
     assert [t for t, _ in log] == ["aa", "aa", "bb", "bb", "mm", "mm", "zz", "zz"]
     conn.close()
 
@@ -105,7 +108,7 @@ def test_single_active_consumer_failover_with_unacked_messages(
     ca.basic_qos(prefetch_count=2)
     held: list[bytes] = []
     tag = ca.basic_consume(q, lambda c, m, p, body: held.append(body))
-    _pump(a, lambda: len(held) == 2, 5)
+    _pump(a, lambda: len(held) == 2, WAIT)
     assert held == [b"m0", b"m1"]
     got: list[tuple[str, bool]] = []
     cb.basic_consume(q, lambda c, m, p, body: got.append((body.decode(), m.redelivered)))
@@ -115,7 +118,8 @@ def test_single_active_consumer_failover_with_unacked_messages(
         a.close()
     else:
         ca.basic_cancel(tag)
-        _pump(b, lambda: False, 0.7)
+        _pump(b, lambda: len(got) >= len(expected_after_cancel), WAIT)
+        _pump(b, lambda: False, 0.3)  # and nothing more
         assert got == expected_after_cancel
         if how == "cancel-then-close":
             ca.close()
@@ -124,7 +128,7 @@ def test_single_active_consumer_failover_with_unacked_messages(
         else:
             ca.basic_ack(0, multiple=True)
         a.process_data_events(time_limit=0.2)
-    _pump(b, lambda: len(got) >= len(expected) and bool(expected), 3)
+    _pump(b, lambda: len(got) >= len(expected), WAIT)
     b.process_data_events(time_limit=0.3)
     assert got == expected
     cb.queue_delete(q)
@@ -199,11 +203,13 @@ def test_a_cycle_of_expiries_is_dropped_once_no_reject_breaks_it(target: Target)
         seen.append([(d["queue"][:2], d["reason"], int(d["count"]))
                      for d in props.headers["x-death"]])
         ch.basic_reject(method.delivery_tag, requeue=False)
-    time.sleep(0.6)
     assert seen == [[("t1", "expired", 1)],
                     [("t1", "expired", 2), ("t3", "expired", 1), ("t2", "rejected", 1),
                      ("t4", "expired", 1)]]
-    counts = [ch.queue_declare(n, passive=True).method.message_count for n in names]
+    deadline = time.monotonic() + WAIT  # the last expiries and the dropped cycle
+    while (counts := [ch.queue_declare(n, passive=True).method.message_count
+                      for n in names]) != [0, 0, 0, 0] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert counts == [0, 0, 0, 0]
     for n in names:
         ch.queue_delete(n)
@@ -238,10 +244,15 @@ def test_confirms_of_refused_and_unroutable_publishes_per_tag(target: Target) ->
     keys = [q, "nowhere", q, q, "nowhere", q, q]
     for key in keys:
         impl.basic_publish("", key, b"x")
-    _pump(conn, lambda: False, 1.0)
-    outcome: dict[int, str] = {}
-    for kind, tag, multiple in frames:
-        for t in (range(1, tag + 1) if multiple else (tag,)):
-            outcome.setdefault(t, kind)
+
+    def settled() -> dict[int, str]:
+        outcome: dict[int, str] = {}
+        for kind, tag, multiple in frames:
+            for t in (range(1, tag + 1) if multiple else (tag,)):
+                outcome.setdefault(t, kind)
+        return outcome
+
+    _pump(conn, lambda: len(settled()) == len(keys), WAIT)
+    outcome = settled()
     assert outcome == {1: "Ack", 2: "Ack", 3: "Ack", 4: "Nack", 5: "Ack", 6: "Nack", 7: "Nack"}
     ch.queue_delete(q)

@@ -47,14 +47,14 @@ async def _dead_letter_round_trip(url: str) -> tuple[dict[str, Any], dict[str, A
                                                "x-dead-letter-routing-key": dlq})
         await ch.basic_publish(b"m", routing_key=src,
                                properties=commands.Basic.Properties(headers=dict(HEADERS)))
-        for _ in range(100):
+        for _ in range(6000):  # until it is there (a 60 s hang guard)
             got = await ch.basic_get(src)
             if got.delivery_tag is not None:
                 break
             await asyncio.sleep(0.01)
         direct = dict(got.header.properties.headers or {})
         await ch.basic_reject(got.delivery_tag, requeue=False)
-        for _ in range(100):
+        for _ in range(6000):  # until it is there (a 60 s hang guard)
             dead = await ch.basic_get(dlq, no_ack=True)
             if dead.delivery_tag is not None:
                 break

@@ -18,6 +18,8 @@ import pytest
 kombu = pytest.importorskip("kombu")
 ndd = pytest.importorskip("kombu.transport.native_delayed_delivery")
 
+WAIT = 120.0  # a bound for a message that is due, not a budget: the wait ends when it comes
+
 
 def test_kombu_uses_pypi_amqp_not_ours():
     import amqp
@@ -47,7 +49,7 @@ def test_celery_native_delayed_delivery(broker, qname, queue_type):
         received: list = []
         with conn.Consumer(tasks, callbacks=[lambda body, msg: (received.append((body, msg)),
                                                                  msg.ack())]):
-            deadline = start + 10
+            deadline = start + WAIT
             while not received and time.monotonic() < deadline:
                 try:
                     conn.drain_events(timeout=0.5)
@@ -57,8 +59,9 @@ def test_celery_native_delayed_delivery(broker, qname, queue_type):
         assert received, "the delayed message never arrived"
         body, msg = received[0]
         assert body == {"task": "add", "args": [2, 3]}
-        assert 1.8 <= elapsed < 6, elapsed  # held ~2 s by level 1's TTL
+        assert elapsed >= 1.8, elapsed  # held 2 s by level 1's TTL (an upper bound would
+        # be a guess at the machine's speed: the deaths below say which levels held it)
         deaths = msg.headers["x-death"]
-        assert deaths[0]["queue"] == ndd.level_name(1, prefix)
-        assert deaths[0]["reason"] == "expired"
+        assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [
+            (ndd.level_name(1, prefix), "expired", 1)]
         assert msg.headers["x-first-death-reason"] == "expired"

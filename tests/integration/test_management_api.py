@@ -12,7 +12,7 @@ import pika
 import pytest
 
 from tests.integration import test_management_permissions as mp
-from tests.integration.conftest import HttpApi
+from tests.integration.conftest import WAIT, HttpApi
 
 Q = "/queues/%2F/"
 X = "/exchanges/%2F/"
@@ -387,7 +387,7 @@ def test_overview_rates_come_from_the_sampler(api, qname):
     api.put(Q + qname)
     before = api.ok("/overview")["object_totals"]["queues"]
     assert before >= 1
-    deadline = time.monotonic() + 12
+    deadline = time.monotonic() + WAIT
     rate = 0.0
     while time.monotonic() < deadline and rate <= 0:
         api.post("/exchanges/%2F/amq.default/publish", {"routing_key": qname, "payload": "x",
@@ -487,7 +487,7 @@ def test_connection_channel_consumer_fields_match_rabbitmq(api, broker, rabbitmq
             ch.queue_declare(qname, exclusive=True)
             ch.basic_consume(qname, lambda *a: None)
             conn.process_data_events(0.1)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + WAIT
             while True:  # RabbitMQ's lists lag behind its stats emission
                 c = [x for x in target.ok("/connections") if x.get("user_provided_name") == qname]
                 chans = [x for x in target.ok("/channels") if c and

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration import test_management_permissions as mp
-from tests.integration.conftest import HttpApi
+from tests.integration.conftest import WAIT, HttpApi
 
 SUFFIX = uuid.uuid4().hex[:6]
 VH = f"col-{SUFFIX}"
@@ -57,7 +57,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[tuple[str, HttpApi]]:
             "max-length": 1}}), 201, 204)
         for _ in range(2):
             mp._ok(api.post(f"/exchanges/{VH}/amq.default/publish", mp.publish_body(Q)), 200)
-        deadline = time.monotonic() + 20  # RabbitMQ's figures lag by its 5 s stats interval
+        deadline = time.monotonic() + WAIT  # RabbitMQ's figures lag by its 5 s stats interval
         while time.monotonic() < deadline and not (
                 api.ok(f"/queues/{VH}/{Q}").get("message_stats", {}).get("publish") == 2
                 and api.ok(f"/vhosts/{VH}").get("messages") == 2):

@@ -224,7 +224,7 @@ def test_health_checks_fail_with_503(api, broker, make_broker):
     # A tiny memory watermark raises the memory alarm at once.
     alarmed = private_api(make_broker, LEVERET_MEMORY_HIGH_WATERMARK="0.00001")
     for path in ("/health/checks/alarms", "/health/checks/local-alarms"):
-        for _ in range(50):
+        for _ in range(600):  # until the first memory check (a hang guard of 60 s)
             status, _, body = alarmed.get(path)
             if status == 503:
                 break
@@ -244,7 +244,7 @@ def _serve(tmp_path: Path, *args: str,
     return subprocess.run(
         [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
          "--management-host", "127.0.0.1", "--data-dir", str(tmp_path), "--log-level",
-         "warning", *args], env=env, capture_output=True, text=True, timeout=30, check=False)
+         "warning", *args], env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 @pytest.mark.parametrize("flag", ["--management-port", "--prometheus-port"])

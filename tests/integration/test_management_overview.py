@@ -90,7 +90,7 @@ def _overview(api: HttpApi, query: str = "") -> dict[str, Any]:
     return body
 
 
-def _wait(conns: list[pika.BlockingConnection], done: Any, timeout: float = 20.0) -> Any:
+def _wait(conns: list[pika.BlockingConnection], done: Any, timeout: float = 60.0) -> Any:
     """Poll until ``done()`` answers something true (RabbitMQ's figures lag by up to its
     5 s statistics interval)."""
     deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.integration.conftest import HttpApi
+from tests.integration.conftest import WAIT, HttpApi
 
 USER_LIMIT_CASES = [
     # (method, path under /user-limits/, body) -> answered the same by both brokers
@@ -127,14 +127,14 @@ def test_cancelling_a_consumer_over_http_tells_the_client(api, broker, qname):
         cancelled: list[str] = []
         ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
         tag = ch.basic_consume(qname, lambda *a: None)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT
         while not api.ok("/consumers/%2F") and time.monotonic() < deadline:
             time.sleep(0.05)
         [consumer] = [c for c in api.ok("/consumers/%2F") if c["consumer_tag"] == tag]
         channel = urllib.parse.quote(consumer["channel_details"]["name"], safe="")
         assert api.delete(f"/consumers/%2F/{channel}/nope")[0] == 404
         assert api.delete(f"/consumers/%2F/{channel}/{tag}")[0] == 204
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT
         while not cancelled and time.monotonic() < deadline:
             conn.process_data_events(time_limit=0.1)
         assert cancelled == [tag]
@@ -149,12 +149,14 @@ def test_trace_routes_start_read_stream_and_stop(api, broker, qname):
     assert api.put("/traces/%2F", {"capacity": 100})[0] in (201, 204)
     api.put(f"/queues/%2F/{qname}", {"durable": False})
     lines: list[str] = []
+    subscribed = threading.Event()
 
     def listen() -> None:
         token = "Z3Vlc3Q6Z3Vlc3Q="  # guest:guest
         req = urllib.request.Request(api.base + "/traces/%2F/stream",
                                      headers={"Authorization": f"Basic {token}"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=WAIT) as resp:
+            subscribed.set()  # the stream subscribes before it sends its headers
             for raw in resp:
                 line = raw.decode().strip()
                 if line.startswith("data:"):
@@ -163,11 +165,11 @@ def test_trace_routes_start_read_stream_and_stop(api, broker, qname):
 
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
-    time.sleep(0.5)
+    assert subscribed.wait(WAIT)
     body = {"routing_key": qname, "payload": "traced", "payload_encoding": "string",
             "properties": {"message_id": "trace-me"}}
     assert api.post("/exchanges/%2F/amq.default/publish", body)[2] == {"routed": True}
-    listener.join(10)
+    listener.join(WAIT)
     assert lines and json.loads(lines[0][5:])["event"] == "publish"
     events = [e["event"] for e in api.ok("/traces/%2F?message_id=trace-me")]
     assert events[:3] == ["publish", "route", "enqueue"]
@@ -186,7 +188,7 @@ def test_redrive_route_sends_a_dead_letter_home(api, qname):
     got = api.post(f"/queues/%2F/{qname}/get",
                    {"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})[2]
     assert [m["payload"] for m in got] == ["m"]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT
     while api.ok(f"/queues/%2F/{dlq}")["messages"] != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     status, _, out = api.post(f"/queues/%2F/{dlq}/redrive", {"count": 10})

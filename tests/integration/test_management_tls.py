@@ -44,7 +44,7 @@ def start_https_broker(make_broker: Any, tmp_path: Path, certs: Certs, **env: st
 def get(url: str, ctx: ssl.SSLContext | None) -> tuple[int, Any]:
     req = urllib.request.Request(url, headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
     try:
-        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+        with urllib.request.urlopen(req, timeout=60, context=ctx) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -58,7 +58,7 @@ def admin(port: int, certs: Certs, *args: str, client: bool = False
     if client:
         tls += ["--ssl-cert-file", str(certs.client[0]), "--ssl-key-file", str(certs.client[1])]
     return subprocess.run([sys.executable, RABBITMQADMIN, "-H", "localhost", "-P", str(port),
-                           *tls, *args], capture_output=True, text=True, timeout=30)
+                           *tls, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_https_api_with_rabbitmqadmin(make_broker, tmp_path, certs):
@@ -110,7 +110,7 @@ def test_https_port_in_use_is_one_line_exit_1(tmp_path, certs):
              "--prometheus-port", "0", "--tls-port", "0", "--management-tls-port", str(port),
              "--tls-certfile", str(certs.server[0]), "--tls-keyfile", str(certs.server[1]),
              "--data-dir", str(tmp_path / "data"), "--log-level", "warning"],
-            capture_output=True, text=True, timeout=30, check=False)
+            capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"leveret: error: cannot listen for HTTPS management API on 127.0.0.1:{port}: "

@@ -569,7 +569,7 @@ def test_large_bodies_are_split_and_reassembled(amqp, helpers, qname, frame_max)
         got.append((props.message_id, body))
     c = Collector()
     ch.basic_consume(qname, c, auto_ack=True)
-    assert helpers.poll(conn, lambda: len(c) == len(SIZES) - 3, timeout=10)
+    assert helpers.poll(conn, lambda: len(c) == len(SIZES) - 3)
     got += [(props.message_id, body) for _, props, body in c.got]
     assert [mid for mid, _ in got] == [str(i) for i in range(len(SIZES))]
     for (_, body), sent in zip(got, bodies):

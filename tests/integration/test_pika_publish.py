@@ -16,7 +16,7 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
 
-def run_select(amqp, scenario: Callable, timeout: float = 5.0) -> list:
+def run_select(amqp, scenario: Callable, timeout: float = 60.0) -> list:
     """Open a SelectConnection and a channel, call ``scenario(channel, events, done)``;
     ``done()`` ends the run. Returns the events list."""
     events: list = []

@@ -12,7 +12,7 @@ import pytest
 
 def ctl(broker, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "leveret", "ctl", "--data-dir", str(broker.data_dir),
-                           *argv], check=False, capture_output=True, text=True, timeout=30)
+                           *argv], check=False, capture_output=True, text=True, timeout=120)
 
 
 def channel(broker):
@@ -20,7 +20,7 @@ def channel(broker):
     return conn, conn.channel()
 
 
-def wait_ready(ch, queue: str, count: int, timeout: float = 3.0) -> int:
+def wait_ready(ch, queue: str, count: int, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         got = ch.queue_declare(queue, passive=True).method.message_count

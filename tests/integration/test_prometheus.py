@@ -50,7 +50,7 @@ def dashboard_metric_names(path: Path) -> set[str]:
 
 
 def scrape(url: str) -> tuple[str, str]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    with urllib.request.urlopen(url, timeout=60) as resp:
         return resp.headers["Content-Type"], resp.read().decode()
 
 

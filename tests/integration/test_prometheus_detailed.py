@@ -32,6 +32,8 @@ LEFT_OUT = {
     "telemetry_scrape_duration_seconds",
 }
 RABBITMQ_METRICS = "http://127.0.0.1:15692"
+# A bound for states that must come, not a budget: each wait ends once its state holds.
+WAIT = 120.0
 # RabbitMQ 3.10.8's /metrics/per-object families Leveret does not serve (with a queue, a
 # connection and a channel in use; prometheus_queues.py says why for the queue ones):
 # Erlang process and VM figures, Mnesia, quorum queues' Raft, rabbitmq_prometheus's scrape
@@ -180,7 +182,7 @@ def test_leveret_series_and_paged_out_messages(make_broker, tmp_path):
     for _ in range(count - 20):
         unconfirmed.basic_publish("", "deep", b"m" * 100, props)
     api = HttpApi(b.api_url + "/api")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WAIT
     while api.ok("/queues/%2F/deep")["messages"] < count:
         assert time.monotonic() < deadline
         conn.process_data_events(0.1)
@@ -208,24 +210,28 @@ def test_leveret_series_and_paged_out_messages(make_broker, tmp_path):
 
 def test_vhost_rates_follow_the_traffic(make_broker, tmp_path):
     """Two sampler rounds (5 s apart) with publishing between them: the vhost's rates are
-    the real ones, not 0.0."""
+    the real ones, not 0.0. The test publishes until the API shows them (however long the
+    machine takes to get two rounds in), at a pace that no rate threshold is assumed from."""
     b = make_broker(tmp_path / "data")
     api = HttpApi(b.api_url + "/api")
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     ch = conn.channel()
     ch.queue_declare("rates")
-    end = time.monotonic() + 11.0
-    while time.monotonic() < end:
+
+    def rates(vhost: dict) -> list[float]:
+        return [vhost.get("message_stats", {}).get("publish_details", {}).get("rate", 0.0),
+                vhost.get("messages_details", {}).get("rate", 0.0),
+                vhost.get("messages_ready_details", {}).get("rate", 0.0),
+                vhost.get("recv_oct_details", {}).get("rate", 0.0)]
+
+    deadline = time.monotonic() + WAIT
+    while not all(rate > 0 for rate in rates(api.ok("/vhosts/%2F"))):
+        assert time.monotonic() < deadline, api.ok("/vhosts/%2F")
         for _ in range(20):
             ch.basic_publish("", "rates", b"x" * 10)
         conn.process_data_events(0.05)
-    vhost = api.ok("/vhosts/%2F")
-    assert vhost["message_stats"]["publish_details"]["rate"] > 10
-    assert vhost["messages_details"]["rate"] > 10
-    assert vhost["messages_ready_details"]["rate"] > 10
-    assert vhost["recv_oct_details"]["rate"] > 100
     (listed,) = [v for v in api.ok("/vhosts") if v["name"] == "/"]
-    assert listed["message_stats"]["publish_details"]["rate"] > 10
+    assert rates(listed)[0] > 0
     conn.close()
 
 
@@ -334,7 +340,7 @@ def test_channel_object_families_count_as_rabbitmq(target, broker):
                                                         "read": ".*"})[0] in (201, 204)
         conn = _object_traffic(port, vhost)
         try:
-            deadline = time.monotonic() + 20  # RabbitMQ emits channel stats every 5 s
+            deadline = time.monotonic() + WAIT  # RabbitMQ emits channel stats every 5 s
             wanted = dict(OBJECT_VALUES)
             while True:
                 seen = _object_values(metrics_url, vhost)

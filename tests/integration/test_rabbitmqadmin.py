@@ -24,7 +24,7 @@ def admin(broker):
     def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([RABBITMQADMIN, "-H", "127.0.0.1", "-P",
                                  str(broker.management_port), "-u", "guest", "-p", "guest",
-                                 *args], capture_output=True, text=True, timeout=30)
+                                 *args], capture_output=True, text=True, timeout=120)
         if ok:
             assert result.returncode == 0, (args, result.stdout, result.stderr)
         return result

@@ -88,7 +88,7 @@ def take_all(url: str, queue: str) -> list[dict]:
     return out
 
 
-def wait_for(done: Any, timeout: float = 15.0) -> bool:
+def wait_for(done: Any, timeout: float = 120.0) -> bool:
     deadline = time.monotonic() + timeout
     while not done() and time.monotonic() < deadline:
         time.sleep(0.1)

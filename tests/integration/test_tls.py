@@ -235,7 +235,7 @@ async def test_aio_pika_tls_plain_and_external(make_broker: Any, tmp_path: Path,
             ch = await conn.channel()
             q = await ch.declare_queue(exclusive=True)
             await ch.default_exchange.publish(aio_pika.Message(b"aio tls"), routing_key=q.name)
-            message = await q.get(timeout=5)
+            message = await q.get(timeout=60)
             assert message.body == b"aio tls"
             await message.ack()
         finally:
@@ -260,7 +260,7 @@ def test_management_certificate_expiration_and_amqps_listener(make_broker: Any, 
         req = urllib.request.Request(f"{b.api_url}/api{path}", headers={
             "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=60) as resp:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())

@@ -38,8 +38,17 @@ class GatedStore(MemoryStore):
 
 
 async def settle() -> None:
+    """Let the loop run a while: with the gate closed nothing can be written, however long
+    this takes, so "no reply yet" holds on any machine."""
     for _ in range(20):
         await asyncio.sleep(0.005)
+
+
+async def written(c: Client) -> None:
+    """Once the gate is open: wait until every batch is written (not for a guessed time),
+    then let the loop deliver the replies that waited for them."""
+    await c.broker.log.drain()
+    await settle()
 
 
 async def client() -> tuple[Client, GatedStore]:
@@ -63,7 +72,7 @@ async def test_durable_declare_ok_waits_and_later_replies_queue_behind_it():
     await settle()
     assert c.drain() == []  # not durable yet: no reply, and nothing after it either
     store.gate.set()
-    await settle()
+    await written(c)
     assert names(c.drain()) == ["DeclareOk", "DeclareOk", "GetEmpty"]
     assert [q.name for q in store.load_definitions().queues] == ["durable-q"]
     c.broker.log.close()
@@ -83,7 +92,7 @@ async def test_deliveries_do_not_overtake_a_held_reply():
     await settle()
     assert c.drain() == []
     store.gate.set()
-    await settle()
+    await written(c)
     assert names(c.drain()) == ["DeclareOk", "Deliver", "ContentHeader", "ContentBody"]
     c.broker.log.close()
 
@@ -97,7 +106,7 @@ async def test_transient_objects_do_not_wait():
     frames = c.call(2, commands.Queue.Declare(queue="t", auto_delete=True))
     assert names(frames) == ["DeclareOk"]  # another channel, a transient queue: at once
     store.gate.set()
-    await settle()
+    await written(c)
     assert names(c.drain()) == ["DeclareOk", "DeclareOk"]
     c.broker.log.close()
 
@@ -108,7 +117,7 @@ async def test_failed_commit_closes_the_channel_instead_of_replying():
     c.feed(c.method(1, commands.Queue.Declare(queue="q", durable=True))
            + c.method(1, commands.Queue.Declare(queue="later")))
     store.gate.set()
-    await settle()
+    await written(c)
     frames = c.drain()
     assert names(frames) == ["Close"]
     close = frames[0][1]
@@ -125,7 +134,7 @@ async def test_channel_close_ok_follows_the_held_reply():
     await settle()
     early = c.drain()
     store.gate.set()
-    await settle()
+    await written(c)
     assert names(early + c.drain()) == ["DeleteOk", "DeclareOk", "CloseOk"]
     c.broker.log.close()
 

@@ -2,6 +2,7 @@
 write turns every confirm of its batch into a nack."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -101,12 +102,17 @@ async def test_records_during_a_write_form_the_next_batch(n):
 
 
 class SlowStore(FailingStore):
-    """A store whose writes take a while, so operations pile up behind the writer."""
+    """A store whose first write waits until the test lets it go, so operations pile up
+    behind the writer (however slow the machine: no sleep decides what is in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = threading.Event()
+        self.go = threading.Event()
 
     def write_batch(self, batch):
-        import time
-
-        time.sleep(0.05)
+        self.writing.set()
+        assert self.go.wait(60), "the test never let the write finish"
         super().write_batch(batch)
 
 
@@ -117,14 +123,15 @@ async def test_backlogged_while_too_much_waits_for_the_writer(monkeypatch):
     store = SlowStore()
     log = GroupCommit(store, asyncio.get_running_loop())
     log.enqueue(1, 0, message(0))
-    await asyncio.sleep(0.01)  # the first batch is now being written
+    assert await asyncio.to_thread(store.writing.wait, 60)  # the first batch is being written
     assert not log.backlogged
     for seq in range(1, 12):
         log.enqueue(1, seq, message(seq))
     assert log.backlogged  # 11 recorded while a write is in flight
     resumed = asyncio.Event()
     log.when_caught_up(resumed.set)
-    await asyncio.wait_for(resumed.wait(), 5)
+    store.go.set()
+    await asyncio.wait_for(resumed.wait(), 60)
     assert not log.backlogged  # the backlog became the next batch
     await log.drain()
     assert len(store.read_queue(1, 0, 100)) == 12

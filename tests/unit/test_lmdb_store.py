@@ -426,7 +426,7 @@ def test_confirmed_batches_survive_kill_9(path: Path, round_: int) -> None:
         assert proc.stdout.readline()  # started and committed one batch
         time.sleep(random.uniform(0.05, 0.6))
         proc.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=10)
+        out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -92,3 +92,13 @@ def test_wait_skips_a_killed_brokers_file_for_its_own(tmp_path: Path) -> None:
 def test_wait_gives_up_when_the_broker_exits(tmp_path: Path) -> None:
     path = tmp_path / "ready.json"
     assert ready_file.wait(path, FakeProcess(path, 100, exits=True), timeout=3600) is None
+
+
+def test_ready_file_is_a_setting_like_the_others(tmp_path: Path) -> None:
+    from leveret.config import load_config
+
+    env = {"LEVERET_READY_FILE": str(tmp_path / "env.json")}
+    assert load_config({}, env, None).ready_file == tmp_path / "env.json"
+    flag = load_config({"ready_file": str(tmp_path / "flag.json")}, env, None)
+    assert flag.ready_file == tmp_path / "flag.json"  # the flag wins, as for every setting
+    assert load_config({}, {}, None).ready_file is None

@@ -176,8 +176,9 @@ def test_live_log_shows_what_the_broker_logs(ui: Console, channel) -> None:
     ui.login()
     ui.go("/log")
     ui.wait_text("Broker log")
-    # The stream attaches when the page's request arrives: declare until a line shows up.
-    for _ in range(5):
+    # The stream attaches when the page's request arrives: declare until a line shows up
+    # (a try every 2 s, for as long as a busy machine needs: a hang guard, not a budget).
+    for _ in range(60):
         queue = _name("ui-logged")
         channel.queue_declare(queue)  # logged at debug level, the tests' broker level
         try:
