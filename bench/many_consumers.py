@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pika
 
-from leveret.amqp import ready_file
+from leveret.node import ready_file
 
 CONSUMERS = 300
 PREFETCH = 10
