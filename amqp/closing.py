@@ -110,7 +110,7 @@ class Closing:
         """Hard error: send connection.close and wait for close-ok."""
         if self.state in (CLOSING, CLOSED):
             return
-        text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
+        text = exc.wire_text  # what goes on the wire; also bounds the log line
         log.warning("connection %s: closing with %s", self.name, text)
         class_id, method_id = exc.method
         if self.state == HEADER:

@@ -449,5 +449,5 @@ class Connection(Closing):
         self._closing_channels.add(channel.number)
         class_id, method_id = exc.method
         channel.send_method(commands.Channel.Close(  # after any reply held for a commit
-            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            reply_code=int(exc.code), reply_text=exc.wire_text,
             class_id=class_id, method_id=method_id))

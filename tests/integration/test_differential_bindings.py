@@ -6,15 +6,31 @@ expectation. Covered here:
 
 * queue.bind / queue.unbind against another connection's exclusive queue: which check
   answers first (403, 404, 406, 405), and an unbind of nothing being unbind-ok;
+* a headers exchange comparing arrays and tables with their elements' wire types (and a
+  nested table's key order), where top-level numbers match across widths;
+* the 406 text for an ``x-match`` that is not a string, for each field type, with Erlang's
+  ``~p`` layout (line breaks at 80 columns) and RabbitMQ's cut of a text past 255 bytes.
+
+The aiormq cases send exact wire types with Leveret's typed field-table codec installed in
+this process (as ``test_field_types.py`` does).
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import uuid
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
+import aiormq
 import pika
+from pamqp import commands
+
+from leveret.model import field_table as ft
+
+ft.install()  # send every value in the wire type it names
 
 Target = Any
 
@@ -78,3 +94,128 @@ def test_bind_and_unbind_on_another_connections_exclusive_queue(target: Target) 
     # The bindings are all still there: the owner removes them.
     owner.queue_unbind(q, "amq.direct", "k")
     owner.queue_unbind(q, "amq.headers", arguments={"a": 1})
+
+
+_2020 = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+
+# (binding argument, header sent, routed on RabbitMQ 3.10.8)
+HEADER_MATCHES: list[tuple[Any, Any, bool]] = [
+    (ft.SignedInt(1), ft.Long(1), True),  # top-level numbers: any width, any type
+    (ft.Byte(1), ft.Long(1), True),
+    (ft.Float(1.5), 1.5, True),
+    (_2020, ft.Long(1577836800), True),
+    ([ft.SignedInt(1), ft.SignedInt(2)], [ft.Long(1), ft.Long(2)], False),  # in an array: no
+    ([ft.SignedInt(1), ft.SignedInt(2)], [ft.SignedInt(1), ft.SignedInt(2)], True),
+    ([ft.Byte(1)], [ft.Short(1)], False),
+    ([ft.Short(1)], [ft.UnsignedShort(1)], False),
+    ([ft.SignedInt(1)], [ft.UnsignedInt(1)], False),
+    ([ft.Byte(1)], [ft.UnsignedByte(1)], False),
+    ([ft.Long(1)], [ft.UnsignedLong(1)], True),  # RabbitMQ reads L as a long
+    ([ft.Float(1.5)], [1.5], False),
+    (["a"], [bytearray(b"a")], False),
+    ([ft.SignedInt(1)], [1.0], False),
+    ([_2020], [ft.Long(1577836800)], False),
+    ([True], [ft.Byte(1)], False),
+    ([[ft.SignedInt(1)]], [[ft.Long(1)]], False),
+    ([Decimal("1.0")], [Decimal("1.0")], True),
+    ([None], [None], True),
+    ([], [], True),
+    ({"a": ft.SignedInt(1)}, {"a": ft.Long(1)}, False),  # in a table: no
+    ({"a": ft.SignedInt(1)}, {"a": ft.SignedInt(1)}, True),
+    ({"a": [ft.SignedInt(1)]}, {"a": [ft.Long(1)]}, False),
+    ({"a": "x"}, {"a": bytearray(b"x")}, False),
+    ([{"a": ft.SignedInt(1)}], [{"a": ft.Long(1)}], False),
+    ({"a": ft.SignedInt(1), "b": ft.SignedInt(2)}, {"b": ft.SignedInt(2), "a": ft.SignedInt(1)},
+     False),  # a nested table's keys are compared in wire order
+    ({}, {}, True),
+]
+
+
+def test_headers_exchange_compares_arrays_and_tables_with_their_wire_types(
+        target: Target) -> None:
+    async def run() -> list[bool]:
+        conn = await aiormq.connect(target.url)
+        try:
+            ch = await conn.channel()
+            await ch.confirm_delivery()
+            routed = []
+            for bound, sent, _ in HEADER_MATCHES:
+                tag = uuid.uuid4().hex[:8]
+                x, q = f"dh-x-{tag}", f"dh-q-{tag}"
+                await ch.exchange_declare(x, exchange_type="headers", auto_delete=True)
+                await ch.queue_declare(q, exclusive=True)
+                await ch.queue_bind(q, x, arguments={"x-match": "all", "k": bound})
+                await ch.basic_publish(  # confirmed: routed or not, it is decided by now
+                    b"m", exchange=x, properties=commands.Basic.Properties(headers={"k": sent}))
+                routed.append(bool((await ch.queue_declare(q, passive=True)).message_count))
+                await ch.queue_delete(q)
+            return routed
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == [expected for _, _, expected in HEADER_MATCHES]
+
+
+def _type_error(type_name: str, value: str) -> str:
+    return (f"PRECONDITION_FAILED - Invalid x-match field type {type_name} (value {value}); "
+            "expected longstr")
+
+
+# (x-match value, RabbitMQ 3.10.8's reply text)
+X_MATCH_TEXTS: list[tuple[Any, str]] = [
+    (ft.SignedInt(1), _type_error("signedint", "1")),
+    (ft.Long(-5), _type_error("long", "-5")),
+    (ft.Byte(1), _type_error("byte", "1")),
+    (ft.UnsignedByte(200), _type_error("unsignedbyte", "200")),
+    (ft.Short(3), _type_error("short", "3")),
+    (ft.UnsignedShort(4), _type_error("unsignedshort", "4")),
+    (ft.UnsignedInt(5), _type_error("unsignedint", "5")),
+    (True, _type_error("bool", "true")),
+    (1.5, _type_error("double", "1.5")),
+    (1e20, _type_error("double", "1.0e20")),
+    (100000.0, _type_error("double", "1.0e5")),
+    (0.00012, _type_error("double", "1.2e-4")),
+    (12345678901234567.0, _type_error("double", "1.2345678901234568e16")),
+    (ft.Float(0.1), _type_error("float", "0.10000000149011612")),
+    (None, _type_error("void", "undefined")),
+    (_2020, _type_error("timestamp", "1577836800")),
+    (Decimal("1.50"), _type_error("decimal", "{2,150}")),
+    (Decimal("-3"), _type_error("decimal", "{0,4294967293}")),
+    (bytearray(b"ab\x00"), _type_error("binary", "<<97,98,0>>")),
+    ([], _type_error("array", "[]")),
+    ([ft.Long(1), "s"], _type_error("array", '[{long,1},{longstr,<<"s">>}]')),
+    ([[ft.Byte(1)]], _type_error("array", "[{array,[{byte,1}]}]")),
+    ({}, _type_error("table", "[]")),
+    # ~p breaks what does not fit in 80 columns, aligned after the bracket ...
+    ({"a": ft.SignedInt(1), "b": "x"}, _type_error(
+        "table", '[{<<"a">>,signedint,1},\n' + " " * 41 + '{<<"b">>,longstr,<<"x">>}]')),
+    ({"n": {"m": None}}, _type_error(
+        "table", '[{<<"n">>,table,\n' + " " * 42 + '[{<<"m">>,void,undefined}]}]')),
+    # ... and a reply text past 255 bytes is cut to 252 and "...".
+    ([ft.Long(1)] * 12, "PRECONDITION_FAILED - Invalid x-match field type array (value "
+     "[{long,1},\n" + (" " * 41 + "{long,1},\n") * 3 + " " * 26 + "..."),
+    ("all ", "PRECONDITION_FAILED - Invalid x-match field value <<\"all \">>; expected all, any, "
+     "all-with-x, or any-with-x"),
+]
+
+
+def test_x_match_of_the_wrong_type_is_refused_with_rabbitmqs_text(target: Target) -> None:
+    async def run() -> list[str]:
+        conn = await aiormq.connect(target.url)
+        try:
+            texts = []
+            for value, _ in X_MATCH_TEXTS:
+                ch = await conn.channel()
+                q = f"dh-xm-{uuid.uuid4().hex[:8]}"
+                await ch.queue_declare(q, exclusive=True)
+                try:
+                    await ch.queue_bind(q, "amq.headers", arguments={"x-match": value})
+                except aiormq.exceptions.ChannelPreconditionFailed as exc:
+                    texts.append(str(exc.args[0]))
+                else:
+                    texts.append("bound")
+            return texts
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == [text for _, text in X_MATCH_TEXTS]
