@@ -427,15 +427,22 @@ class Channel(Publisher):
         taken = self._take(tag, multiple, index)
         if self.vhost.tracer is not None:
             self._trace_settled("nack" if index == _NACK else "reject", taken, requeue)
+        if not requeue:  # settled as an ack is (RabbitMQ discards per consumer tag too)
+            freed: dict[Consumer, int] = {}
+            for entry, queue, consumer in taken:
+                if consumer is not None:
+                    consumer.unacked -= 1
+                    self._global_unacked -= 1
+                    freed[consumer] = freed.get(consumer, 0) + 1
+                queue.reject(entry, resume=False)  # dead-lettered if the queue has a DLX
+            self._resume_freed(freed)
+            return
         for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
-            if requeue:
-                queue.requeue(entry)
-                touched.add(queue)
-            else:
-                queue.reject(entry)  # dead-lettered if the queue has a DLX
+            queue.requeue(entry)
+            touched.add(queue)
         # Delivered again only once all are back in place: the oldest goes first.
         for queue in touched:
             queue.deliver_ready()

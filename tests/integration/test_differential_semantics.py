@@ -120,20 +120,27 @@ def _after(conn: Any, log: list[Any], count: int, act: Callable[[], object]) -> 
     return list(log)
 
 
+@pytest.mark.parametrize("settle", ["ack", "nack"])
 def test_acks_under_a_global_prefetch_refill_the_channels_consumers_round_robin(
-        target: Target) -> None:
+        target: Target, settle: str) -> None:
     """The channel's limiter suspends its queues; an ack resumes the channel and its blocked
     consumers rejoin in the order they were blocked, one message each in turn: not the
-    acked consumer first, nor one consumer filled to the limit."""
+    acked consumer first, nor one consumer filled to the limit. A nack without requeue
+    frees room the same way."""
     conn, ch, (log, delivered) = _prefetch_run(target, ["zz", "aa", "mm", "bb"], None, 4, None)
     _pump(conn, lambda: len(log) == 4, 5)
     assert [t for t, _ in log] == ["zz"] * 4
     tags = list(delivered)
-    assert _after(conn, log, 1, lambda: ch.basic_ack(tags[0])) == [("zz", "m4")]
-    assert _after(conn, log, 1, lambda: ch.basic_ack(tags[1])) == [("aa", "m5")]
-    assert _after(conn, log, 2, lambda: ch.basic_ack(tags[3], multiple=True)) == [
-        ("mm", "m6"), ("bb", "m7")]
-    assert _after(conn, log, 4, lambda: ch.basic_ack(delivered[-1], multiple=True)) == [
+
+    def done(tag: int, multiple: bool = False) -> Callable[[], object]:
+        if settle == "ack":
+            return lambda: ch.basic_ack(tag, multiple=multiple)
+        return lambda: ch.basic_nack(tag, multiple=multiple, requeue=False)
+
+    assert _after(conn, log, 1, done(tags[0])) == [("zz", "m4")]
+    assert _after(conn, log, 1, done(tags[1])) == [("aa", "m5")]
+    assert _after(conn, log, 2, done(tags[3], multiple=True)) == [("mm", "m6"), ("bb", "m7")]
+    assert _after(conn, log, 4, done(delivered[-1], multiple=True)) == [
         ("zz", "m8"), ("aa", "m9"), ("mm", "m10"), ("bb", "m11")]
     conn.close()
 
