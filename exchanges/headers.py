@@ -19,8 +19,8 @@ Semantics (RabbitMQ's ``rabbit_exchange_type_headers.erl``)
   of ``{Key, Type, Value}`` in wire order, so inside them the wire type counts
   too (``[I 1]`` does not match ``[l 1]``, nor ``f`` 1.5 ``d`` 1.5, nor a string
   a byte array) and so does the order of a nested table's keys. The wire
-  types are the ones ``model/field_table`` keeps; a value that never had one
-  (JSON from the HTTP API) has the type it would be encoded in.
+  types are the ones ``model/field_table`` keeps; an integer that never had
+  one (JSON from the HTTP API) is a long, as RabbitMQ reads JSON.
 * An invalid ``x-match`` is refused at bind time by :meth:`validate_binding`
   with RabbitMQ's text; a binding that bypassed validation (e.g. restored
   from an old definitions file) matches as ``all``, as RabbitMQ does.
@@ -84,7 +84,9 @@ def _typed(value: Any) -> Hashable:
         return ("table", tuple((str(k), _typed(v)) for k, v in value.items()))
     if isinstance(value, Decimal):
         return ("decimal", _decimal_key(value))
-    kind = type_name(value)
+    # A plain int never had a wire type: it came from JSON (the HTTP API, definitions),
+    # which RabbitMQ's management plugin reads as a long.
+    kind = "long" if type(value) is int else type_name(value)
     if kind == "float":
         return (kind, field_term(value))  # the 32-bit value as a double
     if value is None:

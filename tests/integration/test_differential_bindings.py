@@ -7,7 +7,8 @@ expectation. Covered here:
 * queue.bind / queue.unbind against another connection's exclusive queue: which check
   answers first (403, 404, 406, 405), and an unbind of nothing being unbind-ok;
 * a headers exchange comparing arrays and tables with their elements' wire types (and a
-  nested table's key order), where top-level numbers match across widths;
+  nested table's key order), where top-level numbers match across widths; a binding made
+  over HTTP has JSON's types as RabbitMQ reads them (an integer is a long);
 * the 406 text for an ``x-match`` that is not a string, for each field type, with Erlang's
   ``~p`` layout (line breaks at 80 columns) and RabbitMQ's cut of a text past 255 bytes.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 import aiormq
 import pika
+import pytest
 from pamqp import commands
 
 from leveret.model import field_table as ft
@@ -154,6 +156,46 @@ def test_headers_exchange_compares_arrays_and_tables_with_their_wire_types(
             await conn.close()
 
     assert asyncio.run(run()) == [expected for _, _, expected in HEADER_MATCHES]
+
+
+# (binding argument as JSON, header sent, routed on RabbitMQ 3.10.8)
+HTTP_HEADER_MATCHES: list[tuple[Any, Any, bool]] = [
+    ([1], [ft.Long(1)], True),  # a JSON integer is a long
+    ([1], [ft.SignedInt(1)], False),
+    ({"a": 1}, {"a": ft.Long(1)}, True),
+    ([1.5], [1.5], True),  # a JSON float is a double
+    (["x"], ["x"], True),
+    ([True], [True], True),
+]
+
+
+def test_headers_binding_made_over_http_has_rabbitmqs_json_types(
+        target: Target, request: pytest.FixtureRequest) -> None:
+    http = request.getfixturevalue("api" if target.name == "leveret" else "rabbitmq_http")
+
+    async def run() -> list[bool]:
+        conn = await aiormq.connect(target.url)
+        try:
+            ch = await conn.channel()
+            await ch.confirm_delivery()
+            routed = []
+            for bound, sent, _ in HTTP_HEADER_MATCHES:
+                tag = uuid.uuid4().hex[:8]
+                x, q = f"dh-hx-{tag}", f"dh-hq-{tag}"
+                await ch.exchange_declare(x, exchange_type="headers", auto_delete=True)
+                await ch.queue_declare(q, auto_delete=True)
+                status, _, body = http.post(f"/bindings/%2F/e/{x}/q/{q}", {
+                    "routing_key": "", "arguments": {"x-match": "all", "k": bound}})
+                assert status == 201, body
+                await ch.basic_publish(
+                    b"m", exchange=x, properties=commands.Basic.Properties(headers={"k": sent}))
+                routed.append(bool((await ch.queue_declare(q, passive=True)).message_count))
+                await ch.queue_delete(q)
+            return routed
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == [expected for _, _, expected in HTTP_HEADER_MATCHES]
 
 
 def _type_error(type_name: str, value: str) -> str:

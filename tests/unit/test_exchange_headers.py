@@ -85,8 +85,10 @@ def test_match_modes(binding, headers, expected):
         (datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC), 1577836800, True),
         (1577836800, datetime.datetime(2020, 1, 1), True),  # naive datetime taken as UTC
         # Arrays and tables compare their elements' wire types too (RabbitMQ keeps
-        # {Type, Value}); a plain int has the type it would be encoded in.
+        # {Type, Value}); a plain int (from JSON) is a long.
         ([1, "a"], [1, b"a"], True),
+        ([1], [ft.Long(1)], True),
+        ([1], [ft.SignedInt(1)], False),
         ([1, "a"], [1.0, b"a"], False),
         ([ft.SignedInt(1)], [ft.Long(1)], False),
         ([ft.Long(1)], [ft.Long(1)], True),
