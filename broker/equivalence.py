@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.model.erlang_terms import field_term, pretty, write
+from leveret.model.erlang_terms import field_term, field_type, pretty, write
 from leveret.model.errors import PRECONDITION_FAILED, ChannelError
-from leveret.model.field_table import type_name
 
 # rabbit_classic_queue's queue arguments, in RabbitMQ 3.10.8's order (checked one by one).
 CLASSIC_EQUIVALENCE_ARGS: tuple[str, ...] = (
@@ -71,7 +70,7 @@ def check_arguments_equivalent(
 
 
 def _type_class(value: object) -> str:
-    name = type_name(value)
+    name = field_type(value)
     if name in _INTEGER_TYPES:
         return "int"
     return "float" if name == "double" else name
@@ -101,4 +100,4 @@ def _typed(value: object) -> str:
         shown = term.decode("utf-8", "replace")
     else:
         shown = pretty(term, len("the value '"))
-    return f"the value '{shown}' of type '{type_name(value)}'"
+    return f"the value '{shown}' of type '{field_type(value)}'"

@@ -38,9 +38,8 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
-from ..model.erlang_terms import field_term, pretty, write
+from ..model.erlang_terms import field_term, field_type, pretty, write
 from ..model.errors import PRECONDITION_FAILED, ChannelError
-from ..model.field_table import type_name
 from .binding import BindingSet, BindingSetOwner, timestamp_seconds
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
@@ -84,9 +83,7 @@ def _typed(value: Any) -> Hashable:
         return ("table", tuple((str(k), _typed(v)) for k, v in value.items()))
     if isinstance(value, Decimal):
         return ("decimal", _decimal_key(value))
-    # A plain int never had a wire type: it came from JSON (the HTTP API, definitions),
-    # which RabbitMQ's management plugin reads as a long.
-    kind = "long" if type(value) is int else type_name(value)
+    kind = field_type(value)
     if kind == "float":
         return (kind, field_term(value))  # the 32-bit value as a double
     if value is None:
@@ -198,7 +195,7 @@ class HeadersMatcher(BindingSetOwner):
                 "expected all, any, all-with-x, or any-with-x",
             )
         # RabbitMQ's io_lib ~p, from the column where the value starts.
-        prefix = f"Invalid x-match field type {type_name(mode)} (value "
+        prefix = f"Invalid x-match field type {field_type(mode)} (value "
         raise ChannelError(
             PRECONDITION_FAILED,
             f"{prefix}{pretty(field_term(mode), len(prefix))}); expected longstr",

@@ -43,6 +43,12 @@ _F32 = struct.Struct(">f")
 TRUE, FALSE, UNDEFINED = Atom("true"), Atom("false"), Atom("undefined")
 
 
+def field_type(value: Any) -> str:
+    """RabbitMQ's type name for a field value: the wire type it came in, and for an integer
+    that never had one (JSON: the HTTP API, definitions) long, as RabbitMQ reads JSON."""
+    return "long" if type(value) is int else type_name(value)
+
+
 def field_term(value: Any) -> Term:
     """The term RabbitMQ's decoder holds for a field value (see the module docstring)."""
     if isinstance(value, bool):
@@ -67,9 +73,9 @@ def field_term(value: Any) -> Term:
     if isinstance(value, decimal.Decimal):
         return _decimal_term(value)
     if isinstance(value, (list, tuple)):
-        return [(Atom(type_name(v)), field_term(v)) for v in value]
+        return [(Atom(field_type(v)), field_term(v)) for v in value]
     if isinstance(value, dict):
-        return [(str(k).encode("utf-8"), Atom(type_name(v)), field_term(v))
+        return [(str(k).encode("utf-8"), Atom(field_type(v)), field_term(v))
                 for k, v in value.items()]
     return Atom(repr(value))
 

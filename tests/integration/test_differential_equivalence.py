@@ -7,7 +7,8 @@ named first when several differ (the existing queue's type decides the order), v
 different types (integer widths are one class; the same bytes or seconds are the same
 value), how each side is printed, and that a redeclare's arguments are compared, not
 validated. Values go out in the wire type they name (Leveret's typed field tables are
-installed in this process, as in ``test_field_types.py``).
+installed in this process, as in ``test_field_types.py``). Over HTTP, a JSON integer is a
+long, as RabbitMQ reads it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import uuid
 from typing import Any
 
 import aiormq
+import pytest
 
 from leveret.model import field_table as ft
 
@@ -132,3 +134,31 @@ def test_redeclare_with_other_arguments(target: Target) -> None:
             await conn.close()
 
     assert asyncio.run(run()) == [expected for *_, expected in CASES]
+
+
+# (arguments of the first PUT, of the second, RabbitMQ 3.10.8's reason)
+HTTP_CASES: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+    ({}, {"x-max-length": 10}, "received the value '10' of type 'long' but current is none"),
+    ({"x-max-length": 10}, {}, "received none but current is the value '10' of type 'long'"),
+    ({"x-max-length": 10}, {"x-max-length": 11}, "received '11' but current is '10'"),
+    ({"x-message-ttl": 10}, {"x-message-ttl": 10.0}, "received '10.0' but current is '10'"),
+    ({}, {"x-dead-letter-exchange": [1, "a"]},
+     "received the value '[{long,1},{longstr,<<\"a\">>}]' of type 'array' but current is none"),
+]
+
+
+def test_redeclare_over_http_with_other_arguments(target: Target,
+                                                  request: pytest.FixtureRequest) -> None:
+    http = request.getfixturevalue("api" if target.name == "leveret" else "rabbitmq_http")
+    seen = []
+    for first, second, _ in HTTP_CASES:
+        name = f"deq-h-{uuid.uuid4().hex[:8]}"
+        path = f"/queues/%2F/{name}"
+        status, _, body = http.put(path, {"auto_delete": True, "arguments": first})
+        assert status == 201, body
+        status, _, body = http.put(path, {"auto_delete": True, "arguments": second})
+        seen.append((status, body["reason"].replace(name, Q)))
+        http.delete(path)
+    arg = [next(iter({**a, **b})) for a, b, _ in HTTP_CASES]
+    assert seen == [(400, f"inequivalent arg '{name}' for queue '{Q}' in vhost '/': {reason}")
+                    for name, (_, _, reason) in zip(arg, HTTP_CASES, strict=True)]

@@ -46,6 +46,7 @@ def test_a_32_bit_float_prints_as_the_double_it_is(value: float) -> None:
     (datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC), "1577836800"),
     (Decimal("1.50"), "{2,150}"), (Decimal("-3"), "{0,4294967293}"),
     ([ft.Long(1), "s"], '[{long,1},{longstr,<<"s">>}]'),
+    ([1, ft.Byte(2)], "[{long,1},{byte,2}]"),  # an int from JSON is a long
     ({"n": {"m": None}}, '[{<<"n">>,table,[{<<"m">>,void,undefined}]}]'),
 ])
 def test_write(value: object, text: str) -> None:
