@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.handlers.exchange import check_binding, check_topic_binding
+from leveret.amqp.handlers.exchange import binding_source, check_binding
 from leveret.broker.permissions import CONFIGURE, READ, WRITE
 from leveret.broker.reply_to import PSEUDO_QUEUE
-from leveret.exchanges.exchange import Exchange
-from leveret.model.errors import ACCESS_REFUSED, NOT_FOUND, ChannelError
+from leveret.model.errors import NOT_FOUND, ChannelError
 from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -90,7 +89,7 @@ def bind(ch: Channel, m: commands.Queue.Bind) -> None:
     vhost = ch.vhost
     name = resolve_name(ch, m.queue)
     check_binding(ch, "queue", name, m.exchange)
-    exchange = _source(ch, m.exchange, m.routing_key)
+    exchange = binding_source(ch, m.exchange, m.routing_key)
     if exchange is None:
         raise ChannelError(NOT_FOUND, f"no {vhost.describe_exchange(m.exchange)}")
     queue = vhost.get_queue(name)
@@ -109,7 +108,7 @@ def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
     vhost = ch.vhost
     name = resolve_name(ch, m.queue)
     check_binding(ch, "queue", name, m.exchange)
-    exchange = _source(ch, m.exchange, m.routing_key)
+    exchange = binding_source(ch, m.exchange, m.routing_key)
     queue = vhost.queues.get(name)
     # Not found: the binding may be gone in a batch not yet committed, so wait as well.
     durable = True
@@ -120,17 +119,6 @@ def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
             vhost.unbind(exchange, queue, m.routing_key, arguments)
         durable = exchange.durable and queue.durable
     ch.send_durable(commands.Queue.UnbindOk(), durable, (50, 50))
-
-
-def _source(ch: Channel, name: str, routing_key: str) -> Exchange | None:
-    """The binding's exchange, if it exists: the default one is refused before any lookup
-    (403 even when the queue is missing), topic permissions are checked when it exists."""
-    if not name:
-        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-    exchange = ch.vhost.exchanges.get(name)
-    if exchange is not None:
-        check_topic_binding(ch, exchange, routing_key)
-    return exchange
 
 
 def purge(ch: Channel, m: commands.Queue.Purge) -> None:

@@ -5,7 +5,8 @@ Each test runs against the ``target`` fixture: Leveret, and the real RabbitMQ on
 expectation. Covered here:
 
 * queue.bind / queue.unbind against another connection's exclusive queue: which check
-  answers first (403, 404, 406, 405), and an unbind of nothing being unbind-ok;
+  answers first (403, 404, 406, 405), and an unbind of nothing being unbind-ok; the same
+  order for exchange.bind / exchange.unbind;
 * a headers exchange comparing arrays and tables with their elements' wire types (and a
   nested table's key order), where top-level numbers match across widths; a binding made
   over HTTP has JSON's types as RabbitMQ reads them (an integer is a long);
@@ -96,6 +97,29 @@ def test_bind_and_unbind_on_another_connections_exclusive_queue(target: Target) 
     # The bindings are all still there: the owner removes them.
     owner.queue_unbind(q, "amq.direct", "k")
     owner.queue_unbind(q, "amq.headers", arguments={"a": 1})
+
+
+def test_exchange_bind_and_unbind_check_in_rabbitmqs_order(target: Target) -> None:
+    """The default exchange at either end is 403 before anything is looked up; the source
+    is looked up before the destination; unbinding what is not there is unbind-ok."""
+    conn = target.connect()
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    refused = (403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+    cases: list[tuple[Callable[[Any], object], object]] = [
+        (lambda ch: ch.exchange_bind(missing + "-d", missing + "-s", "k"),
+         (404, f"NOT_FOUND - no exchange '{missing}-s' in vhost '/'")),
+        (lambda ch: ch.exchange_bind(missing, "amq.direct", "k"),
+         (404, f"NOT_FOUND - no exchange '{missing}' in vhost '/'")),
+        (lambda ch: ch.exchange_bind(missing, "amq.headers", arguments={"x-match": "bad"}),
+         (404, f"NOT_FOUND - no exchange '{missing}' in vhost '/'")),
+        (lambda ch: ch.exchange_unbind(missing + "-d", missing + "-s", "k"), "ok"),
+        (lambda ch: ch.exchange_bind("amq.direct", "", "k"), refused),
+        (lambda ch: ch.exchange_bind("", "amq.direct", "k"), refused),
+        (lambda ch: ch.exchange_unbind("", missing, "k"), refused),
+        (lambda ch: ch.exchange_unbind(missing, "", "k"), refused),
+    ]
+    got = [_outcome(conn, op) for op, _ in cases]
+    assert got == [expected for _, expected in cases]
 
 
 _2020 = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
