@@ -354,26 +354,23 @@ class Channel(Publisher):
         taken = self._take(tag, multiple, _ACK)
         if self.vhost.tracer is not None:
             self._trace_settled("ack", taken, None)
-        if len(taken) > 1:
-            self._settle_many(taken)
-        else:
-            # Credit is given back before the queue hears of it: settling resumes the consumer.
-            for entry, queue, consumer in taken:
-                if consumer is not None:
-                    consumer.unacked -= 1
-                    self._global_unacked -= 1
-                    consumer.counters.ack += 1
-                else:
-                    self.queue_counters(queue).ack += 1
-                queue.settle(entry)
-        if self._global_full:
-            self._resume_consumers()
+        if len(taken) > 1 or self._global_full:
+            self._resume_freed(self._settle_many(taken))
+            return
+        # Credit is given back before the queue hears of it: settling resumes the consumer.
+        for entry, queue, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+                self._global_unacked -= 1
+                consumer.counters.ack += 1
+            else:
+                self.queue_counters(queue).ack += 1
+            queue.settle(entry)
 
-    def _settle_many(self, taken: list[Delivery]) -> None:
-        """A multiple ack: settle every delivery, then resume the consumers it freed in
-        consumer-tag byte order, each filled before the next, as RabbitMQ 3.10 does
-        (``tests/integration/test_differential_semantics.py``)."""
-        freed: dict[Consumer, None] = {}
+    def _settle_many(self, taken: list[Delivery]) -> dict[Consumer, int]:
+        """Settle every delivery without resuming anyone; returns how many each consumer
+        had settled."""
+        freed: dict[Consumer, int] = {}
         # Runs of one queue and consumer (usually the whole ack) settle in one call each.
         for (queue, consumer), run in groupby(taken, _QUEUE_AND_CONSUMER):
             entries = list(map(_ENTRY, run))
@@ -382,12 +379,33 @@ class Channel(Publisher):
                 consumer.unacked -= count
                 self._global_unacked -= count
                 consumer.counters.ack += count
-                freed[consumer] = None
+                freed[consumer] = freed.get(consumer, 0) + count
             else:
                 self.queue_counters(queue).ack += count
             queue.settle_many(entries)
+        return freed
+
+    def _resume_freed(self, freed: dict[Consumer, int]) -> None:
+        """Resume the consumers an ack freed as RabbitMQ 3.10 does: its channel acks each
+        consumer tag to its queue in turn, in tag byte order, and each freed consumer is
+        filled before the next (``tests/integration/test_differential_semantics.py``).
+        Once the global prefetch holds the channel (before the ack, or from a refill), its
+        queues are suspended until its limiter hears of the ack: a consumer that was full
+        then unblocks the channel's consumers with room of their own, which are blocked
+        again at once, behind the others; then the channel resumes and they rejoin in
+        that order, round robin, not one filled first."""
+        pending = dict(freed)
         for consumer in sorted(freed, key=_tag_bytes):
-            consumer.queue.resume(consumer)
+            count = pending.pop(consumer)
+            if not self._global_full:
+                consumer.queue.resume(consumer)
+            elif consumer.prefetch and consumer.unacked + count >= consumer.prefetch:
+                queue = consumer.queue
+                queue.park_behind([c for c in self.consumers.values() if c.queue is queue and (
+                    not c.prefetch or c.unacked + pending.get(c, 0) < c.prefetch)])
+        if self._global_full and (self._global_unacked < self.global_prefetch
+                                  or not self.global_prefetch):
+            self._resume_consumers()
 
     def reject(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         if self.tx is not None:
@@ -401,15 +419,22 @@ class Channel(Publisher):
         taken = self._take(tag, multiple, index)
         if self.vhost.tracer is not None:
             self._trace_settled("nack" if index == _NACK else "reject", taken, requeue)
+        if not requeue:  # settled as an ack is (RabbitMQ discards per consumer tag too)
+            freed: dict[Consumer, int] = {}
+            for entry, queue, consumer in taken:
+                if consumer is not None:
+                    consumer.unacked -= 1
+                    self._global_unacked -= 1
+                    freed[consumer] = freed.get(consumer, 0) + 1
+                queue.reject(entry, resume=False)  # dead-lettered if the queue has a DLX
+            self._resume_freed(freed)
+            return
         for entry, queue, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 self._global_unacked -= 1
-            if requeue:
-                queue.requeue(entry)
-                touched.add(queue)
-            else:
-                queue.reject(entry)  # dead-lettered if the queue has a DLX
+            queue.requeue(entry)
+            touched.add(queue)
         # Delivered again only once all are back in place: the oldest goes first.
         for queue in touched:
             queue.deliver_ready()
@@ -438,14 +463,18 @@ class Channel(Publisher):
             queue.deliver_ready()
 
     def _resume_consumers(self) -> None:
-        """Room may be back for every consumer of the channel (qos, flow, global prefetch).
-
-        O(consumers of the channel), as RabbitMQ's unblock of a channel's consumers;
-        an ack of a delivery resumes only its consumer (``Queue.settle``).
+        """Room may be back for every consumer of the channel (qos, flow, global prefetch):
+        in each queue, those parked that can take rejoin in the order they were parked
+        (``Dispatcher.resume_channel``). O(consumers of the channel), as RabbitMQ's unblock
+        of a channel's consumers; an ack of a delivery resumes only its consumer
+        (``Queue.settle``) unless the global prefetch held the channel.
         """
         self._global_full = False
-        for consumer in list(self.consumers.values()):
-            consumer.queue.resume(consumer)
+        by_queue: dict[Queue, set[Consumer]] = {}
+        for consumer in self.consumers.values():
+            by_queue.setdefault(consumer.queue, set()).add(consumer)
+        for queue, consumers in by_queue.items():
+            queue.resume_channel(consumers)
 
     # -- consumers ------------------------------------------------------------
 

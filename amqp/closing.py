@@ -112,7 +112,7 @@ def fail(conn: EndingHost, exc: AMQPError) -> None:
     """Hard error: send connection.close and wait for close-ok."""
     if conn.state in (CLOSING, CLOSED):
         return
-    text = exc.reply_text[:255]  # what goes on the wire; also bounds the log line
+    text = exc.wire_text  # what goes on the wire; also bounds the log line
     log.warning("connection %s: closing with %s", conn.name, text)
     class_id, method_id = exc.method
     if conn.state == HEADER:
@@ -129,11 +129,13 @@ def fail(conn: EndingHost, exc: AMQPError) -> None:
     conn.close_deadline = conn.clock() + grace
     conn.state = CLOSING
 
+
 def stop_reading(conn: EndingHost) -> None:
     """The stream is unusable: read no more of it, and drop it soon (RabbitMQ's 3 s)."""
     if conn.state == CLOSING:
         conn.reading = False
         conn.close_deadline = min(conn.close_deadline, conn.clock() + SILENT_CLOSE_DELAY)
+
 
 def close(conn: EndingHost, code: int, text: str) -> None:
     """Broker-initiated close (shutdown, management UI)."""
@@ -143,10 +145,12 @@ def close(conn: EndingHost, code: int, text: str) -> None:
     elif state != CLOSED:
         closed(conn)
 
+
 def closed(conn: EndingHost) -> None:
     release_all(conn)
     conn.state = CLOSED
     conn.want_close = True
+
 
 def release_all(conn: EndingHost) -> None:
     if not conn.released:
@@ -168,6 +172,7 @@ def release_all(conn: EndingHost) -> None:
             conn.vhost.delete_queue(queue)
     conn.broker.connections.discard(conn)
 
+
 def connection_lost(conn: EndingHost) -> None:
     """The transport is gone: release everything (requeue unacked, drop exclusive queues)."""
     if conn.state != CLOSED:
@@ -175,7 +180,9 @@ def connection_lost(conn: EndingHost) -> None:
     release_all(conn)
     conn.state = CLOSED
 
+
 # -- heartbeats -------------------------------------------------------------------
+
 
 def heartbeat_tick(conn: EndingHost) -> bool:
     """Called by the adapter every ``heartbeat / 2`` s; False once the peer is dead.

@@ -416,5 +416,5 @@ class Connection:
         self.closing_channels.add(channel.number)
         class_id, method_id = exc.method
         channel.send_method(commands.Channel.Close(  # after any reply held for a commit
-            reply_code=int(exc.code), reply_text=exc.reply_text[:255],
+            reply_code=int(exc.code), reply_text=exc.wire_text,
             class_id=class_id, method_id=method_id))

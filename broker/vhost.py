@@ -18,7 +18,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from leveret.broker import limits, publishing
-from leveret.broker.equivalence import QUEUE_EQUIVALENCE_ARGS, check_arguments_equivalent
+from leveret.broker.equivalence import check_arguments_equivalent, queue_equivalence_args
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange, route
@@ -279,17 +279,17 @@ class VirtualHost:
         """queue.declare (not passive): ``(queue, created)``.
 
         An existing queue must be usable by ``owner`` and equivalent to the
-        request; a new one passes argument and queue-type validation first
-        (RabbitMQ checks an existing queue's equivalence before its arguments'
-        queue type). Exclusive + durable makes an exclusive transient queue,
+        request, and its new arguments are not validated (rabbit_channel); a new
+        one passes argument and queue-type validation first. Exclusive + durable makes an exclusive transient queue,
         as in RabbitMQ.
         """
         if not server_named and name.startswith(RESERVED_PREFIX):
             raise ChannelError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
-        validate_queue_arguments(arguments, self.describe_queue(name))
-        self.churn.queue_declared += 1
         queue = self.queues.get(name)
+        if queue is None:  # an existing queue's equivalence is checked, not the arguments
+            validate_queue_arguments(arguments, self.describe_queue(name))
+        self.churn.queue_declared += 1
         if queue is not None:
             self.check_exclusive(queue, owner)
             self._check_queue_equivalent(queue, durable, exclusive, auto_delete, arguments)
@@ -325,7 +325,7 @@ class VirtualHost:
                     f"inequivalent arg '{arg}' for {what}: received '{str(received).lower()}' "
                     f"but current is '{str(current).lower()}'",
                 )
-        names = QUEUE_EQUIVALENCE_ARGS
+        names = queue_equivalence_args(queue_types.queue_type(queue.arguments))
         if queue_types.queue_type(arguments) == queue_types.queue_type(queue.arguments):
             # No x-queue-type means classic: 3.10 lets "classic" and none redeclare each other.
             names = tuple(n for n in names if n != "x-queue-type")

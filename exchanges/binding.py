@@ -43,6 +43,7 @@ class Matcher(Protocol):
 
     def bind(self, dest: object, routing_key: str, arguments: dict[str, Any]) -> bool: ...
     def unbind(self, dest: object, routing_key: str, arguments: dict[str, Any]) -> bool: ...
+    def has_binding(self, dest: object, routing_key: str, arguments: dict[str, Any]) -> bool: ...
     def remove_destination(self, dest: object) -> int: ...
     def route(self, routing_key: str, headers: dict[str, Any] | None) -> Iterable[object]: ...
     def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]: ...
@@ -111,6 +112,10 @@ class BindingSet:
             self.exchange_bindings += 1
         return key
 
+    def __contains__(self, binding: tuple[object, str, dict[str, Any]]) -> bool:
+        dest, routing_key, arguments = binding
+        return (id(dest), routing_key, args_key(arguments)) in self._bindings
+
     def remove(
         self, dest: object, routing_key: str, arguments: dict[str, Any]
     ) -> tuple[object, str, dict[str, Any]] | None:
@@ -161,6 +166,10 @@ class BindingSetOwner:
 
     def bindings(self) -> Iterator[tuple[object, str, dict[str, Any]]]:
         return iter(self._set)
+
+    def has_binding(self, dest: object, routing_key: str, arguments: dict[str, Any]) -> bool:
+        """Whether that exact binding exists (queue.unbind of a missing one is a no-op)."""
+        return (dest, routing_key, arguments) in self._set
 
     def __len__(self) -> int:
         return len(self._set)

@@ -10,14 +10,17 @@ Semantics (RabbitMQ's ``rabbit_exchange_type_headers.erl``)
   with an equal value. With no remaining arguments it matches every message.
 * ``any``: at least one must be. With no remaining arguments it matches none.
 * A binding argument whose value is void (``None``) matches on presence alone.
-* Values are compared as RabbitMQ compares the decoded terms (Erlang ``==``,
-  which ignores the wire type): integers and floats by numeric value
-  (``1`` matches ``1.0``), timestamps as their integer seconds, ``str`` and
-  ``bytes`` by their bytes, booleans only with booleans, decimals by
-  (scale, unscaled value) so ``1.0`` and ``1.00`` differ.
-  Where we differ: inside arrays and nested tables RabbitMQ also compares the
-  element's wire type tag, which pamqp does not keep; we compare nested
-  values by the same rules as top-level ones.
+* Values are compared as RabbitMQ compares the decoded terms (Erlang ``==``).
+  A top-level value has lost its wire type: integers of any width and floats
+  by numeric value (``I`` 1 matches ``l`` 1 and ``d`` 1.0), timestamps as their
+  integer seconds, ``str``, ``bytes`` and byte arrays by their bytes, booleans
+  only with booleans, decimals by (scale, unscaled value) so ``1.0`` and
+  ``1.00`` differ. An array is a list of ``{Type, Value}`` and a table a list
+  of ``{Key, Type, Value}`` in wire order, so inside them the wire type counts
+  too (``[I 1]`` does not match ``[l 1]``, nor ``f`` 1.5 ``d`` 1.5, nor a string
+  a byte array) and so does the order of a nested table's keys. The wire
+  types are the ones ``model/field_table`` keeps; an integer that never had
+  one (JSON from the HTTP API) is a long, as RabbitMQ reads JSON.
 * An invalid ``x-match`` is refused at bind time by :meth:`validate_binding`
   with RabbitMQ's text; a binding that bypassed validation (e.g. restored
   from an old definitions file) matches as ``all``, as RabbitMQ does.
@@ -35,6 +38,7 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
+from ..model.erlang_terms import field_term, field_type, pretty, write
 from ..model.errors import PRECONDITION_FAILED, ChannelError
 from .binding import BindingSet, BindingSetOwner, timestamp_seconds
 
@@ -45,21 +49,8 @@ _PRESENT: Any = object()
 #: marker for a header the message does not carry
 _ABSENT: Any = object()
 
-# Erlang's names for the AMQP field types, for the error message.
-_TYPE_NAMES: tuple[tuple[type, str], ...] = (
-    (bool, "bool"),
-    (int, "long"),
-    (float, "double"),
-    (Decimal, "decimal"),
-    (datetime.datetime, "timestamp"),
-    (list, "array"),
-    (dict, "table"),
-    (type(None), "void"),
-)
-
-
 def match_value(value: Any) -> Hashable:
-    """The form a field value is compared in (see the module docstring)."""
+    """The form a top-level field value is compared in (see the module docstring)."""
     kind = type(value)  # exact-type fast path for the usual header values
     if kind is str:
         return ("bin", value.encode("utf-8"))
@@ -76,30 +67,37 @@ def match_value(value: Any) -> Hashable:
     if isinstance(value, datetime.datetime):
         return ("num", timestamp_seconds(value))
     if isinstance(value, Decimal):
-        if not value.is_finite():
-            return ("dec", str(value))
-        sign, digits, exponent = value.as_tuple()
-        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-        return ("dec", -int(exponent), unscaled)
+        return ("dec", _decimal_key(value))
     if value is None:
         return ("void",)
-    if isinstance(value, (list, tuple)):
-        return ("arr", tuple(match_value(v) for v in value))
-    if isinstance(value, dict):
-        return ("tbl", tuple(sorted((str(k), match_value(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple, dict)):
+        return ("typed", _typed(value))
     return ("other", repr(value))
 
 
-def _erlang_term(value: Any) -> str:
-    """Roughly how Erlang's ``~tp`` prints a field value, for error texts."""
-    if isinstance(value, (str, bytes)):
-        text = value if isinstance(value, str) else value.decode("utf-8", "replace")
-        return '<<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">>'
-    if isinstance(value, bool):
-        return "true" if value else "false"
+def _typed(value: Any) -> Hashable:
+    """A value inside an array or table, or one of those: its wire type counts."""
+    if isinstance(value, (list, tuple)):
+        return ("array", tuple(_typed(v) for v in value))
+    if isinstance(value, dict):  # wire order: RabbitMQ does not sort nested tables
+        return ("table", tuple((str(k), _typed(v)) for k, v in value.items()))
+    if isinstance(value, Decimal):
+        return ("decimal", _decimal_key(value))
+    kind = field_type(value)
+    if kind == "float":
+        return (kind, field_term(value))  # the 32-bit value as a double
     if value is None:
-        return "undefined"
-    return repr(value)
+        return (kind,)
+    found = match_value(value)
+    return (kind, found[1] if isinstance(found, tuple) else found)
+
+
+def _decimal_key(value: Decimal) -> Hashable:
+    if not value.is_finite():
+        return str(value)
+    sign, digits, exponent = value.as_tuple()
+    unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+    return (-int(exponent), unscaled)
 
 
 class _Compiled:
@@ -193,12 +191,12 @@ class HeadersMatcher(BindingSetOwner):
                 return
             raise ChannelError(
                 PRECONDITION_FAILED,
-                f"Invalid x-match field value {_erlang_term(mode)}; "
+                f"Invalid x-match field value {write(field_term(mode))}; "
                 "expected all, any, all-with-x, or any-with-x",
             )
-        type_name = next((n for t, n in _TYPE_NAMES if isinstance(mode, t)), type(mode).__name__)
+        # RabbitMQ's io_lib ~p, from the column where the value starts.
+        prefix = f"Invalid x-match field type {field_type(mode)} (value "
         raise ChannelError(
             PRECONDITION_FAILED,
-            f"Invalid x-match field type {type_name} (value {_erlang_term(mode)}); "
-            "expected longstr",
+            f"{prefix}{pretty(field_term(mode), len(prefix))}); expected longstr",
         )

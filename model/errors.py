@@ -57,6 +57,9 @@ NOT_IMPLEMENTED = ReplyCode.NOT_IMPLEMENTED
 INTERNAL_ERROR = ReplyCode.INTERNAL_ERROR
 
 
+MAX_REPLY_TEXT = 255  # bytes in a short string
+
+
 class AMQPError(Exception):
     """An error with a reply code; ``method`` is the (class_id, method_id) that caused it."""
 
@@ -70,6 +73,17 @@ class AMQPError(Exception):
     def reply_text(self) -> str:
         """RabbitMQ's format: ``NOT_FOUND - no queue 'q' in vhost '/'``."""
         return f"{self.code.name} - {self.detail}"
+
+    @property
+    def wire_text(self) -> str:
+        """The reply text as a close method carries it (a short string): RabbitMQ's
+        ``rabbit_binary_generator`` keeps the first 252 bytes of a longer one and adds
+        ``...``; a UTF-8 character cut in two is dropped."""
+        text = self.reply_text
+        raw = text.encode("utf-8")
+        if len(raw) <= MAX_REPLY_TEXT:
+            return text
+        return raw[:MAX_REPLY_TEXT - 3].decode("utf-8", "ignore") + "..."
 
 
 class ChannelError(AMQPError):

@@ -20,8 +20,10 @@ consumers rejoin behind the others (``priority_queue:join``).
 Every operation the dispatch loop uses is O(1) (plus the number of priority
 levels, normally one), whatever the number of consumers: delivering a message
 to a queue with 1,000 consumers costs what it costs with one. Only
-``unpark_all`` (credit may have changed anywhere: qos, channel flow, the
-socket writable again), ``members`` and ``remove`` (a cancel) walk them.
+``unpark_all`` (credit may have changed anywhere), ``unpark_those`` and
+``park_behind`` (a channel's room is back: qos, channel flow, its socket writable
+again, an ack under its global prefetch), ``members`` and ``remove`` (a cancel)
+walk them.
 
 Consumer utilisation (RabbitMQ's ``consumer_utilisation``, "consumer capacity"):
 the share of time the queue could hand a message to a consumer at once, as a
@@ -42,7 +44,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Generic, Protocol, TypeVar
 
 # Seconds over which consumer utilisation's average halves the weight of the past.
@@ -204,6 +206,27 @@ class ConsumerRing(Generic[C]):
         self._by_priority[consumer.priority].append(consumer)
         self.use.set_blocked(False)
         return True
+
+    def unpark_those(self, consumers: Collection[C]) -> bool:
+        """Those of ``consumers`` that are parked and ``can_take()`` rejoin the rotation in
+        the order they were parked (a channel's room is back: rabbit_queue_consumers'
+        ``unblock`` of the channel's blocked consumers). True if any did."""
+        back = [c for c in self.parked if c in consumers and c.can_take()]
+        for consumer in back:
+            del self.parked[consumer]
+            self._by_priority[consumer.priority].append(consumer)
+        if back:
+            self.use.set_blocked(False)
+        return bool(back)
+
+    def park_behind(self, consumers: Collection[C]) -> None:
+        """Those of ``consumers`` that are parked move behind the other parked ones, in their
+        order: unblocked while their channel is still suspended, RabbitMQ blocks them again
+        at once, at the end of the channel's blocked list."""
+        moved = [c for c in self.parked if c in consumers]
+        for consumer in moved:
+            del self.parked[consumer]
+            self.parked[consumer] = None
 
     def unpark_all(self) -> bool:
         """Credit may have changed anywhere: every parked consumer is ready again."""

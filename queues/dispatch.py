@@ -20,6 +20,7 @@ store, the counters and everything else a queue does.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from leveret.queues.consumer_ring import ConsumerRing
@@ -116,6 +117,18 @@ class Dispatcher:
         """``consumer``'s credit may be back (its channel regained room): deliver to it."""
         if self._ring.unpark(consumer):
             self._dispatch()
+
+    def resume_channel(self, consumers: Collection[Consumer]) -> None:
+        """One channel's room is back (qos, flow, a writable socket, its global prefetch):
+        its consumers parked here that can take rejoin in the order they were parked, and
+        one run delivers round robin among them, as RabbitMQ unblocks a channel."""
+        if self._ring.unpark_those(consumers):
+            self._dispatch()
+
+    def park_behind(self, consumers: Collection[Consumer]) -> None:
+        """``consumers`` (of one channel, with room of their own) were unblocked by an ack
+        while their channel was out of global room: behind the other parked ones."""
+        self._ring.park_behind(consumers)
 
     def deliver_ready(self) -> None:
         """Deliver what consumers known to have credit can take (after requeues)."""

@@ -301,12 +301,13 @@ class Queue(Dispatcher):
             assert log is not None  # stored entries belong to durable queues
             log.remove_many(self.qid, stored)
 
-    def reject(self, entry: QueueEntry) -> None:
-        """A delivered entry was rejected without requeue: dead-letter it (if configured)."""
+    def reject(self, entry: QueueEntry, resume: bool = True) -> None:
+        """A delivered entry was rejected without requeue: dead-letter it (if configured).
+        ``resume=False``: the caller resumes its consumer (``Channel._resume_freed``)."""
         self._unacked -= 1
         if not self.deleted:
             self.drop(entry, dead_letter.REJECTED)
-        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
+        if resume and entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
             self._dispatch()
 
     def requeue(self, entry: QueueEntry) -> None:

@@ -33,6 +33,10 @@ def qos(ch: Channel, m: commands.Basic.Qos) -> None:
         ch.global_prefetch = m.prefetch_count
     else:
         ch.consumer_prefetch = m.prefetch_count
+        # RabbitMQ 3.10 lifts the channel's global prefetch here too (rabbit_channel:
+        # "ensures that if default was set, it's overridden"): both apply only when the
+        # global one comes second.
+        ch.global_prefetch = 0
     ch.send_method(commands.Basic.QosOk())
     ch._resume_consumers()
 

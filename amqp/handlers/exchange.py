@@ -10,10 +10,17 @@ from pamqp import commands
 
 from leveret.broker.permissions import CONFIGURE, READ, WRITE
 from leveret.exchanges import EXCHANGE_TYPES
-from leveret.model.errors import ACCESS_REFUSED, COMMAND_INVALID, ChannelError, ConnectionError_
+from leveret.model.errors import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    NOT_FOUND,
+    ChannelError,
+    ConnectionError_,
+)
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
+    from leveret.exchanges.exchange import Exchange
 
 RESERVED_PREFIX = "amq."
 
@@ -74,13 +81,28 @@ def check_topic_binding(ch: Channel, source: Any, routing_key: str) -> None:
         ch.access.check_topic(READ, source.name, routing_key)
 
 
+def binding_source(ch: Channel, name: str, routing_key: str) -> Exchange | None:
+    """A binding's source exchange, if it exists. As in rabbit_channel's binding_action,
+    the default exchange is refused before any lookup (403 even when the other end is
+    missing), and topic permissions are checked when the exchange exists."""
+    if not name:
+        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+    source = ch.vhost.exchanges.get(name)
+    if source is not None:
+        check_topic_binding(ch, source, routing_key)
+    return source
+
+
 def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
+    """The source is looked up before the destination (404 names the source first)."""
     vhost = ch.vhost
     check_binding(ch, "exchange", m.destination, m.source)
+    if not m.destination:
+        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+    source = binding_source(ch, m.source, m.routing_key)
+    if source is None:
+        raise ChannelError(NOT_FOUND, f"no {vhost.describe_exchange(m.source)}")
     dest = vhost.get_exchange(m.destination)
-    source = vhost.get_exchange(m.source)
-    vhost.check_not_default(dest)
-    check_topic_binding(ch, source, m.routing_key)
     vhost.bind(source, dest, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
         ch.send_durable(commands.Exchange.BindOk(), source.durable and dest.durable, (40, 30))
@@ -89,12 +111,12 @@ def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
 def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
     vhost = ch.vhost
     check_binding(ch, "exchange", m.destination, m.source)
+    if not m.destination:
+        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+    source = binding_source(ch, m.source, m.routing_key)
     dest = vhost.exchanges.get(m.destination)
-    source = vhost.exchanges.get(m.source)
     durable = True  # not found: the binding may be gone in a batch not yet committed
     if dest is not None and source is not None:
-        vhost.check_not_default(dest)
-        check_topic_binding(ch, source, m.routing_key)
         vhost.unbind(source, dest, m.routing_key, dict(m.arguments or {}))
         durable = source.durable and dest.durable
     if not m.nowait:

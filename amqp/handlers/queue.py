@@ -11,13 +11,10 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.amqp.handlers.exchange import check_binding, check_topic_binding
+from leveret.amqp.handlers.exchange import binding_source, check_binding
 from leveret.broker.permissions import CONFIGURE, READ, WRITE
 from leveret.broker.reply_to import PSEUDO_QUEUE
-from leveret.model.errors import (
-    NOT_FOUND,
-    ChannelError,
-)
+from leveret.model.errors import NOT_FOUND, ChannelError
 from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -86,26 +83,40 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
 
 
 def bind(ch: Channel, m: commands.Queue.Bind) -> None:
-    check_binding(ch, "queue", resolve_name(ch, m.queue), m.exchange)
-    queue = lookup(ch, m.queue)
-    exchange = ch.vhost.get_exchange(m.exchange)
-    check_topic_binding(ch, exchange, m.routing_key)
-    ch.vhost.bind(exchange, queue, m.routing_key, dict(m.arguments or {}))
+    """rabbit_channel's binding_action and rabbit_binding:add, in their order: permissions,
+    the default exchange (403), the exchange then the queue (404), the binding's own
+    arguments (406), and only then another connection's exclusive queue (405)."""
+    vhost = ch.vhost
+    name = resolve_name(ch, m.queue)
+    check_binding(ch, "queue", name, m.exchange)
+    exchange = binding_source(ch, m.exchange, m.routing_key)
+    if exchange is None:
+        raise ChannelError(NOT_FOUND, f"no {vhost.describe_exchange(m.exchange)}")
+    queue = vhost.get_queue(name)
+    arguments = dict(m.arguments or {})
+    exchange.matcher.validate_binding(m.routing_key, arguments)
+    vhost.check_exclusive(queue, ch.connection)
+    vhost.bind(exchange, queue, m.routing_key, arguments)
     if not m.nowait:
         ch.send_durable(commands.Queue.BindOk(), exchange.durable and queue.durable, (50, 20))
 
 
 def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
+    """Removing what is not there is unbind-ok, as in rabbit_binding:remove: a missing
+    exchange, queue or binding; exclusivity is checked only for a binding that exists
+    (RabbitMQ 3.10 answers unbind-ok to another connection's exclusive queue then)."""
     vhost = ch.vhost
-    check_binding(ch, "queue", resolve_name(ch, m.queue), m.exchange)
-    queue = vhost.queues.get(resolve_name(ch, m.queue))
-    exchange = vhost.exchanges.get(m.exchange)
+    name = resolve_name(ch, m.queue)
+    check_binding(ch, "queue", name, m.exchange)
+    exchange = binding_source(ch, m.exchange, m.routing_key)
+    queue = vhost.queues.get(name)
     # Not found: the binding may be gone in a batch not yet committed, so wait as well.
     durable = True
     if queue is not None and exchange is not None:
-        vhost.check_exclusive(queue, ch.connection)
-        check_topic_binding(ch, exchange, m.routing_key)
-        vhost.unbind(exchange, queue, m.routing_key, dict(m.arguments or {}))
+        arguments = dict(m.arguments or {})
+        if exchange.matcher.has_binding(queue, m.routing_key, arguments):
+            vhost.check_exclusive(queue, ch.connection)
+            vhost.unbind(exchange, queue, m.routing_key, arguments)
         durable = exchange.durable and queue.durable
     ch.send_durable(commands.Queue.UnbindOk(), durable, (50, 50))
 

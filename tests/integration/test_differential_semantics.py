@@ -5,7 +5,8 @@ RabbitMQ on 127.0.0.1:5672 when one runs (skipped otherwise). The expectations w
 recorded from RabbitMQ 3.10.8 and hold on both, so a RabbitMQ run proves them:
 
 * which consumers a ``multiple`` ack refills, in what order (consumer-tag byte order, each
-  consumer filled to its prefetch before the next);
+  consumer filled to its prefetch before the next), and under a global prefetch (the
+  channel's consumers round robin, in the order they were blocked);
 * single-active-consumer failover while the active consumer holds unacked messages (the
   standby gets nothing until something runs the queue; the held messages come back first,
   redelivered);
@@ -83,6 +84,119 @@ def test_multiple_ack_refills_freed_consumers_in_tag_order(target: Target) -> No
     ch.basic_ack(last[0], multiple=True)  # aa had one slot taken again, the others two
     _pump(conn, lambda: len(log) == 8, WAIT)
     assert [t for t, _ in log] == ["aa", "aa", "bb", "bb", "mm", "mm", "zz", "zz"]
+    conn.close()
+
+
+def _prefetch_run(target: Target, tags: list[str], prefetch: int | None,
+                  global_before: int | None, global_after: int | None) -> tuple[Any, Any, Any]:
+    """Consumers ``tags`` on one channel of a queue of 40 messages, in that order."""
+    conn = target.connect()
+    ch = conn.channel()
+    q = _name("gpf")
+    ch.queue_declare(q, auto_delete=True)
+    for i in range(40):
+        ch.basic_publish("", q, b"m%d" % i)
+    if global_before is not None:
+        ch.basic_qos(prefetch_count=global_before, global_qos=True)
+    log: list[tuple[str, str]] = []
+    delivered: list[int] = []
+
+    def on_message(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
+        log.append((method.consumer_tag, body.decode()))
+        delivered.append(method.delivery_tag)
+
+    for tag in tags:
+        if prefetch is not None:
+            ch.basic_qos(prefetch_count=prefetch)
+        ch.basic_consume(q, on_message, consumer_tag=tag)
+    if global_after is not None:
+        ch.basic_qos(prefetch_count=global_after, global_qos=True)
+    return conn, ch, (log, delivered)
+
+
+def _after(conn: Any, log: list[Any], count: int, act: Callable[[], object]) -> list[Any]:
+    """What ``act`` makes the broker deliver: ``count`` messages, and nothing more."""
+    log.clear()
+    act()
+    _pump(conn, lambda: len(log) >= count, 5)
+    conn.process_data_events(time_limit=0.2)
+    return list(log)
+
+
+@pytest.mark.parametrize("settle", ["ack", "nack"])
+def test_acks_under_a_global_prefetch_refill_the_channels_consumers_round_robin(
+        target: Target, settle: str) -> None:
+    """The channel's limiter suspends its queues; an ack resumes the channel and its blocked
+    consumers rejoin in the order they were blocked, one message each in turn: not the
+    acked consumer first, nor one consumer filled to the limit. A nack without requeue
+    frees room the same way."""
+    conn, ch, (log, delivered) = _prefetch_run(target, ["zz", "aa", "mm", "bb"], None, 4, None)
+    _pump(conn, lambda: len(log) == 4, 5)
+    assert [t for t, _ in log] == ["zz"] * 4
+    tags = list(delivered)
+
+    def done(tag: int, multiple: bool = False) -> Callable[[], object]:
+        if settle == "ack":
+            return lambda: ch.basic_ack(tag, multiple=multiple)
+        return lambda: ch.basic_nack(tag, multiple=multiple, requeue=False)
+
+    assert _after(conn, log, 1, done(tags[0])) == [("zz", "m4")]
+    assert _after(conn, log, 1, done(tags[1])) == [("aa", "m5")]
+    assert _after(conn, log, 2, done(tags[3], multiple=True)) == [("mm", "m6"), ("bb", "m7")]
+    assert _after(conn, log, 4, done(delivered[-1], multiple=True)) == [
+        ("zz", "m8"), ("aa", "m9"), ("mm", "m10"), ("bb", "m11")]
+    conn.close()
+
+
+def test_acks_under_per_consumer_and_global_prefetch(target: Target) -> None:
+    """Each consumer's acks reach the queue in tag order while the channel is suspended:
+    those with room of their own are blocked again behind the others, then the channel
+    resumes them in that order, round robin until the global limit."""
+    conn, ch, (log, delivered) = _prefetch_run(target, ["zz", "aa", "mm", "bb"], 2, None, 5)
+    _pump(conn, lambda: len(log) == 8, 5)  # the global limit came after: 8 delivered
+    assert [t for t, _ in log] == ["zz", "zz", "aa", "aa", "mm", "mm", "bb", "bb"]
+    tags = list(delivered)
+    assert _after(conn, log, 0, lambda: ch.basic_ack(tags[2], multiple=True)) == []
+    assert _after(conn, log, 5, lambda: ch.basic_ack(tags[-1], multiple=True)) == [
+        ("mm", "m8"), ("bb", "m9"), ("zz", "m10"), ("aa", "m11"), ("mm", "m12")]
+    conn.close()
+
+
+def test_a_per_consumer_qos_lifts_the_global_prefetch_and_moves_nobody(
+        target: Target) -> None:
+    """RabbitMQ 3.10's basic.qos(global=false) drops the channel's global limit; and a
+    consumer full at its own prefetch stays where it was blocked, so the next publishes go
+    round robin from the consumer that was served last, the freed one joining the end."""
+    conn, _, (log, _) = _prefetch_run(target, ["zz", "aa", "mm", "bb"], 2, 3, None)
+    _pump(conn, lambda: len(log) == 8, 5)
+    conn.process_data_events(time_limit=0.2)
+    assert len(log) == 8  # not 3: the per-consumer qos lifted the global one
+    conn.close()
+    conn = target.connect()
+    ch = conn.channel()
+    q = _name("qos-order")
+    ch.queue_declare(q, auto_delete=True)
+    for i in range(4):
+        ch.basic_publish("", q, b"m%d" % i)
+    got: list[tuple[str, str]] = []
+    last = [0]
+
+    def on_message(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
+        got.append((method.consumer_tag, body.decode()))
+        last[0] = method.delivery_tag
+
+    for tag in ["zz", "aa", "mm", "bb"]:
+        ch.basic_qos(prefetch_count=2)
+        ch.basic_consume(q, on_message, consumer_tag=tag)
+    _pump(conn, lambda: len(got) == 4, 5)
+    assert [t for t, _ in got] == ["zz", "zz", "aa", "aa"]
+    assert _after(conn, got, 0, lambda: ch.basic_ack(last[0], multiple=True)) == []
+
+    def publish() -> None:
+        for i in range(8):
+            ch.basic_publish("", q, b"p%d" % i)
+
+    assert [t for t, _ in _after(conn, got, 8, publish)] == ["aa", "mm", "bb", "zz"] * 2
     conn.close()
 
 

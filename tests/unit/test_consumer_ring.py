@@ -62,6 +62,26 @@ def test_a_consumer_without_credit_is_parked_and_rejoins_behind_its_peers() -> N
     assert turns(ring, 3) == ["c", "b", "a"]  # ring was [c, b] when a came back
 
 
+def test_a_channels_consumers_rejoin_in_the_order_they_were_parked() -> None:
+    """unpark_those: a channel's room is back; park_behind: unblocked while its channel is
+    still suspended, blocked again at once behind the others (RabbitMQ's unblock)."""
+    ring: ConsumerRing[C] = ConsumerRing()
+    zz, aa, mm, bb, other = (C(n, credit=0) for n in ("zz", "aa", "mm", "bb", "other"))
+    for c in (zz, aa, mm, bb, other):
+        ring.add(c)
+    assert turns(ring, 1) == []
+    assert list(ring.parked) == [zz, aa, mm, bb, other]
+    ring.park_behind({zz, mm, bb})
+    assert list(ring.parked) == [aa, other, zz, mm, bb]
+    for c in (zz, aa, mm, bb, other):
+        c.credit = 1
+    aa.credit = 0  # full at its own prefetch: stays parked
+    assert ring.unpark_those({zz, aa, mm, bb}) is True
+    assert list(ring.parked) == [aa, other]
+    assert turns(ring, 5) == ["zz", "mm", "bb"]
+    assert ring.unpark_those({aa}) is False
+
+
 def test_nobody_with_credit() -> None:
     ring: ConsumerRing[C] = ConsumerRing()
     assert ring.take_turn() is None

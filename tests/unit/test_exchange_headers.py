@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from leveret.exchanges import HeadersMatcher
+from leveret.model import field_table as ft
 from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 
 
@@ -83,10 +84,21 @@ def test_match_modes(binding, headers, expected):
         (Decimal(1), 1, False),
         (datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC), 1577836800, True),
         (1577836800, datetime.datetime(2020, 1, 1), True),  # naive datetime taken as UTC
-        ([1, "a"], [1.0, b"a"], True),
+        # Arrays and tables compare their elements' wire types too (RabbitMQ keeps
+        # {Type, Value}); a plain int (from JSON) is a long.
+        ([1, "a"], [1, b"a"], True),
+        ([1], [ft.Long(1)], True),
+        ([1], [ft.SignedInt(1)], False),
+        ([1, "a"], [1.0, b"a"], False),
+        ([ft.SignedInt(1)], [ft.Long(1)], False),
+        ([ft.Long(1)], [ft.Long(1)], True),
+        (["a"], [bytearray(b"a")], False),
         ([1, 2], [2, 1], False),
         ({"k": 1}, {"k": 1}, True),
         ({"k": 1}, {"k": 2}, False),
+        ({"k": ft.SignedInt(1)}, {"k": ft.Long(1)}, False),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, False),  # nested tables keep their wire order
+        ([ft.Float(1.5)], [1.5], False),
     ],
 )
 def test_value_comparison(bound, sent, expected):
@@ -134,7 +146,11 @@ def test_validate_accepts_the_four_modes(value):
             "",
             'Invalid x-match field value <<"">>; expected all, any, all-with-x, or any-with-x',
         ),
-        (5, "Invalid x-match field type long (value 5); expected longstr"),
+        (ft.Long(5), "Invalid x-match field type long (value 5); expected longstr"),
+        (ft.SignedInt(5), "Invalid x-match field type signedint (value 5); expected longstr"),
+        (ft.Float(2.5), "Invalid x-match field type float (value 2.5); expected longstr"),
+        ([ft.Long(1), "s"],
+         'Invalid x-match field type array (value [{long,1},{longstr,<<"s">>}]); expected longstr'),
         (True, "Invalid x-match field type bool (value true); expected longstr"),
     ],
 )
