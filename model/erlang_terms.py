@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
-from typing import Any
 
 from leveret.model.field_table import Float, Timestamp, TypedInt, type_name
 
@@ -43,13 +42,13 @@ _F32 = struct.Struct(">f")
 TRUE, FALSE, UNDEFINED = Atom("true"), Atom("false"), Atom("undefined")
 
 
-def field_type(value: Any) -> str:
+def field_type(value: object) -> str:
     """RabbitMQ's type name for a field value: the wire type it came in, and for an integer
     that never had one (JSON: the HTTP API, definitions) long, as RabbitMQ reads JSON."""
     return "long" if type(value) is int else type_name(value)
 
 
-def field_term(value: Any) -> Term:
+def field_term(value: object) -> Term:
     """The term RabbitMQ's decoder holds for a field value (see the module docstring)."""
     if isinstance(value, bool):
         return TRUE if value else FALSE
