@@ -144,7 +144,7 @@ class DiskMonitor:
                 free = min(free, self.capacity - directory_bytes(self.path))
         except OSError:
             return self.limit + 1  # cannot tell: no alarm, as before
-        return free + self._store_space().free_bytes
+        return int(free + self._store_space().free_bytes)
 
     def check(self) -> bool:
         """Measure now; True while free space is under the limit."""

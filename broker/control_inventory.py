@@ -157,13 +157,13 @@ def commands(broker: Any) -> dict[str, Command]:
 
     def purge_queue(r: dict[str, Any]) -> int:
         vhost, queue = queue_named(r, "not_found")
-        return vhost.purge_queue(queue)
+        return int(vhost.purge_queue(queue))
 
     def delete_queue(r: dict[str, Any]) -> int:
         vhost, queue = queue_named(r, "Queue not found")
         try:
-            return vhost.delete_queue_checked(queue, bool(r.get("if_unused")),
-                                              bool(r.get("if_empty")))
+            return int(vhost.delete_queue_checked(queue, bool(r.get("if_unused")),
+                                                  bool(r.get("if_empty"))))
         except ChannelError as exc:
             if exc.code == PRECONDITION_FAILED:
                 text = "Queue is in use" if exc.detail.endswith("in use") else "Queue is not empty"

@@ -211,7 +211,8 @@ def open_connections(broker: Any, vhost: Any = None) -> list[ClientSession]:
 
 def find_connection(broker: Any, name: str) -> ClientSession | None:
     """The connection called ``name`` (``connection_name``), or None."""
-    for conn in broker.connections:
+    connections: Iterable[ClientSession] = broker.connections
+    for conn in connections:
         if connection_name(conn) == name:
             return conn
     return None

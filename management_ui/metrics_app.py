@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from leveret.broker import auth as broker_auth
 from leveret.management_ui import auth, prometheus, prometheus_detailed
 from leveret.management_ui.prometheus import CONTENT_TYPE, Writer
 from leveret.management_ui.prometheus_slices import Render
@@ -168,7 +169,7 @@ def _refused(state: State, request: web.Request) -> web.Response | None:
         return error_response(401, auth.NOT_AUTHORIZED, auth.LOGIN_FAILED, challenge)
     state.auth_attempts(True)
     name, tags = found
-    if name in state.config.loopback_users and not auth.is_loopback(peer):
+    if name in state.config.loopback_users and not broker_auth.is_loopback(peer):
         reason = auth.LOOPBACK_ONLY
     elif not auth.allowed(tags, auth.MONITORING):
         reason = auth.REFUSED_TEXT[auth.MONITORING]

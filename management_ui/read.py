@@ -10,8 +10,9 @@ from aiohttp import web
 
 from leveret.broker import inventory
 from leveret.broker.api import EXCHANGE_TYPES
+from leveret.broker.inventory import truthy
 from leveret.management_ui import alerts, auth, views
-from leveret.management_ui.listing import respond_list, respond_one, truthy
+from leveret.management_ui.listing import respond_list, respond_one
 from leveret.management_ui.rights import DEST_KIND
 from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
 from leveret.management_ui.sampler import VHOST_RATE_FIELDS, vhost_key

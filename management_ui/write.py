@@ -17,8 +17,8 @@ from aiohttp import web
 
 from leveret.broker import inventory
 from leveret.broker.api import EXCHANGE_TYPES, PolicyError, validate_policy
+from leveret.broker.inventory import truthy
 from leveret.management_ui import read, rights, views
-from leveret.management_ui.listing import truthy
 from leveret.management_ui.router import ApiError, Request, bad_request, not_found
 from leveret.model.errors import ChannelError
 

@@ -37,9 +37,9 @@ PACKAGES = ("amqp", "broker", "management_ui", "queues", "exchanges", "persisten
 # Per package: the least share of lines checked strictly, and the most parameters, returns and
 # variables annotated as plain ``Any``. Raise a floor (or lower a ceiling) when a change beats
 # it, so it never slides back.
-STRICT_FLOOR = {"amqp": 21, "broker": 8, "management_ui": 0, "queues": 42, "exchanges": 0,
+STRICT_FLOOR = {"amqp": 23, "broker": 100, "management_ui": 100, "queues": 100, "exchanges": 0,
                 "persistence": 0, "model": 100, "confirms": 100, "spark_sink": 0}
-BARE_ANY_CEILING = {"amqp": 14, "broker": 63, "management_ui": 113, "queues": 34,
+BARE_ANY_CEILING = {"amqp": 10, "broker": 62, "management_ui": 84, "queues": 34,
                     "exchanges": 5, "persistence": 20, "model": 9, "confirms": 0,
                     "spark_sink": 17}
 
