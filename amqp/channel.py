@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 _PUBLISH = fastpath.BASIC_PUBLISH
 # Deliveries one connection encodes per loop turn before the rest wait for the next turn
-# (Connection.batch_bytes): bounds the output held in memory at once (issue 17 item 2).
+# (Connection.batch_bytes): bounds the output held in memory at once.
 DELIVERY_BATCH_BYTES = 1 << 20
 _ACK = fastpath.BASIC_ACK
 _NACK = fastpath.BASIC_NACK

@@ -82,7 +82,7 @@ class VirtualHost:
         for ex_name, ex_type in DEFAULT_EXCHANGES:
             self.exchanges[ex_name] = Exchange(ex_name, ex_type, durable=True, vhost=name)
         # RabbitMQ pre-declares its firehose exchange in every vhost (internal: clients may
-        # bind to it but not publish to it). Leveret's tracing is its own (issue 13).
+        # bind to it but not publish to it). Leveret's tracing is its own (queues/tracing.py).
         self.exchanges[TRACE_EXCHANGE] = Exchange(TRACE_EXCHANGE, "topic", durable=True,
                                                   internal=True, vhost=name)
 

@@ -1,4 +1,4 @@
-"""Issue 13's live broker log over SSE (administrators only) and the alert hints on the
+"""The console's live broker log over SSE (administrators only) and the alert hints on the
 queue list, against a real broker driven by pika and real HTTP."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13's queue API over real HTTP against a real broker, checked with pika:
+"""The console's queue API over real HTTP against a real broker, checked with pika:
 peek and search change nothing (order, redelivered), a deep paged queue is peeked in the
 middle, dead letters are redriven to their origin, messages moved and deleted, and the
 permissions each needs (read on the queue; write on the exchange published to)."""

@@ -1,4 +1,4 @@
-"""Issue 13's tracing over real HTTP, driven by pika: a message's life from publish to ack
+"""The console's tracing over real HTTP, driven by pika: a message's life from publish to ack
 (and reject, dead-letter, expire, return), the capped ring, the queue filter, the SSE feed,
 and who may trace."""
 

@@ -49,7 +49,7 @@ from pamqp import heartbeat as pamqp_heartbeat
 
 from leveret.model import field_table
 
-field_table.install()  # send typed values as typed; see the issue-15 cases
+field_table.install()  # send typed values as typed; see the declare-time type cases
 
 TIMEOUT = 5.0
 RABBITMQ = ("127.0.0.1", 5672)
@@ -234,7 +234,7 @@ class RawConnection:
         self.sock.close()
 
 
-# -- RabbitMQ fidelity: declare-time types and limits (issue 15) --------------
+# -- RabbitMQ fidelity: declare-time types and limits -----------------------
 # Each value is sent in the wire type it names (Leveret's typed table codec is
 # installed in this process), so type names in the texts can be compared.
 
@@ -1484,7 +1484,7 @@ CASES: list[Case] = [
          ("connection", 503, "COMMAND_INVALID - unimplemented method", 10, 50)),
     Case("connection_tune_ok_after_open", connection_tune_ok_after_open,
          ("connection", 504, IN_STATE_RUNNING, 10, 31)),
-    # declare-time types and limits (issue 15)
+    # declare-time types and limits
     Case("exchange_declare_default", exchange_declare_default,
          ("channel", 403, "ACCESS_REFUSED - operation not permitted on the default exchange",
           40, 10)),

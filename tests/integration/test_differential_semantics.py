@@ -1,4 +1,4 @@
-"""Issue 15, item 3: semantics a pika user can observe, the same program on both brokers.
+"""Semantics a pika user can observe, the same program on both brokers.
 
 Each test is one pika program run against the ``target`` fixture: Leveret, and the real
 RabbitMQ on 127.0.0.1:5672 when one runs (skipped otherwise). The expectations were

@@ -1,4 +1,4 @@
-"""Clients that do not read, or go on sending after the broker closed (issue 17 items 2, 6).
+"""Clients that do not read, or go on sending after the broker closed.
 
 Each test is bounded in time (a few seconds) and in memory: it stops as soon as the broker
 has grown by more than the allowance, so a regression fails fast instead of eating RAM.
@@ -221,7 +221,7 @@ def nested_table(depth: int) -> bytes:
 
 
 def test_deep_tables_one_log_line_and_no_lost_message(lone_broker: Any) -> None:
-    """Issue 17 item 5. Before: queue.declare arguments nested 1,000 deep got 541 and a
+    """Before: queue.declare arguments nested 1,000 deep got 541 and a
     3,000-line traceback; the same headers on a message expiring into a dead-letter
     exchange lost the message (in neither queue) after an exception in the TTL timer."""
     client = Raw(lone_broker.port)

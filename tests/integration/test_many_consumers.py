@@ -1,4 +1,4 @@
-"""Many consumers on one channel: no freeze (issue 17, item 1), RabbitMQ's round-robin.
+"""Many consumers on one channel: no freeze, RabbitMQ's round-robin.
 
 One pika channel with ``basic_qos(10)`` and hundreds of consumers on one queue,
 with more messages than their prefetch windows hold, acked one by one. Before

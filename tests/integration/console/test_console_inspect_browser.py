@@ -1,4 +1,4 @@
-"""The console's "beyond RabbitMQ" pages in a real headless Chromium (issue 13).
+"""The console's "beyond RabbitMQ" pages in a real headless Chromium.
 
 Peek, search, redrive and trace, each done in the browser and checked with pika:
 peeking changes nothing (same order, ``redelivered`` false), redriven messages
