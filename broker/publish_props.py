@@ -1,6 +1,6 @@
 """Publish-time property work: sender-selected distribution and the reply-to rewrite.
 
-Properties stay the publisher's bytes (STYLE.md §3), so both features start
+Properties stay the publisher's bytes (docs/STYLE.md §3), so both features start
 with a test on those bytes that costs no decoding: the headers flag plus a
 substring search for a ``CC``/``BCC`` table key, and the reply-to flag plus
 the exact shortstr ``amq.rabbitmq.reply-to``. Only a message that passes is

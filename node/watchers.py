@@ -44,7 +44,7 @@ def check_memory(broker: Broker, monitor: MemoryMonitor, release: Callable[[], N
     mapped after bodies are freed (``trim_heap``). Both are handed back only when memory
     matters: under the paging threshold, freed heap is reused by the next messages, and
     trimming it each second made them fault their pages in again (the relay of
-    ``bench/README.md``, "Paging": 0.52-0.55 against 0.38-0.40 page faults a row).
+    the bench journal, ``git show f42cb0b:bench/README.md``, "Paging": 0.52-0.55 against 0.38-0.40 page faults a row).
     """
     over_limit, paging = monitor.check()
     if over_limit or paging:

@@ -57,7 +57,8 @@ def _put_new_records(cursor: Any, keys: list[bytes], records: list[bytes]) -> No
     record on disk. LMDB then fills the last page and starts a new one (``MDB_APPEND``)
     instead of searching for each key and splitting a full page in half: with 1-2 KB
     messages, pages hold twice as many records or more and each is written once
-    (bench/README.md, "Spark bridge, eleventh round"). A priority queue's records (a
+    (the bench journal, ``git show f42cb0b:bench/README.md``, "Spark bridge, eleventh
+    round"). A priority queue's records (a
     higher cluster byte, ``batch.CLUSTER_SHIFT``) sort after the plain ones, so then,
     or when the batch mixes clusters, the keys go where they belong, as before.
     """

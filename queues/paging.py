@@ -18,7 +18,8 @@ memory goes down as well as stopping growth.
 Why it matters: a backlog that fits in memory is delivered from memory, with no
 read back from the store. The Spark pipeline's broker work relays a
 100,000-row backlog with 35 us of broker CPU per row instead of 47-50 when all
-but 10,000 rows were read back from LMDB (``bench/README.md``, "Paging").
+but 10,000 rows were read back from LMDB (the bench journal,
+``git show f42cb0b:bench/README.md``, "Paging").
 
 The memory watcher (``node/watchers.py``) sets ``pressed`` once a second from
 the process's RSS; ``Broker.set_memory_pressure`` tells every queue.

@@ -8,7 +8,8 @@ reader's planning methods (the source's driver side):
   (``pyspark/daemon.py``), and a full collection walks every tracked object in the
   process: PySpark's, pyarrow's and the imported modules', hundreds of thousands of
   them. It took about a quarter of the task workers' CPU in the queue -> Spark ->
-  exchange pipeline (bench/README.md, "Spark bridge"). Everything alive when a task of
+  exchange pipeline (the bench journal, ``git show f42cb0b:bench/README.md``, "Spark
+  bridge"). Everything alive when a task of
   ours starts has survived that collection, so it is frozen (``gc.freeze``): later
   collections walk only what tasks create. What a frozen object drops is still freed by
   reference counting; only a cycle among frozen objects that becomes garbage would stay,

@@ -516,7 +516,7 @@ def test_release_memory_unmaps_read_pages_also_after_a_compaction(path: Path) ->
 def test_one_long_call_gives_pages_back_as_it_goes(path: Path, read: str) -> None:
     """A deep drain reads and deletes thousands of entries in one call; the store gives the
     mapped pages back every ``pages.every`` entries, so one call cannot grow RSS by the
-    size of what it walks (the 10M-message priority drain, bench/README.md)."""
+    size of what it walks (the 10M-message priority drain, docs/benchmarks.md)."""
     store = recording(LmdbStore(path))
     qid = store.put_queue(QueueDef("/", "q"))
     for seq in range(3000):

@@ -1,4 +1,4 @@
-"""The sans-IO protocol core over an in-memory wire (STYLE.md principle 1).
+"""The sans-IO protocol core over an in-memory wire (docs/STYLE.md principle 1).
 
 Every scenario is driven through ``tests/unit/wire.Client``, which feeds
 ``Connection.receive_data`` and parses what ``data_to_send()`` returns with
