@@ -44,9 +44,10 @@ DATA_FILE_MODE = 0o600
 # The cyclic garbage collector's thresholds for a serving broker. With CPython's default
 # (700 new container objects) a broker holding tens of thousands of messages and unacked
 # deliveries ran a full collection every few thousand messages, each walking every live
-# object: 13% of its CPU in a queue -> consumer -> publisher relay (the bench
-# journal, `git show f42cb0b:bench/README.md`, "Garbage collection"). Reference counting frees what the hot path drops; the collector
-# only finds cycles, so it can run far less often for the same memory.
+# object: 13% of its CPU in a queue -> consumer -> publisher relay (the bench journal,
+# `git show f42cb0b:bench/README.md`, "Garbage collection"). Reference counting frees what
+# the hot path drops; the collector only finds cycles, so it can run far less often for the
+# same memory.
 # Every message a queue holds is two tracked objects (its ``Message`` and ``QueueEntry``),
 # and the first generation-1 collection after it arrived walks them again, at a cache miss
 # or more each: 4-5% of the broker's CPU in the relay and the Spark pipeline. So generation
@@ -92,7 +93,8 @@ def open_store(config: Config) -> tuple[Any, Any]:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         lock.close()
-        raise StartupError(f"data directory {data_dir} is in use by another Leveret process") from exc
+        raise StartupError(
+            f"data directory {data_dir} is in use by another Leveret process") from exc
     try:
         return LmdbStore(data_dir / "store"), lock
     except StoreError as exc:

@@ -43,8 +43,9 @@ def check_memory(broker: Broker, monitor: MemoryMonitor, release: Callable[[], N
     backlog (page cache, unmapped by ``release_memory``) and heap that glibc keeps
     mapped after bodies are freed (``trim_heap``). Both are handed back only when memory
     matters: under the paging threshold, freed heap is reused by the next messages, and
-    trimming it each second made them fault their pages in again (the relay of
-    the bench journal, ``git show f42cb0b:bench/README.md``, "Paging": 0.52-0.55 against 0.38-0.40 page faults a row).
+    trimming it each second made them fault their pages in again: 0.52-0.55 against
+    0.38-0.40 page faults a relayed row (the bench journal, ``git show
+    f42cb0b:bench/README.md``, "Paging").
     """
     over_limit, paging = monitor.check()
     if over_limit or paging:
