@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TextIO
 
 from leveret import __version__, ctl
+from leveret.amqp import compiled
 from leveret.config import LOG_LEVELS, ConfigError, load_config
 from leveret.labs import command as lab_command
 
@@ -159,6 +160,7 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str], err: TextIO) -> int
     # the AMQP layer cannot import them (it sits below), so they are handed in here.
     management = importlib.import_module("leveret.management_ui")
     log.info("leveret %s starting; data dir %s", __version__, config.data_dir)
+    log.info("%s", compiled.describe())
     try:
         server.run(config, management.services())
     except server.StartupError as exc:

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.amqp import compiled
 from leveret.broker import inventory
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.management_ui import alerts, auth, views
@@ -99,6 +100,7 @@ async def overview(req: Request) -> web.Response:
         "erlang_version": "n/a", "erlang_full_version": "n/a",
         "release_series_support_status": "supported",
         "disable_stats": False, "enable_queue_totals": False,
+        "leveret_extensions": compiled.build(),  # the hot path: "compiled" or "pure" Python
     }
     if monitor:
         out.update(_broker_totals(req))
