@@ -19,6 +19,7 @@ module beside its source would shadow every later edit of the ``.py``.
 import os
 import platform
 import runpy
+import shutil
 from pathlib import Path
 
 from setuptools import Extension, find_namespace_packages, setup
@@ -82,12 +83,30 @@ class BuildExt(build_ext):
 
             generated = {ext.name: ext.sources for ext in cythonize(
                 self.extensions, compiler_directives={"language_level": "3"},
-                build_dir=os.path.join(self.build_temp, "cython"), quiet=True)}
+                build_dir=os.path.join(self.build_temp, "cython"), quiet=True,
+                include_path=[self._pxd_tree()])}
             for ext in self.extensions:  # the same objects: setuptools annotated them
                 ext.sources = generated[ext.name]
             super().run()
         except Exception as exc:  # Cython's errors, no compiler at all, a broken toolchain
             say(f"compiling failed ({exc}): pure Python build")
+
+    def _pxd_tree(self) -> str:
+        """The ``.pxd`` files laid out under their package names: Cython looks a module's
+        ``.pxd`` up as ``leveret/amqp/frames.pxd``, which the repository (the package
+        ``leveret`` itself) does not have."""
+        tree = Path(self.build_temp) / "pxd"
+        (tree / "leveret").mkdir(parents=True, exist_ok=True)
+        (tree / "leveret" / "__init__.py").touch()
+        for ext in self.extensions:
+            source = ROOT / (ext.name.removeprefix("leveret.").replace(".", "/") + ".pxd")
+            target = tree / (ext.name.replace(".", "/") + ".pxd")
+            if source.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+            else:
+                target.unlink(missing_ok=True)
+        return str(tree)
 
     def build_extension(self, ext: Extension) -> None:
         try:
