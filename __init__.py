@@ -7,4 +7,10 @@ The repository's top-level folders are this package's subpackages:
 ``leveret.management_ui`` and ``leveret.spark_sink``.
 """
 
+from leveret.amqp import compiled as _compiled
+
 __version__ = "0.1.0"
+
+# LEVERET_NO_EXTENSIONS=1: the hot path's Python source even where compiled modules are
+# installed; done here, before anything imports them.
+_compiled.honour_env()

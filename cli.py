@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from leveret import __version__, ctl
+from leveret.amqp import compiled
 from leveret.config import LOG_LEVELS, ConfigError, load_config
 from leveret.labs import command as lab_command
 
@@ -163,6 +164,7 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str], err: TextIO) -> int
         return _fail(err, f"the module {exc.name} is missing from this installation",
                      EXIT_STARTUP)
     log.info("leveret %s starting; data dir %s", __version__, config.data_dir)
+    log.info("%s", compiled.describe())
     try:
         node.run(config, [amqp.AmqpListeners(), *management.services()])
     except node.StartupError as exc:

@@ -7,11 +7,23 @@ cannot be left out of the wheel; ``tests/test_packaging.py`` checks the built
 wheel against the tree. ``amqp/`` has no ``__init__.py`` on purpose (it is a
 namespace portion): a ``python`` started in the repository root then still
 imports PyPI's ``amqp`` (kombu's transport) instead of this folder.
+
+The hot-path modules listed in ``amqp/compiled.py`` are compiled by Cython (pure-Python
+mode: the ``.py`` is the source; a ``.pxd`` beside it may add C types) when Cython and a C
+compiler are there. Compiling is optional, as in msgpack's setup.py: any failure prints
+one line and the wheel ships the pure Python modules, which behave the same.
+``LEVERET_NO_EXTENSIONS=1`` skips compiling; so does an editable install, where a compiled
+module beside its source would shadow every later edit of the ``.py``.
 """
 
+import os
+import platform
+import runpy
+import shutil
 from pathlib import Path
 
-from setuptools import find_namespace_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -36,7 +48,75 @@ class BuildPy(build_py):
         return [m for m in modules if (m[0], m[1]) != ("leveret", "setup")]
 
 
+def say(message: str) -> None:
+    """One line in the build's output (pip shows it with ``-v``)."""
+    print(f"leveret: {message}", flush=True)
+
+
+def extensions() -> list[Extension]:
+    """The compiled hot-path modules, or none when they cannot or should not be built."""
+    if os.environ.get("LEVERET_NO_EXTENSIONS", "") not in ("", "0"):
+        say("LEVERET_NO_EXTENSIONS is set: pure Python build")
+        return []
+    if platform.python_implementation() != "CPython":
+        say("not CPython: pure Python build")
+        return []
+    try:
+        import Cython  # noqa: F401  (build_ext cythonizes; here only: is it there?)
+    except ImportError:
+        say("Cython is not installed: pure Python build")
+        return []
+    names = runpy.run_path(str(ROOT / "amqp" / "compiled.py"))["COMPILED_MODULES"]
+    return [Extension(name, [name.removeprefix("leveret.").replace(".", "/") + ".py"])
+            for name in names]
+
+
+class BuildExt(build_ext):
+    """Compiles what it can; a module that fails to compile ships as pure Python."""
+
+    def run(self) -> None:
+        if getattr(self, "editable_mode", False):
+            say("editable install: pure Python (a compiled module would hide edits)")
+            return
+        try:
+            from Cython.Build import cythonize
+
+            generated = {ext.name: ext.sources for ext in cythonize(
+                self.extensions, compiler_directives={"language_level": "3"},
+                build_dir=os.path.join(self.build_temp, "cython"), quiet=True,
+                include_path=[self._pxd_tree()])}
+            for ext in self.extensions:  # the same objects: setuptools annotated them
+                ext.sources = generated[ext.name]
+            super().run()
+        except Exception as exc:  # Cython's errors, no compiler at all, a broken toolchain
+            say(f"compiling failed ({exc}): pure Python build")
+
+    def _pxd_tree(self) -> str:
+        """The ``.pxd`` files laid out under their package names: Cython looks a module's
+        ``.pxd`` up as ``leveret/amqp/frames.pxd``, which the repository (the package
+        ``leveret`` itself) does not have."""
+        tree = Path(self.build_temp) / "pxd"
+        (tree / "leveret").mkdir(parents=True, exist_ok=True)
+        (tree / "leveret" / "__init__.py").touch()
+        for ext in self.extensions:
+            source = ROOT / (ext.name.removeprefix("leveret.").replace(".", "/") + ".pxd")
+            target = tree / (ext.name.replace(".", "/") + ".pxd")
+            if source.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+            else:
+                target.unlink(missing_ok=True)
+        return str(tree)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # CC=false, missing Python.h, ...
+            say(f"compiling {ext.name} failed ({exc}): it runs as pure Python")
+
+
 setup(
     packages=["leveret", *(f"leveret.{name}" for name in subpackages())],
-    cmdclass={"build_py": BuildPy},
+    cmdclass={"build_py": BuildPy, "build_ext": BuildExt},
+    ext_modules=extensions(),
 )

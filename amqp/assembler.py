@@ -23,6 +23,7 @@ this is the hot path: one publish is three frames.
 
 from __future__ import annotations
 
+import struct
 from typing import Final
 
 from leveret.amqp import fastpath
@@ -40,6 +41,9 @@ BODY: Final = 2
 
 _BASIC = 60
 _PUBLISH_METHOD = (60, 40)
+# A content header's class id, weight and body size; its raw properties follow.
+_HEADER_HEAD = struct.Struct(">HHQ")
+_HEADER_PREFIX = _HEADER_HEAD.size
 
 # (exchange, routing_key, mandatory) of the publish whose content is being assembled.
 Publish = tuple[str, str, bool]
@@ -90,7 +94,13 @@ class ContentAssembler:
     def whole(self, publish: Publish, header: bytes, body: bytes, max_size: int) -> Content:
         """A publish whose header and one body frame came with it (``frames.FRAME_PUBLISH``,
         which checked that the body is the announced size): the content, from ``IDLE`` to
-        ``IDLE`` with the checks and errors of ``start``, ``header`` and ``body``."""
+        ``IDLE`` with the checks and errors of ``start``, ``header`` and ``body``.
+        A well-formed basic content is read here without the general decoder's calls;
+        anything else goes through them, for their errors."""
+        if len(header) >= _HEADER_PREFIX + 2:  # the prefix and a property flag word
+            class_id, _weight, body_size = _HEADER_HEAD.unpack_from(header)
+            if class_id == _BASIC and body_size <= max_size:
+                return publish, header[_HEADER_PREFIX:], body
         return publish, self._check_header(header, max_size)[1], body
 
     def _check_header(self, payload: bytes, max_size: int) -> tuple[int, bytes]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.amqp import compiled
 from leveret.broker import inventory
 from leveret.broker.api import EXCHANGE_TYPES
 from leveret.broker.inventory import truthy
@@ -100,6 +101,7 @@ async def overview(req: Request) -> web.Response:
         "erlang_version": "n/a", "erlang_full_version": "n/a",
         "release_series_support_status": "supported",
         "disable_stats": False, "enable_queue_totals": False,
+        "leveret_extensions": compiled.build(),  # the hot path: "compiled" or "pure" Python
     }
     if monitor:
         out.update(_broker_totals(req))

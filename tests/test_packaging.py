@@ -12,10 +12,16 @@ users while all tests passed). So this test:
 5. starts ``leveret serve`` from that venv and runs a pika session touching every
    AMQP class, fetches the web console and its assets over HTTP, then stops the
    broker with SIGTERM and expects exit status 0.
+
+All of it twice: the wheel built with a C compiler (the hot-path modules compiled by
+Cython) and with ``CC=false`` (compiling fails, setup.py falls back to pure Python); the
+broker's start-up log and ``/api/overview`` must say which build runs.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shutil
@@ -29,6 +35,8 @@ from pathlib import Path
 
 import pika
 import pytest
+
+from leveret.amqp import compiled
 
 from .conftest import BrokerProcess
 
@@ -89,13 +97,30 @@ def _source_modules() -> set[str]:
     return found
 
 
+# Building a wheel compiles the hot path (minutes on a busy 2-core machine) and installing
+# it fetches the dependencies: a cap against a hang, not a budget.
+pytestmark = pytest.mark.timeout(1200)
+
+# How each wheel is built: with the machine's C compiler, and with one that always fails.
+BUILDS = {"compiled": {}, "fallback": {"CC": "false"}}
+EXPECTED = {"compiled": "compiled", "fallback": "pure"}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def build(request: pytest.FixtureRequest) -> str:
+    if request.param == "compiled" and not shutil.which(os.environ.get("CC", "cc")):
+        pytest.skip("no C compiler: only the fallback build can be made here")
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("wheel")
+def wheel(build: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp(f"wheel-{build}")
     src = base / "src"
     _copy_tree(src)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(base / "dist"), str(src)], check=True)
+                    str(base / "dist"), str(src)], check=True,
+                   env={**os.environ, "LEVERET_NO_EXTENSIONS": "", **BUILDS[build]})
     (built,) = (base / "dist").glob("leveret-*.whl")
     return built
 
@@ -112,10 +137,14 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_dir
 
 
-def test_wheel_carries_every_module_of_the_tree(wheel: Path) -> None:
+def test_wheel_carries_every_module_of_the_tree(wheel: Path, build: str) -> None:
+    """Every ``.py`` always; beside it, an extension module for each compiled one."""
     with zipfile.ZipFile(wheel) as zf:
         shipped = {n for n in zf.namelist() if n.endswith(".py")}
+        extensions = {n.split(".")[0].replace("/", ".") for n in zf.namelist()
+                      if n.endswith(".so")}
     assert shipped == _source_modules()
+    assert extensions == (set(compiled.COMPILED_MODULES) if build == "compiled" else set())
 
 
 def test_wheel_carries_the_lab_lessons(wheel: Path) -> None:
@@ -148,24 +177,58 @@ def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path
             "leveret.cli"} <= imported
 
 
-def test_installed_broker_serves_every_amqp_class(installed: Path, tmp_path: Path) -> None:
+def test_installed_broker_serves_every_amqp_class(installed: Path, build: str,
+                                                   tmp_path: Path) -> None:
     """`leveret serve` from the venv; a pika session over connection, channel, exchange,
-    queue, basic, tx and confirm; SIGTERM; exit 0 and no traceback in the log."""
+    queue, basic, tx and confirm; SIGTERM; exit 0 and no traceback in the log. The log
+    and the overview say which build ran."""
     version = subprocess.run([str(installed / "bin" / "leveret"), "--version"],
                              capture_output=True, text=True, check=True, cwd=tmp_path)
     assert "0.1.0" in version.stdout + version.stderr
     broker = BrokerProcess(tmp_path / "data", tmp_path / "broker.log",
                            command=[str(installed / "bin" / "leveret")],
-                           env={"PYTHONNOUSERSITE": "1"})
+                           env={"PYTHONNOUSERSITE": "1", "LEVERET_NO_EXTENSIONS": ""})
     broker.start()
     try:
         _pika_session(broker.port)
         _console_served(broker.api_url)
+        running = _overview(broker.api_url)["leveret_extensions"]
     finally:
         code = broker.stop()
     log = broker.log_text()
     assert code == 0, log[-4000:]
     assert "Traceback" not in log and "INTERNAL_ERROR" not in log, log[-4000:]
+    assert running == EXPECTED[build]
+    assert ("hot path compiled (" if build == "compiled" else
+            "hot path in pure Python (no compiled modules installed)") in log
+
+
+def test_no_extensions_runs_the_python_source(installed: Path, build: str,
+                                              tmp_path: Path) -> None:
+    """``LEVERET_NO_EXTENSIONS=1`` at run time: the installed compiled modules stay unused."""
+    if build != "compiled":
+        pytest.skip("only a compiled install has compiled modules to leave unused")
+    broker = BrokerProcess(tmp_path / "data", tmp_path / "broker.log",
+                           command=[str(installed / "bin" / "leveret")],
+                           env={"PYTHONNOUSERSITE": "1", "LEVERET_NO_EXTENSIONS": "1"})
+    broker.start()
+    try:
+        _pika_session(broker.port)
+        running = _overview(broker.api_url)["leveret_extensions"]
+    finally:
+        code = broker.stop()
+    log = broker.log_text()
+    assert code == 0, log[-4000:]
+    assert running == "pure"
+    assert "hot path in pure Python (LEVERET_NO_EXTENSIONS is set)" in log
+
+
+def _overview(base: str) -> dict[str, object]:
+    request = urllib.request.Request(f"{base}/api/overview", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(request) as response:
+        body: dict[str, object] = json.loads(response.read())
+    return body
 
 
 def _pika_session(port: int) -> None:
