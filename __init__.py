@@ -7,7 +7,7 @@ The repository's top-level folders are this package's subpackages:
 ``leveret.management_ui`` and ``leveret.spark_sink``.
 """
 
-from leveret.amqp import compiled as _compiled
+from leveret.node import compiled as _compiled
 
 __version__ = "0.1.0"
 

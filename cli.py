@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TextIO
 
 from leveret import __version__, ctl
-from leveret.amqp import compiled
 from leveret.config import LOG_LEVELS, ConfigError, load_config
 from leveret.labs import command as lab_command
+from leveret.node import compiled
 
 __all__ = ["DataDirError", "build_parser", "configure_logging", "main", "prepare_data_dir"]
 

@@ -8,7 +8,7 @@ wheel against the tree. ``amqp/`` has no ``__init__.py`` on purpose (it is a
 namespace portion): a ``python`` started in the repository root then still
 imports PyPI's ``amqp`` (kombu's transport) instead of this folder.
 
-The hot-path modules listed in ``amqp/compiled.py`` are compiled by Cython (pure-Python
+The hot-path modules listed in ``node/compiled.py`` are compiled by Cython (pure-Python
 mode: the ``.py`` is the source; a ``.pxd`` beside it may add C types) when Cython and a C
 compiler are there. Compiling is optional, as in msgpack's setup.py: any failure prints
 one line and the wheel ships the pure Python modules, which behave the same.
@@ -66,7 +66,7 @@ def extensions() -> list[Extension]:
     except ImportError:
         say("Cython is not installed: pure Python build")
         return []
-    names = runpy.run_path(str(ROOT / "amqp" / "compiled.py"))["COMPILED_MODULES"]
+    names = runpy.run_path(str(ROOT / "node" / "compiled.py"))["COMPILED_MODULES"]
     return [Extension(name, [name.removeprefix("leveret.").replace(".", "/") + ".py"])
             for name in names]
 

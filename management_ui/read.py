@@ -8,7 +8,6 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.amqp import compiled
 from leveret.broker import inventory
 from leveret.broker.api import EXCHANGE_TYPES
 from leveret.broker.inventory import truthy
@@ -19,6 +18,7 @@ from leveret.management_ui.router import ApiError, Request, bad_request, json_re
 from leveret.management_ui.sampler import VHOST_RATE_FIELDS, vhost_key
 from leveret.model.errors import ChannelError
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
+from leveret.node import compiled
 
 EXCHANGE_TYPE_DESCRIPTIONS = {
     "direct": "AMQP direct exchange, as per the AMQP specification",

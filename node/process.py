@@ -16,9 +16,9 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from leveret.broker import control
 from leveret.broker.broker import Broker
@@ -77,7 +77,7 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
-def open_store(config: Config) -> tuple[Any, Any]:
+def open_store(config: Config) -> tuple[LmdbStore, TextIO]:
     """Lock the data dir (one broker per dir) and open its LMDB store: (store, lock file)."""
     data_dir = Path(config.data_dir)
     try:
@@ -194,6 +194,7 @@ def tune_gc() -> None:
 def run(config: Config, front_doors: Sequence[Service]) -> None:
     """Run the node with ``front_doors`` until SIGINT/SIGTERM; raises StartupError if it
     cannot start."""
-    loop_factory: Any = uvloop.new_event_loop if uvloop is not None else None
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = (
+        uvloop.new_event_loop if uvloop is not None else None)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(main(config, front_doors))

@@ -15,6 +15,7 @@ in debug mode, so they leave no trace in the broker log.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ def server_context(config: Config) -> ssl.SSLContext:
     return ctx
 
 
-def peer_cert_user(transport: Any, config: Config) -> str | None:
+def peer_cert_user(transport: asyncio.BaseTransport, config: Config) -> str | None:
     """The EXTERNAL user of a TLS transport whose client certificate verified, else None."""
     ssl_object = transport.get_extra_info("ssl_object")
     if ssl_object is None:
@@ -56,7 +57,7 @@ def peer_cert_user(transport: Any, config: Config) -> str | None:
     return auth.cert_user(cert, config.tls_cert_login_from) if cert else None
 
 
-def session_info(transport: Any) -> dict[str, Any] | None:
+def session_info(transport: asyncio.BaseTransport) -> dict[str, Any] | None:
     """A TLS transport's protocol, cipher and client certificate, under RabbitMQ's
     connection field names (``ssl_protocol`` lower-cased, "tlsv1.3"; the cipher is
     OpenSSL's name for the suite, not compared with RabbitMQ's, whose TLS listener is

@@ -36,7 +36,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from leveret.amqp import compiled
+from leveret.node import compiled
 
 from .conftest import BrokerProcess
 

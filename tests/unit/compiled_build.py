@@ -26,7 +26,7 @@ from types import ModuleType
 
 import pytest
 
-from leveret.amqp import compiled
+from leveret.node import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leveret.amqp import compiled
+from leveret.node import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,8 +55,8 @@ def test_the_build_and_the_log_line_say_which_runs(monkeypatch: pytest.MonkeyPat
 
 
 def test_every_compiled_module_has_its_source_in_the_tree() -> None:
-    """setup.py reads the list from amqp/compiled.py; each entry is a module of the tree."""
-    names = runpy.run_path(str(ROOT / "amqp" / "compiled.py"))["COMPILED_MODULES"]
+    """setup.py reads the list from node/compiled.py; each entry is a module of the tree."""
+    names = runpy.run_path(str(ROOT / "node" / "compiled.py"))["COMPILED_MODULES"]
     assert names == compiled.COMPILED_MODULES
     for name in names:
         assert (ROOT / (name.removeprefix("leveret.").replace(".", "/") + ".py")).is_file()

@@ -1,6 +1,6 @@
 """The pure modules are the oracle of the compiled ones: same bytes in, same result out.
 
-Each hot-path module compiled by Cython (``amqp/compiled.py`` lists them) is fed the same
+Each hot-path module compiled by Cython (``node/compiled.py`` lists them) is fed the same
 input as its Python source, here both loaded side by side (``compiled_build.py``): valid
 and mutated frame streams from the protocol fuzz tests, whole and in chunks, and every
 mangled payload of ``test_fastpath.py``. Results must be equal byte for byte, and where the
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from leveret.amqp import compiled
+from leveret.node import compiled
 from leveret.tests.unit import compiled_build
 from leveret.tests.unit.test_fastpath import (
     bodies,
