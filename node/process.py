@@ -59,10 +59,8 @@ DATA_FILE_MODE = 0o600
 GC_THRESHOLD = (20_000, 100, 0)
 
 
-
 class StartupError(Exception):
     """The broker cannot start (port taken, data dir unusable): one line for the user."""
-
 
 
 class Service(Protocol):
@@ -100,7 +98,6 @@ def open_store(config: Config) -> tuple[LmdbStore, TextIO]:
     except StoreError as exc:
         lock.close()
         raise StartupError(str(exc)) from exc
-
 
 
 def open_broker(config: Config, loop: asyncio.AbstractEventLoop) -> Broker:
@@ -188,7 +185,6 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)
-
 
 
 def run(config: Config, front_doors: Sequence[Service]) -> None:
