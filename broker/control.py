@@ -100,23 +100,10 @@ class ControlHandler:
         response = self.handle_line(line)  # parses again: control lines are tiny
         if self.changed:
             self.changed = False
-            if not await self._committed():
+            if not await self.broker.log.committed():
                 response = _line({"ok": False, "error": "the change was applied but could not "
                                   "be written to the message store"})
         return response
-
-    async def _committed(self) -> bool:
-        log = self.broker.log
-        if not log.deferred:
-            return True
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def settle(ok: bool) -> None:
-            if not done.done():
-                done.set_result(ok)
-
-        log.after_commit(settle)
-        return await done
 
     async def compact(self) -> dict[str, Any]:
         """Rewrite the store without its free pages (``GroupCommit.compact``)."""

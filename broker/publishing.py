@@ -11,7 +11,8 @@ to every queue, and sum up the queues' ``PublishResult`` for the publisher:
 * ``routed``: some queue was found (unroutable: the AMQP caller returns a mandatory one);
 * ``stored``: some queue took it (redrive skips a message every queue refused);
 * ``held``: a durable write was recorded, so a confirm (or an HTTP answer) waits for the
-  commit: ``committed`` for a caller that can await, ``GroupCommit.hold`` for a channel;
+  commit: ``GroupCommit.committed`` for a caller that can await, ``GroupCommit.hold`` for a
+  channel;
 * ``refused``: a ``reject-publish`` queue refused it: a confirm is a nack, HTTP says 400.
 
 Every front door calls it: AMQP basic.publish (``amqp/publishing.py``), HTTP publish
@@ -39,10 +40,9 @@ if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
     from leveret.model.message import Message
     from leveret.model.object_stats import ExchangeCounters
-    from leveret.persistence.group_commit import GroupCommit
     from leveret.queues.queue import Queue
 
-__all__ = ["AwaitingOrigin", "Origin", "Published", "basic_publish", "committed"]
+__all__ = ["AwaitingOrigin", "Origin", "Published", "basic_publish"]
 
 _ACCEPTED = PublishResult.ACCEPTED
 _HELD = PublishResult.HELD
@@ -166,19 +166,3 @@ class AwaitingOrigin:
         for queue in self._behind:
             queue.flow_waiters.discard(self)
         self._behind.clear()
-
-
-async def committed(log: GroupCommit) -> bool:
-    """Wait until what this loop turn recorded is committed: False if the write failed.
-
-    For a caller that answers once a held message is safe, as a confirm would (HTTP)."""
-    if not log.deferred:
-        return True
-    done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-    def settled(ok: bool) -> None:
-        if not done.done():
-            done.set_result(ok)
-
-    log.after_commit(settled)
-    return await done

@@ -68,7 +68,7 @@ from pamqp import commands
 
 from leveret.broker import publish_props
 from leveret.broker.basic_get import basic_get
-from leveret.broker.publishing import AwaitingOrigin, basic_publish, committed
+from leveret.broker.publishing import AwaitingOrigin, basic_publish
 from leveret.broker.reply_to import no_reply_consumer
 from leveret.management_ui import rights
 from leveret.management_ui.router import (
@@ -224,7 +224,7 @@ async def publish(req: Request) -> web.Response:
     finally:  # the vhost's counters of channel-less work
         vhost.closed_channel_stats.add(channel_totals((counters,), (), MessageStats()))
     try:
-        if out.refused or (out.held and not await committed(vhost.log)):
+        if out.refused or (out.held and not await vhost.log.committed()):
             raise bad_request(REJECTED)  # a nack, in RabbitMQ's confirm-mode channel
         await origin.caught_up()
     finally:
