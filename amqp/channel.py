@@ -9,11 +9,12 @@ reject) are decoded by ``fastpath``; everything else by pamqp through
 makes the channel expect a content header, then body frames until the
 announced size is reached; any other frame in between is 505
 UNEXPECTED_FRAME, as in RabbitMQ's command assembler. The complete message
-goes down the publish path (``publishing.py``, a base of ``Channel``).
+goes down the publish path (``publishing.py``: functions of the channel, which
+answers the broker as the publish's ``Origin``).
 
 Replies that promise durability wait for their commit, and the channel's
-later output waits behind them (``held_output.py``, the base of
-``Publisher``); deliveries wait too (``has_room`` is false).
+later output waits behind them (``output``, a ``ChannelOutput``:
+``held_output.py``); deliveries wait too (``has_room`` is false).
 
 Deliveries get per-channel tags from 1. Unacked deliveries are kept in a
 ``UnackedMap`` (``unacked.py``), O(1) per delivery settled, single or
@@ -36,11 +37,10 @@ from leveret.amqp.codec import (
     class_and_method,
     class_of,
     decode_method,
-    encode_method,
 )
 from leveret.amqp.handlers import HANDLERS
-from leveret.amqp.held_output import HeldReply
-from leveret.amqp.publishing import Publisher
+from leveret.amqp.held_output import ChannelOutput
+from leveret.amqp.publishing import complete
 from leveret.amqp.unacked import UnackedMap, UnknownTag
 from leveret.broker.permissions import Access
 from leveret.confirms.tracker import ConfirmTracker
@@ -90,12 +90,14 @@ def _decode_publish(payload: bytes) -> Publish:
     return exchange, routing_key, mandatory
 
 
-class Channel(Publisher):
+class Channel:
     """One open channel: frames in, deliveries out, their acknowledgements."""
 
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
+        # Everything the channel writes goes through here (held behind a commit or not).
+        self.output = ChannelOutput(connection, number)
         vhost = connection.vhost
         assert vhost is not None  # channels open only on an open connection
         self.vhost: VirtualHost = vhost
@@ -111,8 +113,8 @@ class Channel(Publisher):
         self._publish: Publish = ("", "", False)
         # Counted in place, per exchange (by name) and per queue (model/object_stats.py; a
         # consumer holds its queue's QueueCounters); ``stats`` sums them for the management
-        # plane. ``_counted`` has the confirms and the counts of pruned queues.
-        self._counted = MessageStats()
+        # plane. ``counted`` has the confirms and the counts of pruned queues.
+        self.counted = MessageStats()
         self.exchange_stats: dict[str, ExchangeCounters] = {}
         self.queue_stats: dict[Queue, QueueCounters] = {}
         self._queue_stats_prune_at = object_stats.PRUNE_AT
@@ -130,8 +132,6 @@ class Channel(Publisher):
         self.tx_durable: bool | None = None  # during tx.commit: did it write to the store?
         self.last_queue_name: str | None = None
         self.valid_properties: set[bytes] = set()  # publishing.py
-        # Output queued behind replies that wait for a commit (None: nothing waits).
-        self._held: list[bytes | HeldReply] | None = None
 
     def __repr__(self) -> str:
         return f"<Channel {self.number} of {self.connection}>"
@@ -141,7 +141,7 @@ class Channel(Publisher):
         """The channel's message_stats, summed from its counters when read (not per
         message): the management API, Prometheus and the vhost's totals read these."""
         return object_stats.channel_totals(self.exchange_stats.values(),
-                                           self.queue_stats.values(), self._counted)
+                                           self.queue_stats.values(), self.counted)
 
     # -- frames in ----------------------------------------------------------
 
@@ -200,18 +200,41 @@ class Channel(Publisher):
         if method != self._publish_method:
             self._publish = _decode_publish(method)
             self._publish_method = method
-        self._complete(*content.whole(self._publish, header, body,
+        complete(self, *content.whole(self._publish, header, body,
                                       self.connection.config.max_message_size))
 
     def handle_header(self, payload: bytes) -> None:
         done = self.content.header(payload, self.connection.config.max_message_size)
         if done is not None:
-            self._complete(*done)
+            complete(self, *done)
 
     def handle_body(self, payload: bytes) -> None:
         done = self.content.body(payload)
         if done is not None:
-            self._complete(*done)
+            complete(self, *done)
+
+    # -- what broker.publishing asks of its Origin ---------------------------------------
+
+    @property
+    def trace_user(self) -> str:
+        return self.connection.user or ""
+
+    @property
+    def trace_channel(self) -> int | None:
+        return self.number
+
+    @property
+    def trace_confirm(self) -> bool:
+        return self.confirms is not None
+
+    def flow_wait(self, queue: Queue) -> None:
+        self.connection.flow_wait(queue)
+
+    def confirms_settled(self, seqs: list[int], ok: bool) -> None:
+        """The store committed (or failed to commit) held messages ``seqs``."""
+        if self.confirms is not None and not self.closing:
+            self.confirms.settle_many(seqs, ok)
+            self.connection.want_flush(self)
 
     # -- deliveries -------------------------------------------------------------
 
@@ -219,7 +242,7 @@ class Channel(Publisher):
         """Channel-wide (global) prefetch, channel.flow, room in this turn's output batch,
         and no reply held for a commit (deliveries must not overtake it)."""
         conn = self.connection
-        if not self.active or not conn.writable or self._held is not None:
+        if not self.active or not conn.writable or self.output.held is not None:
             return False
         if conn.batch_bytes >= DELIVERY_BATCH_BYTES:
             conn.batch_full = True  # resumed when the batch is taken for the wire
@@ -239,10 +262,11 @@ class Channel(Publisher):
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max)
         conn.batch_bytes += len(frame)
-        if self._held is None:
+        held = self.output.held
+        if held is None:
             conn.write(frame)
         else:
-            self._held.append(frame)
+            held.append(frame)
         tracer = self.vhost.tracer
         if tracer is not None:  # a "deliver" record (queues/tracing.py), built here: cheaper
             tracer.record(("deliver", next(tracer.seq), tracer.now, message.raw_properties,
@@ -269,7 +293,7 @@ class Channel(Publisher):
         """A direct reply-to delivery: no ack expected, so the tag is not consumed
         (``broker/reply_to.py`` explains why, as RabbitMQ does)."""
         conn = self.connection
-        self._write(fastpath.encode_deliver_with_content(
+        self.output.write(fastpath.encode_deliver_with_content(
             self.number, consumer_tag, self._next_tag, False, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max))
 
@@ -279,12 +303,12 @@ class Channel(Publisher):
         self._next_tag = tag + 1
         entry = got.entry
         message = entry.message
-        conn = self.connection
-        self._write(fastpath.encode_get_ok(self.number, tag, got.redelivered,
-                                           message.exchange, message.routing_key,
-                                           got.message_count))
-        self._writelines(fastpath.encode_content(self.number, message.raw_properties,
-                                                 message.body, conn.frame_max))
+        conn, output = self.connection, self.output
+        output.write(fastpath.encode_get_ok(self.number, tag, got.redelivered,
+                                            message.exchange, message.routing_key,
+                                            got.message_count))
+        output.writelines(fastpath.encode_content(self.number, message.raw_properties,
+                                                  message.body, conn.frame_max))
         if not no_ack:
             entry.delivered_at = conn.clock()
             self._unacked.add(tag, (entry, queue, None))
@@ -297,7 +321,7 @@ class Channel(Publisher):
                 kept = object_stats.without_deleted(self.queue_stats)
                 for gone, dropped in self.queue_stats.items():
                     if gone not in kept:  # its counts stay in the channel's totals
-                        self._counted.add(object_stats.as_message_stats(dropped))
+                        self.counted.add(object_stats.as_message_stats(dropped))
                 self.queue_stats = kept
                 self._queue_stats_prune_at = object_stats.next_prune(len(kept))
             counters = self.queue_stats[queue] = QueueCounters()
@@ -405,7 +429,7 @@ class Channel(Publisher):
                     not c.prefetch or c.unacked + pending.get(c, 0) < c.prefetch)])
         if self._global_full and (self._global_unacked < self.global_prefetch
                                   or not self.global_prefetch):
-            self._resume_consumers()
+            self.resume_consumers()
 
     def reject(self, tag: int, multiple: bool, requeue: bool, index: int) -> None:
         if self.tx is not None:
@@ -439,12 +463,12 @@ class Channel(Publisher):
         for queue in touched:
             queue.deliver_ready()
         if self._global_full:
-            self._resume_consumers()
+            self.resume_consumers()
 
     def recover(self) -> None:
         """basic.recover(requeue=true): every unacked delivery goes back to its queue."""
         self.requeue_all("basic.recover")
-        self._resume_consumers()
+        self.resume_consumers()
 
     def requeue_all(self, reason: str) -> None:
         touched = set()
@@ -462,7 +486,7 @@ class Channel(Publisher):
         for queue in touched:
             queue.deliver_ready()
 
-    def _resume_consumers(self) -> None:
+    def resume_consumers(self) -> None:
         """Room may be back for every consumer of the channel (qos, flow, global prefetch):
         in each queue, those parked that can take rejoin in the order they were parked
         (``Dispatcher.resume_channel``). O(consumers of the channel), as RabbitMQ's unblock
@@ -483,8 +507,8 @@ class Channel(Publisher):
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.connection.client_capability("consumer_cancel_notify") and not self.closing:
-            self._write(encode_method(
-                self.number, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)))
+            self.output.send_method(commands.Basic.Cancel(consumer_tag=consumer.tag,
+                                                          nowait=True))
 
     def cancel_consumer(self, consumer: Consumer) -> None:
         self.consumers.pop(consumer.tag, None)

@@ -85,7 +85,7 @@ def peer_close(conn: Connection, number: int, channel: Channel | None, payload: 
     assert channel is not None
     del conn.channels[number]
     channel.release()
-    channel.send_method(commands.Channel.CloseOk())  # after any reply held for a commit
+    channel.output.send_method(commands.Channel.CloseOk())  # after any reply held for a commit
 
 
 def flow(conn: Connection, number: int, channel: Channel | None, payload: bytes,
@@ -95,7 +95,7 @@ def flow(conn: Connection, number: int, channel: Channel | None, payload: bytes,
     assert isinstance(method, commands.Channel.Flow)
     if not method.active:  # as RabbitMQ: a consumer cannot be paused this way
         raise ConnectionError_(NOT_IMPLEMENTED, "active=false", (20, 20))
-    channel.send_method(commands.Channel.FlowOk(active=True))
+    channel.output.send_method(commands.Channel.FlowOk(active=True))
 
 
 def ignore(conn: Connection, number: int, channel: Channel | None, payload: bytes,

@@ -166,7 +166,7 @@ def release_all(conn: EndingHost) -> None:
     conn.writable = False
     for channel in channels:
         channel.release()
-        channel.drop_output()
+        channel.output.drop()
     for queue in conn.exclusive_queues.take_all():
         if conn.vhost is not None:
             conn.vhost.delete_queue(queue)

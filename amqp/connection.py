@@ -60,7 +60,7 @@ from leveret.amqp.handshake import (
     RUNNING,
     STATE_NAMES,
 )
-from leveret.amqp.publishing import Publisher
+from leveret.amqp.publishing import flush_confirms
 from leveret.model.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -123,7 +123,7 @@ class Connection:
         self._header = bytearray()
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
-        self._flush_channels: set[Publisher] = set()
+        self._flush_channels: set[Channel] = set()
         self.exclusive_queues = OwnedQueues()
         self.vhost: VirtualHost | None = None
         self.user: str | None = None
@@ -204,7 +204,7 @@ class Connection:
             channels = self._flush_channels
             self._flush_channels = set()
             for ch in channels:
-                ch.flush_confirms()
+                flush_confirms(ch)
         out = self.out
         if out:
             self.out = []
@@ -216,10 +216,10 @@ class Connection:
             self.batch_full = False
             if self.writable:
                 for channel in list(self.channels.values()):
-                    channel._resume_consumers()
+                    channel.resume_consumers()
         return out
 
-    def want_flush(self, channel: Publisher) -> None:
+    def want_flush(self, channel: Channel) -> None:
         """A channel has confirms to send at the end of this batch."""
         if not self._flush_channels and not self.out:
             self.on_output()
@@ -230,7 +230,7 @@ class Connection:
         self.writable = writable
         if writable:
             for channel in list(self.channels.values()):
-                channel._resume_consumers()
+                channel.resume_consumers()
 
     def block(self, reason: str) -> None:
         self.blocked = True
@@ -415,6 +415,6 @@ class Connection:
         channel.release()
         self.closing_channels.add(channel.number)
         class_id, method_id = exc.method
-        channel.send_method(commands.Channel.Close(  # after any reply held for a commit
+        channel.output.send_method(commands.Channel.Close(  # after any reply held for a commit
             reply_code=int(exc.code), reply_text=exc.wire_text,
             class_id=class_id, method_id=method_id))

@@ -5,19 +5,20 @@ Theory of operation
 Replies that promise durability (a durable definition's "-ok", ``tx.commit-ok``)
 are sent only after the group commit that records the change (``send_durable``).
 While one waits, everything the channel would send after it (later replies,
-returns, confirms, a close) queues behind it in ``_held``, so the wire order
+returns, confirms, a close) queues behind it in ``held``, so the wire order
 is the order in which methods were handled; deliveries to the channel's
 consumers wait too (``Channel.has_room`` is false) instead of piling up. If the
 commit fails, the reply and what followed it are dropped and the channel
 closes with 541 INTERNAL_ERROR, as for a failed ``tx.commit``.
 
-``HeldOutput`` is the base of ``Channel``: the hot path tests ``_held is None``
-on the channel itself, with no extra object in between.
+``ChannelOutput`` is a part of ``Channel`` that refers to its connection, never to
+its channel: the channel is an argument where the commit's outcome concerns it
+(``send_durable``), so no channel is kept alive by a cycle through its output.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from leveret.amqp.codec import Method, encode_method
 from leveret.model.errors import INTERNAL_ERROR, ChannelError
@@ -25,8 +26,6 @@ from leveret.model.errors import INTERNAL_ERROR, ChannelError
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
     from leveret.amqp.connection import Connection
-    from leveret.broker.vhost import VirtualHost
-    from leveret.confirms.tracker import ConfirmTracker
 
 
 class HeldReply:
@@ -40,44 +39,42 @@ class HeldReply:
         self.failure = failure  # how the channel closes if the commit fails
 
 
-class HeldOutput:
+class ChannelOutput:
     """Writes that go out now, or queue behind a reply held for its commit."""
 
-    connection: Connection
-    number: int
-    vhost: VirtualHost
-    closing: bool
-    confirms: ConfirmTracker | None
-    # Output queued behind replies that wait for a commit (None: nothing waits).
-    _held: list[bytes | HeldReply] | None
+    __slots__ = ("connection", "held", "number")
 
-    def _resume_consumers(self) -> None:
-        """Room may be back for every consumer of the channel (``Channel`` says how)."""
-        raise NotImplementedError
+    def __init__(self, connection: Connection, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        # Output queued behind replies that wait for a commit (None: nothing waits).
+        self.held: list[bytes | HeldReply] | None = None
 
     def send_method(self, method: Method) -> None:
-        self._write(encode_method(self.number, method))
+        self.write(encode_method(self.number, method))
 
-    def _write(self, frame: bytes) -> None:
-        if self._held is None:
+    def write(self, frame: bytes) -> None:
+        if self.held is None:
             self.connection.write(frame)
         else:
-            self._held.append(frame)
+            self.held.append(frame)
 
-    def _writelines(self, frames: list[bytes]) -> None:
-        if self._held is None:
+    def writelines(self, frames: list[bytes]) -> None:
+        if self.held is None:
             self.connection.writelines(frames)
         else:
-            self._held.extend(frames)
+            self.held.extend(frames)
 
-    def send_durable(self, method: Method, durable: bool, request: tuple[int, int]) -> None:
-        """Send ``method`` (the reply to ``request``) once everything recorded so far is
-        committed, if it concerns a durable object and anything is still uncommitted.
+    def send_durable(self, channel: Channel, method: Method, durable: bool,
+                     request: tuple[int, int]) -> None:
+        """Send ``method`` (the reply to ``request`` on ``channel``) once everything
+        recorded so far is committed, if it concerns a durable object and anything is
+        still uncommitted.
 
         If the commit fails the reply is not sent: the channel closes with 541
         INTERNAL_ERROR, as for a failed ``tx.commit``.
         """
-        log = self.vhost.log
+        log = channel.vhost.log
         if not (durable and log.deferred and log.busy):
             self.send_method(method)
             return
@@ -85,22 +82,22 @@ class HeldOutput:
         reply = HeldReply(encode_method(self.number, method), ChannelError(
             INTERNAL_ERROR, f"{name.removesuffix('ok').rstrip('-_')} failed: the message store "
             "could not write", request))
-        if self._held is None:
-            self._held = []
-        self._held.append(reply)
-        log.after_commit(lambda ok: self._committed(reply, ok))
+        if self.held is None:
+            self.held = []
+        self.held.append(reply)
+        log.after_commit(lambda ok: self._committed(channel, reply, ok))
 
-    def _committed(self, reply: HeldReply, ok: bool) -> None:
-        held = self._held
+    def _committed(self, channel: Channel, reply: HeldReply, ok: bool) -> None:
+        held = self.held
         if held is None or self.connection.closing:  # nothing goes out any more
-            self._held = None
+            self.held = None
             return
         failure = None
         if ok:
             reply.ready = True
         else:
             del held[held.index(reply):]  # the reply and what followed it
-            failure = None if self.closing else reply.failure
+            failure = None if channel.closing else reply.failure
         out: list[bytes] = []
         for item in held:
             if isinstance(item, HeldReply):
@@ -114,14 +111,14 @@ class HeldOutput:
             self.connection.writelines(out)
         if held:
             return
-        self._held = None
+        self.held = None
         if failure is not None:
-            self.connection.close_channel(cast("Channel", self), failure)
-        elif not self.closing:
-            if self.confirms is not None:
-                self.connection.want_flush(cast("Channel", self))
-            self._resume_consumers()
+            self.connection.close_channel(channel, failure)
+        elif not channel.closing:
+            if channel.confirms is not None:
+                self.connection.want_flush(channel)
+            channel.resume_consumers()
 
-    def drop_output(self) -> None:
+    def drop(self) -> None:
         """The connection is closing or gone: held replies will never be sent."""
-        self._held = None
+        self.held = None

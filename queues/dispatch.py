@@ -14,90 +14,97 @@ delivers at most ``DISPATCH_BUDGET`` messages, then yields to the event loop
 and continues on its next turn: no consumer with a big backlog stalls the
 other clients.
 
-``Dispatcher`` is the base of ``Queue`` (``queue.py``), which owns the ready
-store, the counters and everything else a queue does.
+``Dispatcher`` is a part of ``Queue`` (``queue.py``), which owns the ready store,
+the settings and everything else a queue does. The dispatcher keeps the ring, the
+delivery counters and the loop's state, and is handed its queue (a ``DispatchOwner``)
+by each call that needs it: it holds no reference back, so a deleted queue is freed
+as soon as nothing else holds it (``deleted.py`` says why that matters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.queues.consumer_ring import ConsumerRing
-from leveret.queues.ready import ReadyStore
 
 if TYPE_CHECKING:
-    from leveret.queues import ttl
     from leveret.queues.consumer import Consumer
+    from leveret.queues.ready import ReadyStore
     from leveret.queues.settings import QueueSettings
+    from leveret.queues.ttl import Handle, Timekeeping
 
 # Deliveries one dispatch loop makes before yielding to the event loop (a few ms of work).
 DISPATCH_BUDGET = 500
 
 
+class DispatchOwner(Protocol):
+    """What the dispatcher needs from its queue."""
+
+    ready: ReadyStore  # where entries come from; replaced when the queue gains features
+    settings: QueueSettings
+    time: Timekeeping
+    deleted: bool
+    flow_waiters: set[Any]  # connections paused by the queue's flow control
+
+    def release_flow(self, force: bool = False) -> None:
+        """Resume paused publishers if the queue has caught up."""
+
+    def touch(self) -> None:
+        """Renew the queue's ``x-expires`` lease (it has just become unused)."""
+
+
 class Dispatcher:
     """Consumers of one queue, and delivery of its ready entries to them."""
 
-    # The delivery counters and consumer flags are written here and by Queue (basic.get).
-    __slots__ = ("_continuation", "_delivered", "_dispatching", "_redelivered", "_ring",
-                 "_unacked", "exclusive_consumer", "had_consumer")
+    __slots__ = ("_continuation", "_dispatching", "delivered", "exclusive_consumer",
+                 "had_consumer", "redelivered", "ring", "unacked")
 
-    _store: ReadyStore
-    _lease: ttl.Lease | None
-    settings: QueueSettings
-    time: ttl.Timekeeping
-    deleted: bool
-    flow_waiters: set[Any]
-
-    def __init__(self) -> None:
-        self._ring: ConsumerRing[Consumer] = ConsumerRing(self.time.clock)
+    def __init__(self, time: Timekeeping) -> None:
+        self.ring: ConsumerRing[Consumer] = ConsumerRing(time.clock)
         self._dispatching = False
-        self._continuation: Any = None  # the scheduled rest of a loop over budget
+        self._continuation: Handle | None = None  # the rest of a loop over budget
         self.had_consumer = False
         self.exclusive_consumer = False
-        self._unacked = self._delivered = self._redelivered = 0
-
-    def release_flow(self, force: bool = False) -> None:
-        raise NotImplementedError  # Queue's flow control
+        # Counted here and by the queue (basic.get, settling); the queue shows them.
+        self.unacked = self.delivered = self.redelivered = 0
 
     @property
     def consumers(self) -> list[Consumer]:
         """Active consumers in priority order (not single-active-consumer standby)."""
-        return self._ring.members()
+        return self.ring.members()
 
     @property
     def consumer_utilisation(self) -> float:
         """RabbitMQ's consumer_utilisation: the recent share of time a message could go to a
         consumer at once (``consumer_ring.Utilisation``); 0.0 without consumers."""
-        ring = self._ring
+        ring = self.ring
         return round(ring.use.value(), 4) if ring.active else 0.0
 
     @property
     def consumer_count(self) -> int:
-        return self._ring.active + len(self._ring.standby)
+        return self.ring.active + len(self.ring.standby)
 
     def all_consumers(self) -> list[Consumer]:
         """Active and (single-active-consumer) standby consumers."""
-        return [*self._ring.members(), *self._ring.standby]
+        return [*self.ring.members(), *self.ring.standby]
 
-    def is_unused(self) -> bool:
-        return not self._ring.active
-
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, owner: DispatchOwner, consumer: Consumer) -> None:
         self.had_consumer = True
-        if not self._ring.add(consumer, self.settings.single_active_consumer):
+        if not self.ring.add(consumer, owner.settings.single_active_consumer):
             return  # single active consumer: registered, idle until the active one goes
         if consumer.exclusive:
             self.exclusive_consumer = True
-        self._dispatch()
+        self.run(owner)
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self._ring:
-            self._ring.remove(consumer)  # a standby consumer, or nothing
+    def remove_consumer(self, owner: DispatchOwner, consumer: Consumer) -> None:
+        ring = self.ring
+        if consumer not in ring:
+            ring.remove(consumer)  # a standby consumer, or nothing
             return
         if consumer.exclusive:
             self.exclusive_consumer = False
-        promoted = self._ring.remove(consumer)
+        promoted = ring.remove(consumer)
         if promoted is not None:
             # Single active consumer: failed over to the longest-waiting one. If the old one
             # still holds unacked messages, RabbitMQ 3.10 delivers nothing to the new one
@@ -106,55 +113,52 @@ class Dispatcher:
             if promoted.exclusive:
                 self.exclusive_consumer = True
             if not consumer.unacked:
-                self._dispatch()
+                self.run(owner)
             return
-        if not self._ring.active:
-            self.release_flow()
-            if self._lease is not None:
-                self._lease.renew()
+        if not ring.active:
+            owner.release_flow()
+            owner.touch()
 
-    def resume(self, consumer: Consumer) -> None:
+    def resume(self, owner: DispatchOwner, consumer: Consumer) -> None:
         """``consumer``'s credit may be back (its channel regained room): deliver to it."""
-        if self._ring.unpark(consumer):
-            self._dispatch()
+        if self.ring.unpark(consumer):
+            self.run(owner)
 
-    def resume_channel(self, consumers: Collection[Consumer]) -> None:
+    def resume_holder(self, owner: DispatchOwner, holder: Consumer | None) -> None:
+        """A delivery of ``holder`` (None: basic.get) was settled: if that parked it,
+        it may take again."""
+        ring = self.ring
+        if holder in ring.parked and ring.unpark(holder):
+            self.run(owner)
+
+    def resume_channel(self, owner: DispatchOwner, consumers: Collection[Consumer]) -> None:
         """One channel's room is back (qos, flow, a writable socket, its global prefetch):
         its consumers parked here that can take rejoin in the order they were parked, and
         one run delivers round robin among them, as RabbitMQ unblocks a channel."""
-        if self._ring.unpark_those(consumers):
-            self._dispatch()
+        if self.ring.unpark_those(consumers):
+            self.run(owner)
 
-    def park_behind(self, consumers: Collection[Consumer]) -> None:
-        """``consumers`` (of one channel, with room of their own) were unblocked by an ack
-        while their channel was out of global room: behind the other parked ones."""
-        self._ring.park_behind(consumers)
+    def deliver_ready(self, owner: DispatchOwner) -> None:
+        """Deliver what consumers known to have credit can take (after requeues, or
+        entries became available: the paged tail was committed)."""
+        if self.ring.active:
+            self.run(owner)
 
-    def deliver_ready(self) -> None:
-        """Deliver what consumers known to have credit can take (after requeues)."""
-        if self._ring.active:
-            self._dispatch()
-
-    def dispatch(self) -> None:
+    def dispatch(self, owner: DispatchOwner) -> None:
         """Credit may have changed anywhere: look at every consumer again, then deliver."""
-        self._ring.unpark_all()
-        self._dispatch()
+        self.ring.unpark_all()
+        self.run(owner)
 
-    def wake(self) -> None:
-        """Entries became available (the paged tail was committed)."""
-        if self._ring.active:
-            self._dispatch()
-
-    def _dispatch(self) -> None:
+    def run(self, owner: DispatchOwner) -> None:
         """The dispatch loop (see the module docstring)."""
         if self._dispatching:
             return
-        store = self._store
+        store = owner.ready
         entry = store.pop()
         if entry is None:
             return
         self._dispatching = True
-        ring = self._ring
+        ring = self.ring
         budget = DISPATCH_BUDGET
         try:
             while True:
@@ -162,35 +166,35 @@ class Dispatcher:
                 if consumer is None:
                     store.unpop(entry)
                     break
-                self._unacked += 1
-                self._delivered += 1
+                self.unacked += 1
+                self.delivered += 1
                 if entry.delivery_count:
-                    self._redelivered += 1
+                    self.redelivered += 1
                 entry.holder = consumer
                 consumer.deliver(entry)
                 budget -= 1
-                if not budget and self._yield():
+                if not budget and self._yield(owner):
                     break
                 entry = store.pop()
                 if entry is None:
                     break
         finally:
             self._dispatching = False
-            if self.flow_waiters:
-                self.release_flow()
-        if self._store is not store:  # became featured on the way (a tail read)
-            self._dispatch()
+            if owner.flow_waiters:
+                owner.release_flow()
+        if owner.ready is not store:  # became featured on the way (a tail read)
+            self.run(owner)
 
-    def _yield(self) -> bool:
+    def _yield(self, owner: DispatchOwner) -> bool:
         """Over budget: continue on the next event-loop turn (False: no loop, go on)."""
-        scheduler = self.time.scheduler
+        scheduler = owner.time.scheduler
         if scheduler is None:
             return False
         if self._continuation is None:
-            self._continuation = scheduler.call_later(0.0, self._continue)
+            self._continuation = scheduler.call_later(0.0, lambda: self._continue(owner))
         return True
 
-    def _continue(self) -> None:
+    def _continue(self, owner: DispatchOwner) -> None:
         self._continuation = None
-        if not self.deleted and self._ring.active:
-            self._dispatch()
+        if not owner.deleted and self.ring.active:
+            self.run(owner)

@@ -10,8 +10,9 @@ priority, consumers without credit parked out of the rotation, and the
 single-active-consumer standby list. ``Queue`` orchestrates the two and owns
 the queue's counters.
 
-Consumers and the dispatch loop between them and the store are the base
-class, ``Dispatcher`` (``dispatch.py``).
+Consumers, the dispatch loop between them and the store, and the delivery
+counters are a part, ``dispatcher`` (``dispatch.py``), handed the queue on each
+call rather than holding it.
 
 Durable queues record what must survive a restart through ``log`` (the
 broker's group commit): persistent messages when they enter, their delivery
@@ -50,7 +51,9 @@ from leveret.queues.ready import ReadyStore
 from leveret.queues.settings import REJECT_PUBLISH_DLX, QueueSettings, from_arguments
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Collection
+
+    from leveret.queues.consumer import Consumer
 
 __all__ = ["PAGE_BATCH", "PAGE_HIGH", "PriorityEntry", "PublishResult", "Queue", "QueueEntry"]
 
@@ -69,7 +72,7 @@ def _counter(slot: str, doc: str) -> property:
     return property(operator.attrgetter(slot), doc=doc)
 
 
-class Queue(Dispatcher):
+class Queue:
     """One queue of one virtual host."""
 
     __slots__ = (
@@ -82,11 +85,11 @@ class Queue(Dispatcher):
         "_lease",
         "_next_seq",
         "_published",
-        "_store",
         "arguments",
         "auto_delete",
         "bound_exchanges",
         "deleted",
+        "dispatcher",
         "durable",
         "exclusive_owner",
         "flow_waiters",
@@ -95,6 +98,7 @@ class Queue(Dispatcher):
         "page_high",
         "paging",
         "qid",
+        "ready",
         "settings",
         "time",
         "vhost",
@@ -128,8 +132,9 @@ class Queue(Dispatcher):
         self.bound_exchanges: set[Any] = set()
         # Connections paused because this queue fell behind its consumers.
         self.flow_waiters: set[Any] = set()
-        self._store: ReadyStore = self._choose_store()
-        super().__init__()  # the consumer ring (dispatch.py)
+        # The ready store (browsed by ``browse.py``, used by the management operations).
+        self.ready: ReadyStore = self._choose_store()
+        self.dispatcher = Dispatcher(self.time)  # consumers and the dispatch loop
         self._next_seq = 0
         # Stored entries with a lower seq were delivered (batch.DeliveredBelow); -1: a
         # priority queue, which delivers out of seq order and marks each entry instead.
@@ -155,24 +160,21 @@ class Queue(Dispatcher):
     # -- counters (read-only) ----------------------------------------------------------
 
     @property
-    def ready(self) -> ReadyStore:
-        """The ready store, for browsing and for the management operations (``browse.py``)."""
-        return self._store
-
-    @property
     def message_count(self) -> int:
         """Ready messages (what queue.declare-ok and basic.get-ok report)."""
-        return len(self._store)
+        return len(self.ready)
 
     @property
     def paged_out(self) -> int:
         """Ready messages only the disk store holds (the paged-out tail), not in memory."""
-        return self._store.paged_out
+        return self.ready.paged_out
 
-    unacked = _counter("_unacked", "Delivered (to a consumer or basic.get), not yet settled.")
+    unacked = _counter("dispatcher.unacked",
+                       "Delivered (to a consumer or basic.get), not yet settled.")
     published = _counter("_published", "Messages accepted (refused ones are not counted).")
-    delivered = _counter("_delivered", "Deliveries, to consumers and basic.get, redeliveries too.")
-    redelivered = _counter("_redelivered", "Deliveries with the redelivered flag.")
+    delivered = _counter("dispatcher.delivered",
+                         "Deliveries, to consumers and basic.get, redeliveries too.")
+    redelivered = _counter("dispatcher.redelivered", "Deliveries with the redelivered flag.")
     acked = _counter("_acked", "Deliveries acknowledged.")
     dropped = _counter("_dropped", "Expired, refused or over a limit, rejected, lost to a "
                                    "failed store write: gone without a consumer's ack.")
@@ -180,6 +182,62 @@ class Queue(Dispatcher):
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
+
+    # -- consumers (the dispatcher's, seen from outside the queue) ------------------------
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        """Active consumers in priority order (not single-active-consumer standby)."""
+        return self.dispatcher.consumers
+
+    @property
+    def consumer_count(self) -> int:
+        return self.dispatcher.consumer_count
+
+    @property
+    def consumer_utilisation(self) -> float:
+        return self.dispatcher.consumer_utilisation
+
+    @property
+    def exclusive_consumer(self) -> bool:
+        return self.dispatcher.exclusive_consumer
+
+    @property
+    def had_consumer(self) -> bool:
+        return self.dispatcher.had_consumer
+
+    def all_consumers(self) -> list[Consumer]:
+        return self.dispatcher.all_consumers()
+
+    def is_unused(self) -> bool:
+        return not self.dispatcher.ring.active
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.dispatcher.add_consumer(self, consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self.dispatcher.remove_consumer(self, consumer)
+
+    def resume(self, consumer: Consumer) -> None:
+        self.dispatcher.resume(self, consumer)
+
+    def resume_channel(self, consumers: Collection[Consumer]) -> None:
+        self.dispatcher.resume_channel(self, consumers)
+
+    def park_behind(self, consumers: Collection[Consumer]) -> None:
+        """``consumers`` (of one channel, with room of their own) were unblocked by an ack
+        while their channel was out of global room: behind the other parked ones."""
+        self.dispatcher.ring.park_behind(consumers)
+
+    def deliver_ready(self) -> None:
+        """Deliver what consumers known to have credit can take (after requeues)."""
+        self.dispatcher.deliver_ready(self)
+
+    wake = deliver_ready  # entries became available (the paged tail was committed)
+
+    def dispatch(self) -> None:
+        """Credit may have changed anywhere: look at every consumer again, then deliver."""
+        self.dispatcher.dispatch(self)
 
     # -- settings --------------------------------------------------------------------
 
@@ -190,7 +248,7 @@ class Queue(Dispatcher):
 
     def _configure(self, old: QueueSettings | None) -> None:
         s = self.settings
-        if (s.message_ttl is not None or limits.has_limit(s)) and not self._store.expires:
+        if (s.message_ttl is not None or limits.has_limit(s)) and not self.ready.expires:
             self.needs_expiry()
         if old is None or old.expires != s.expires:
             if self._lease is not None:
@@ -200,28 +258,28 @@ class Queue(Dispatcher):
                 self._lease = ttl.Lease(self.time, s.expires, self._on_lease_expired,
                                         self._in_use)
         if old is not None:
-            self._store.after_change()
+            self.ready.after_change()
 
     def repage(self) -> None:
         """The broker's memory pressure changed (``paging.py``): page by the new bound, and
         page out what is in memory beyond it."""
         self.page_high = high = self.paging.page_high(self.settings)
         if high < UNBOUNDED and not self.deleted:
-            self._store.page_out(high)
+            self.ready.page_out(high)
 
     def needs_expiry(self) -> None:
         """Plain → featured, once: the plain store hands over its entries and its tail."""
-        store = self._store
+        store = self.ready
         if isinstance(store, PlainStore):
             entries, tail = store.take_all()
-            self._store = FeaturedStore(self, entries, tail)
+            self.ready = FeaturedStore(self, entries, tail)
 
     def recover(self, count: int, first_seq: int, next_seq: int,
                 size: int | None = None) -> None:
         """A durable queue after a restart: all its stored entries are ready, still on disk
         (``size``: their body bytes, None if the store does not know them)."""
         self._next_seq = next_seq
-        self._store.recover(count, first_seq, size)
+        self.ready.recover(count, first_seq, size)
 
     # -- messages --------------------------------------------------------------------
 
@@ -233,17 +291,18 @@ class Queue(Dispatcher):
         overflow, the publisher gets a nack.
         """
         props = message.raw_properties
-        if props and props[0] & _EXPIRATION_BIT and not self._store.expires:
+        if props and props[0] & _EXPIRATION_BIT and not self.ready.expires:
             self.needs_expiry()
         seq = self._next_seq
         self._next_seq = seq + 1
-        store = self._store
+        store = self.ready
         result = store.enqueue(seq, message)
         if result is _REFUSED:
             return result
         self._published += 1
-        if self._ring.active:
-            self._dispatch()
+        dispatcher = self.dispatcher
+        if dispatcher.ring.active:
+            dispatcher.run(self)
         if store.expires:
             store.after_change()  # featured stores: expire the head, apply drop-head
         return result
@@ -252,14 +311,15 @@ class Queue(Dispatcher):
         """Remove and return the head entry for basic.get (counted unacked), or None."""
         if self._lease is not None:
             self._lease.renew()
-        entry = self._store.pop()
-        self._store.after_change()
+        entry = self.ready.pop()
+        self.ready.after_change()
         if entry is not None:
             entry.holder = None
-            self._unacked += 1
-            self._delivered += 1
+            dispatcher = self.dispatcher
+            dispatcher.unacked += 1
+            dispatcher.delivered += 1
             if entry.delivery_count:
-                self._redelivered += 1
+                dispatcher.redelivered += 1
         return entry
 
     def note_delivered(self, entry: QueueEntry) -> None:
@@ -279,19 +339,18 @@ class Queue(Dispatcher):
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered entry was acked: it is gone; its consumer may take another."""
-        self._unacked -= 1
+        self.dispatcher.unacked -= 1
         self._acked += 1
         if entry.stored and not self.deleted:
             log = self.log
             assert log is not None  # stored entries belong to durable queues
             log.remove(self.qid, entry.seq, entry.message)
-        if entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
-            self._dispatch()
+        self.dispatcher.resume_holder(self, entry.holder)
 
     def settle_many(self, entries: list[QueueEntry]) -> None:
         """``settle`` of each of ``entries`` (a multiple ack), with one call; the caller
         resumes the consumers (``Channel._settle_many``)."""
-        self._unacked -= len(entries)
+        self.dispatcher.unacked -= len(entries)
         self._acked += len(entries)
         if self.deleted:
             return
@@ -304,35 +363,35 @@ class Queue(Dispatcher):
     def reject(self, entry: QueueEntry, resume: bool = True) -> None:
         """A delivered entry was rejected without requeue: dead-letter it (if configured).
         ``resume=False``: the caller resumes its consumer (``Channel._resume_freed``)."""
-        self._unacked -= 1
+        self.dispatcher.unacked -= 1
         if not self.deleted:
             self.drop(entry, dead_letter.REJECTED)
-        if resume and entry.holder in self._ring.parked and self._ring.unpark(entry.holder):
-            self._dispatch()
+        if resume:
+            self.dispatcher.resume_holder(self, entry.holder)
 
     def requeue(self, entry: QueueEntry) -> None:
         """Put a delivered entry back in its original position (delivered by ``deliver_ready``)."""
-        self._unacked -= 1
+        self.dispatcher.unacked -= 1
         if self.deleted:
             return
         holder = entry.holder
         if holder is not None:
-            self._ring.unpark(holder)
+            self.dispatcher.ring.unpark(holder)
         limit = self.settings.delivery_limit
         if limit is not None and entry.delivery_count > limit:
             self.drop(entry, dead_letter.DELIVERY_LIMIT)
             return
-        self._store.requeue(entry)
-        self._store.after_change()
+        self.ready.requeue(entry)
+        self.ready.after_change()
 
     def close(self) -> None:
         """Deleted and purged: the store cancels its timers and lets go of this queue
         (``deleted.DeletedOwner``), so the queue is freed as soon as nothing holds it."""
-        self._store.close()
+        self.ready.close()
 
     def purge(self) -> int:
         """Drop every ready message; unacked ones are untouched (as RabbitMQ)."""
-        count = self._store.purge()
+        count = self.ready.purge()
         self.release_flow()
         return count
 
@@ -380,21 +439,21 @@ class Queue(Dispatcher):
         if ok or self.deleted:
             return
         end = batches[0][1] if batches else self._next_seq
-        lost = self._store.forget(start, end)
+        lost = self.ready.forget(start, end)
         self._dropped += lost
 
     # -- flow control ----------------------------------------------------------------
 
     def behind(self) -> bool:
         """Consumers attached but more than FLOW_HIGH ready: publishers should wait."""
-        if not self._ring.active:
+        if not self.dispatcher.ring.active:
             return False
-        return self._store.backlog > FLOW_HIGH
+        return self.ready.backlog > FLOW_HIGH
 
     def release_flow(self, force: bool = False) -> None:
         """Resume paused publishers once the backlog is under FLOW_LOW (or always, if forced)."""
-        if self.flow_waiters and (force or not self._ring.active
-                                  or self._store.backlog < FLOW_LOW):
+        if self.flow_waiters and (force or not self.dispatcher.ring.active
+                                  or self.ready.backlog < FLOW_LOW):
             waiters, self.flow_waiters = self.flow_waiters, set()
             for conn in waiters:
                 conn.flow_release(self)
@@ -407,7 +466,7 @@ class Queue(Dispatcher):
             self._lease.renew()
 
     def _in_use(self) -> bool:
-        return bool(self._ring.active) or self.deleted
+        return bool(self.dispatcher.ring.active) or self.deleted
 
     def _on_lease_expired(self) -> None:
         self._lease = None

@@ -37,8 +37,8 @@ def qos(ch: Channel, m: commands.Basic.Qos) -> None:
         # "ensures that if default was set, it's overridden"): both apply only when the
         # global one comes second.
         ch.global_prefetch = 0
-    ch.send_method(commands.Basic.QosOk())
-    ch._resume_consumers()
+    ch.output.send_method(commands.Basic.QosOk())
+    ch.resume_consumers()
 
 
 def consume(ch: Channel, m: commands.Basic.Consume) -> None:
@@ -62,7 +62,7 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
     consumer.counters = ch.queue_counters(queue)
     ch.consumers[tag] = consumer
     if not m.nowait:
-        ch.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+        ch.output.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
     queue.add_consumer(consumer)
 
 
@@ -75,17 +75,17 @@ def _consume_reply_to(ch: Channel, m: commands.Basic.Consume) -> None:
         tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
     ch.vhost.reply_to.consume(ch, tag, m.no_ack)
     if not m.nowait:
-        ch.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+        ch.output.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
 
 
 def cancel(ch: Channel, m: commands.Basic.Cancel) -> None:
     if ch.vhost.reply_to.cancel(ch, m.consumer_tag or ""):
         if not m.nowait:
-            ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
+            ch.output.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
         return
     consumer = ch.consumers.get(m.consumer_tag or "")
     if not m.nowait:
-        ch.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
+        ch.output.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
     if consumer is not None:
         ch.cancel_consumer(consumer)
 
@@ -95,7 +95,7 @@ def get(ch: Channel, m: commands.Basic.Get) -> None:
     got = basic_get(queue, m.no_ack, ch.queue_counters(queue), ch.vhost.tracer,
                     ch.connection.user or "", ch.number)
     if got is None:
-        ch.send_method(commands.Basic.GetEmpty())
+        ch.output.send_method(commands.Basic.GetEmpty())
         return
     ch.deliver_get(queue, got, m.no_ack)
 
@@ -104,7 +104,7 @@ def recover(ch: Channel, m: commands.Basic.Recover) -> None:
     if not m.requeue:
         raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false", (60, 110))
     ch.recover()
-    ch.send_method(commands.Basic.RecoverOk())
+    ch.output.send_method(commands.Basic.RecoverOk())
 
 
 def recover_async(ch: Channel, m: commands.Basic.RecoverAsync) -> None:

@@ -20,7 +20,7 @@ def select(ch: Channel, m: commands.Confirm.Select) -> None:
     if ch.confirms is None:
         ch.confirms = ConfirmTracker()
     if not m.nowait:
-        ch.send_method(commands.Confirm.SelectOk())
+        ch.output.send_method(commands.Confirm.SelectOk())
 
 
 HANDLERS: dict[int, Callable[..., None]] = {commands.Confirm.Select.index: select}

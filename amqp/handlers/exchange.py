@@ -49,7 +49,7 @@ def declare(ch: Channel, m: commands.Exchange.Declare) -> None:
         exchange = vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete,
                                           m.internal, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_durable(commands.Exchange.DeclareOk(), exchange.durable, (40, 10))
+        ch.output.send_durable(ch, commands.Exchange.DeclareOk(), exchange.durable, (40, 10))
 
 
 def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
@@ -67,7 +67,7 @@ def delete(ch: Channel, m: commands.Exchange.Delete) -> None:
     if not m.nowait:
         # Not found: its deletion may be in a batch not yet committed, so wait as well.
         durable = exchange.durable if exchange is not None else True
-        ch.send_durable(commands.Exchange.DeleteOk(), durable, (40, 20))
+        ch.output.send_durable(ch, commands.Exchange.DeleteOk(), durable, (40, 20))
 
 
 def check_binding(ch: Channel, dest_kind: str, dest: str, source: str) -> None:
@@ -105,7 +105,7 @@ def bind(ch: Channel, m: commands.Exchange.Bind) -> None:
     dest = vhost.get_exchange(m.destination)
     vhost.bind(source, dest, m.routing_key, dict(m.arguments or {}))
     if not m.nowait:
-        ch.send_durable(commands.Exchange.BindOk(), source.durable and dest.durable, (40, 30))
+        ch.output.send_durable(ch, commands.Exchange.BindOk(), source.durable and dest.durable, (40, 30))
 
 
 def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
@@ -120,7 +120,7 @@ def unbind(ch: Channel, m: commands.Exchange.Unbind) -> None:
         vhost.unbind(source, dest, m.routing_key, dict(m.arguments or {}))
         durable = source.durable and dest.durable
     if not m.nowait:
-        ch.send_durable(commands.Exchange.UnbindOk(), durable, (40, 40))
+        ch.output.send_durable(ch, commands.Exchange.UnbindOk(), durable, (40, 40))
 
 
 HANDLERS: dict[int, Callable[..., None]] = {

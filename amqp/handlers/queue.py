@@ -55,7 +55,7 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
             raise vhost.reply_to.not_found(name, vhost.name)
         ch.last_queue_name = name
         if not m.nowait:
-            ch.send_method(commands.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+            ch.output.send_method(commands.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
         return
     if m.passive:
         # No "last declared queue" shortcut here: RabbitMQ 3.10 answers a passive
@@ -77,7 +77,7 @@ def declare(ch: Channel, m: commands.Queue.Declare) -> None:
     queue.touch()  # renews an x-expires lease (RabbitMQ: the stat in every declare)
     ch.last_queue_name = queue.name
     if not m.nowait:
-        ch.send_durable(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
+        ch.output.send_durable(ch, commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
                                                  consumer_count=queue.consumer_count),
                         queue.durable, (50, 10))
 
@@ -98,7 +98,7 @@ def bind(ch: Channel, m: commands.Queue.Bind) -> None:
     vhost.check_exclusive(queue, ch.connection)
     vhost.bind(exchange, queue, m.routing_key, arguments)
     if not m.nowait:
-        ch.send_durable(commands.Queue.BindOk(), exchange.durable and queue.durable, (50, 20))
+        ch.output.send_durable(ch, commands.Queue.BindOk(), exchange.durable and queue.durable, (50, 20))
 
 
 def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
@@ -118,14 +118,14 @@ def unbind(ch: Channel, m: commands.Queue.Unbind) -> None:
             vhost.check_exclusive(queue, ch.connection)
             vhost.unbind(exchange, queue, m.routing_key, arguments)
         durable = exchange.durable and queue.durable
-    ch.send_durable(commands.Queue.UnbindOk(), durable, (50, 50))
+    ch.output.send_durable(ch, commands.Queue.UnbindOk(), durable, (50, 50))
 
 
 def purge(ch: Channel, m: commands.Queue.Purge) -> None:
     queue = readable(ch, m.queue)
     count = ch.vhost.purge_queue(queue)
     if not m.nowait:
-        ch.send_durable(commands.Queue.PurgeOk(message_count=count), queue.durable, (50, 30))
+        ch.output.send_durable(ch, commands.Queue.PurgeOk(message_count=count), queue.durable, (50, 30))
 
 
 def delete(ch: Channel, m: commands.Queue.Delete) -> None:
@@ -140,7 +140,7 @@ def delete(ch: Channel, m: commands.Queue.Delete) -> None:
         count = vhost.delete_queue_checked(queue, m.if_unused, m.if_empty)
         durable = queue.durable
     if not m.nowait:
-        ch.send_durable(commands.Queue.DeleteOk(message_count=count), durable, (50, 40))
+        ch.output.send_durable(ch, commands.Queue.DeleteOk(message_count=count), durable, (50, 40))
 
 
 HANDLERS: dict[int, Callable[..., None]] = {

@@ -24,7 +24,7 @@ def select(ch: Channel, m: commands.Tx.Select) -> None:
         raise ChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
     if ch.tx is None:
         ch.tx = []
-    ch.send_method(commands.Tx.SelectOk())
+    ch.output.send_method(commands.Tx.SelectOk())
 
 
 def commit(ch: Channel, m: commands.Tx.Commit) -> None:
@@ -40,14 +40,14 @@ def commit(ch: Channel, m: commands.Tx.Commit) -> None:
     finally:
         durable, ch.tx_durable = ch.tx_durable, None
     # Waits for the commit, and holds back what the channel says next, if it wrote anything.
-    ch.send_durable(commands.Tx.CommitOk(), durable, (90, 20))
+    ch.output.send_durable(ch, commands.Tx.CommitOk(), durable, (90, 20))
 
 
 def rollback(ch: Channel, m: commands.Tx.Rollback) -> None:
     if ch.tx is None:
         raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
     ch.tx = []
-    ch.send_method(commands.Tx.RollbackOk())
+    ch.output.send_method(commands.Tx.RollbackOk())
 
 
 HANDLERS: dict[int, Callable[..., None]] = {
