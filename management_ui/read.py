@@ -280,21 +280,24 @@ def check_owner(req: Request, owner: str | None, close: bool = False) -> None:
 
 
 async def connections(req: Request) -> web.Response:
+    ranges = views.Ranges.of(req.query)
     return json_response(respond_list(req.query, _connections(req),
-                                      lambda c: views.connection_json(c, req.state),
+                                      lambda c: views.connection_json(c, req.state, ranges),
                                       {"name": views.connection_name}))
 
 
 async def connection(req: Request) -> web.Response:
     return json_response(respond_one(req.query,
-                                     views.connection_json(find_connection(req), req.state)))
+                                     views.connection_json(find_connection(req), req.state,
+                                                           views.Ranges.of(req.query))))
 
 
 async def connection_channels(req: Request) -> web.Response:
     conn = find_connection(req)
     channels = sorted(conn.channels.values(), key=lambda ch: ch.number)
+    ranges = views.Ranges.of(req.query)
     return json_response(respond_list(req.query, channels,
-                                      lambda ch: views.channel_json(ch, req.state)))
+                                      lambda ch: views.channel_json(ch, req.state, ranges)))
 
 
 def _channels(req: Request) -> list[Any]:
@@ -305,8 +308,9 @@ def _channels(req: Request) -> list[Any]:
 
 
 async def channels(req: Request) -> web.Response:
+    ranges = views.Ranges.of(req.query)
     return json_response(respond_list(req.query, _channels(req),
-                                      lambda ch: views.channel_json(ch, req.state),
+                                      lambda ch: views.channel_json(ch, req.state, ranges),
                                       {"name": views.channel_name}))
 
 
@@ -314,7 +318,8 @@ async def channel(req: Request) -> web.Response:
     for ch in views.vhost_channels(req.state.broker):
         if views.channel_name(ch) == req.params["name"]:
             check_owner(req, ch.connection.user)
-            return json_response(respond_one(req.query, views.channel_json(ch, req.state)))
+            return json_response(respond_one(req.query, views.channel_json(
+                ch, req.state, views.Ranges.of(req.query))))
     raise not_found()
 
 
@@ -339,14 +344,16 @@ def _sorted_exchanges(vhosts: list[Any]) -> list[Any]:
 
 
 async def exchanges(req: Request) -> web.Response:
+    ranges = views.Ranges.of(req.query)
     return json_response(respond_list(req.query, _sorted_exchanges(vhosts_in_scope(req)),
-                                      views.exchange_json,
+                                      lambda x: views.exchange_json(x, req.state, ranges),
                                       {"name": lambda x: x.name, "vhost": lambda x: x.vhost}))
 
 
 async def exchange(req: Request) -> web.Response:
     vhost = vhost_of(req)
-    out = views.exchange_json(exchange_of(req, vhost, req.params["name"]))
+    out = views.exchange_json(exchange_of(req, vhost, req.params["name"]), req.state,
+                              views.Ranges.of(req.query))
     out["incoming"] = []  # per-exchange publish stats: not counted (no work per message)
     out["outgoing"] = []
     return json_response(respond_one(req.query, out))
@@ -401,9 +408,10 @@ async def queues(req: Request) -> web.Response:
                                           QUEUE_FIELDS))
     annotate = _annotator(req)
     held = inventory.held_bytes(state.broker)  # unacked bytes: one pass for the whole list
+    ranges = views.Ranges.of(req.query)
     return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
-                                      lambda q: annotate(q, views.queue_json(q, state,
-                                                                             held=held)),
+                                      lambda q: annotate(q, views.queue_json(
+                                          q, state, held=held, ranges=ranges)),
                                       QUEUE_FIELDS))
 
 
@@ -418,7 +426,7 @@ async def queue(req: Request) -> web.Response:
     vhost = vhost_of(req)
     q = queue_of(req, vhost)
     full = not truthy(req.query.get("disable_stats", "false"))
-    out = views.queue_json(q, req.state, full)
+    out = views.queue_json(q, req.state, full, ranges=views.Ranges.of(req.query))
     if full:
         _annotator(req)(q, out)
     out["consumer_details"] = [views.consumer_json(c, req.state) for c in q.all_consumers()]
