@@ -68,6 +68,13 @@ export function isAdmin() {
   return !!user && (user.tags || []).includes("administrator");
 }
 
+// Monitoring users and administrators read node health and every connection (RabbitMQ's
+// "monitor" rule); the console asks for nothing its user may not read.
+export function isMonitor() {
+  const user = currentUser();
+  return !!user && (user.tags || []).some((t) => t === "administrator" || t === "monitoring");
+}
+
 // ---- the management API ----
 
 export class ApiError extends Error {
@@ -245,9 +252,49 @@ export function leave() {
   }
 }
 
-// Calls fn now and every `ms` while the page is shown (skipped while the tab is hidden).
+// ---- refreshing: one interval for every page, picked in the header and remembered ----
+
+const REFRESH_KEY = "leveret.refresh";
+export const REFRESH_CHOICES = [[2000, "2 s"], [5000, "5 s"], [10000, "10 s"], [30000, "30 s"],
+  [0, "paused"]];
+
+export function refreshInterval() {
+  const saved = localStorage.getItem(REFRESH_KEY);
+  const ms = saved === null ? 5000 : Number(saved);
+  return REFRESH_CHOICES.some(([v]) => v === ms) ? ms : 5000;
+}
+
+export function setRefreshInterval(ms) {
+  localStorage.setItem(REFRESH_KEY, String(ms));
+  document.dispatchEvent(new CustomEvent("leveret:interval"));
+}
+
+// A page tells the header its data is fresh (the "refreshed at" stamp).
+export function markRefreshed() {
+  document.dispatchEvent(new CustomEvent("leveret:refreshed", { detail: new Date() }));
+}
+
+// Calls fn now, then every `ms` (0: the interval picked in the header, none while paused)
+// while the page is shown, skipped while the tab is hidden.
 export function every(ms, fn) {
-  fn();
-  const timer = setInterval(() => { if (!document.hidden) fn(); }, ms);
-  onLeave(() => clearInterval(timer));
+  let timer = null;
+  let stopped = false;
+  const schedule = () => {
+    const wait = ms || refreshInterval();
+    timer = setTimeout(async () => {
+      if (stopped) return;
+      if (wait && !document.hidden) {
+        try { await fn(); } catch (err) { console.warn("refresh failed", err); }
+      }
+      if (!stopped) schedule();
+    }, wait || 1000);
+  };
+  const restart = () => { clearTimeout(timer); if (!stopped) schedule(); };
+  Promise.resolve(fn()).catch((err) => console.warn("refresh failed", err)).finally(schedule);
+  if (!ms) document.addEventListener("leveret:interval", restart);
+  onLeave(() => {
+    stopped = true;
+    clearTimeout(timer);
+    document.removeEventListener("leveret:interval", restart);
+  });
 }

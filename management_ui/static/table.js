@@ -4,8 +4,9 @@
 // sort, sort_reverse, page, page_size), so a vhost with 100,000 queues costs one page.
 // Column headers are buttons (keyboard-sortable); the filter applies as you type.
 
-import { api, attempt, clear, every, h } from "./lib.js";
+import { api, attempt, clear, every, h, markRefreshed } from "./lib.js";
 
+// before(data): awaited before a page is drawn (names the rows refer to).
 // columns: [{title, key (sort path, optional), cell(row) -> node|text, className}]
 export function table(rows, columns, empty) {
   if (!rows.length) return h("p.empty", empty || "Nothing here yet.");
@@ -21,7 +22,7 @@ const PAGE_SIZES = [20, 50, 100, 500];
 
 // A self-refreshing, server-paged list. Returns {element, reload}.
 export function pagedList({ path, columns, empty, sort = "name", filterLabel = "Filter by name",
-  refresh = 5000, extra }) {
+  refresh = true, extra, before }) {
   const state = { name: "", regex: false, sort, reverse: false, page: 1, size: 50 };
   const body = h("div.list-body");
   const status = h("div.list-status", { "aria-live": "polite" });
@@ -42,9 +43,11 @@ export function pagedList({ path, columns, empty, sort = "name", filterLabel = "
       name: state.name, use_regex: state.regex, sort: state.sort,
       sort_reverse: state.reverse, pagination: true });
     const data = await attempt(errors, () => api("GET", `${path}?${params}`));
+    if (before && data !== undefined) await before(data);
     if (mine !== seq) return;
     if (data === undefined) return;
     draw(data);
+    markRefreshed();
   }
 
   function header(c) {
@@ -84,7 +87,7 @@ export function pagedList({ path, columns, empty, sort = "name", filterLabel = "
   const element = h("section.list",
     h("div.toolbar", filter, h("label.inline", regex, " regex"), size, extra || null, status),
     errors, body, pager);
-  if (refresh) every(refresh, reload);
+  if (refresh) every(0, reload);  // the header's interval
   else reload();
   return { element, reload };
 }

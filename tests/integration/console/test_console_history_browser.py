@@ -1,0 +1,234 @@
+"""The console's second pass in a real headless Chromium: charts with history on load,
+rates in the lists, connection and channel pages under the name the client gave,
+errors that name the object, a not-found page with nothing to act on, no requests the
+user may not make, the refreshed-at stamp and interval picker, the favicon.
+
+The broker samples every second here (``collect_statistics_interval``), so history
+exists within seconds; every wait is for a state, never for a time.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.conftest import BrokerProcess
+
+from .browser import WAIT, Console, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("console-history")
+    b = BrokerProcess(base / "data", base / "broker.log",
+                      env={"LEVERET_COLLECT_STATISTICS_INTERVAL": "1"}).start()
+    try:
+        yield b
+    finally:
+        code = b.stop()
+    assert code == 0, b.log_text()[-4000:]
+    assert "Traceback" not in b.log_text(), b.log_text()[-4000:]
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _api(broker: BrokerProcess, method: str, path: str, body: Any = None,
+         user: str = "guest", password: str = "guest") -> Any:
+    import base64
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{broker.api_url}/api/{path}", data=data, method=method)
+    req.add_header("Authorization", "Basic " + base64.b64encode(
+        f"{user}:{password}".encode()).decode())
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req) as resp:
+        text = resp.read()
+        return json.loads(text) if text else None
+
+
+def _points(ui: Console, caption: str) -> int:
+    for fig in ui.all("figure.chart"):
+        if fig.find_element(By.TAG_NAME, "figcaption").text == caption:
+            return int(fig.get_attribute("data-points") or 0)
+    return -1
+
+
+def _requested(ui: Console) -> list[str]:
+    return list(ui.driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"))
+
+
+def test_queue_page_draws_history_at_once_and_the_list_shows_rates(ui: Console, channel,
+                                                                  broker) -> None:
+    q = _name("hist")
+    channel.queue_declare(q)
+    for _ in range(30):
+        channel.basic_publish("", q, b"x")
+    path = f"queues/%2F/{q}?lengths_age=60&lengths_incr=1"
+    # The broker has history of the 30 messages before the page is opened.
+    wait_until(lambda: [s["sample"] for s in _api(broker, "GET", path)["messages_details"]
+                        ["samples"][:2]] == [30, 30], WAIT)
+    ui.login()
+    ui.go(f"/queues/%2F/{q}")
+    ui.wait_text("Message rates")
+    # The first draw already has the 5-minute history (61 points at 5 s), not one point.
+    assert ui.wait(lambda d: _points(ui, "Queued messages") > 10, "history on load")
+    assert _points(ui, "Message rates") > 10
+    ui.screenshot("queue-history")
+    ui.go("/queues")
+    row = ui.row(q)
+    for column in ("Incoming", "Deliver / get", "Ack", "Redelivered"):
+        assert row[column].endswith("/s"), row
+    assert row["State"] == "running"
+    ui.screenshot("queues-rates")
+
+
+def test_exchange_page_has_a_rate_chart_and_the_list_rate_columns(ui: Console, channel,
+                                                                 broker) -> None:
+    x = _name("ex")
+    channel.exchange_declare(x, "fanout")
+    q = channel.queue_declare("", exclusive=True).method.queue
+    channel.queue_bind(q, x)
+    for _ in range(12):
+        channel.basic_publish(x, "", b"y")
+    wait_until(lambda: _api(broker, "GET", f"exchanges/%2F/{x}").get("message_stats", {})
+               .get("publish_in") == 12, WAIT)
+    ui.login()
+    ui.go(f"/exchanges/%2F/{x}")
+    ui.wait_text("12 messages in")
+    ui.wait_text("12 routed out")
+    assert ui.wait(lambda d: _points(ui, "Message rates") > 10, "exchange history")
+    ui.screenshot("exchange-rates")
+    ui.go("/exchanges")
+    row = ui.row(x)
+    assert row["Rate in"].endswith("/s") and row["Rate out"].endswith("/s")
+
+
+def test_connection_and_channel_pages_under_the_clients_name(ui: Console, broker) -> None:
+    app = _name("orders-app")
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", broker.port, client_properties={"connection_name": app}))
+    try:
+        ch = conn.channel()
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.basic_consume(q, lambda *a: None, consumer_tag="orders-consumer")
+        ch.basic_publish("", q, b"z" * 2000)
+        conn.process_data_events(0.2)
+        ui.login()
+        ui.go("/connections")
+        row = ui.row(app)
+        assert "->" in row["Name"]  # the address beside the name the client gave
+        assert row["From client"].endswith("B/s"), row  # a byte rate with its unit
+        ui.click_in_row(app, "a")
+        ui.wait(lambda d: d.find_element(By.TAG_NAME, "h1").text == app, "connection page")
+        ui.wait_text("Client properties")
+        ui.wait_text("connection_name")
+        ui.wait_text("orders-consumer")
+        text = ui.text()
+        assert "Data rates" in text and "B/s" in text
+        assert ui.wait(lambda d: _points(ui, "Data rates") > 10, "connection history")
+        ui.screenshot("connection-page")
+        # Its channel: the consumer, and the connection named as the client named it.
+        ui.find("a[href^='#/channels/']").click()
+        ui.wait(lambda d: d.find_element(By.TAG_NAME, "h1").text == "Channel 1", "channel page")
+        ui.wait_text("orders-consumer")
+        assert app in ui.text()
+        ui.screenshot("channel-page")
+        # The channels and consumers lists name the connection as the client did.
+        ui.go("/channels")
+        ui.row(app)
+        ui.go("/consumers")
+        assert app in ui.row("orders-consumer")["Channel"]
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_a_wrong_password_is_said_plainly(ui: Console) -> None:
+    ui.open("/")
+    ui.driver.execute_script("sessionStorage.clear()")
+    ui.driver.refresh()
+    ui.fill("form.login input[name=username]", "guest")
+    ui.fill("form.login input[name=password]", "wrong")
+    ui.find("form.login button[type=submit]").click()
+    error = ui.find("form.login .error").text
+    assert error == "Login failed: unknown user 'guest' or wrong password."
+    ui.screenshot("login-failed-text")
+
+
+def test_a_missing_queue_gets_a_not_found_page_with_nothing_to_act_on(ui: Console) -> None:
+    ui.login()
+    ui.go("/queues/%2F/no-such-queue")
+    ui.wait_text("No queue 'no-such-queue' in vhost '/'.")
+    buttons = [b.text for b in ui.all("main button")]
+    assert not {"Purge messages", "Delete queue", "Bind", "Peek"} & set(buttons), buttons
+    assert "(AMQP default)" not in ui.text()  # no made-up binding
+    ui.screenshot("queue-not-found")
+    ui.go("/exchanges/%2F/no-such-exchange")
+    ui.wait_text("No exchange 'no-such-exchange' in vhost '/'.")
+    assert "Publish message" not in [b.text for b in ui.all("main button")]
+
+
+def test_a_management_user_never_asks_for_node_health(ui: Console, broker) -> None:
+    user, password = _name("mgmt"), "pw"
+    _api(broker, "PUT", f"users/{user}", {"password": password, "tags": "management"})
+    _api(broker, "PUT", f"permissions/%2F/{user}", {"configure": ".*", "write": ".*",
+                                                    "read": ".*"})
+    ui.login(user, password)
+    ui.choose("select.interval", "every 2 s")
+    ui.wait_text("Node health needs the monitoring or administrator tag.")
+    # Three overview reads, and not one of /api/nodes.
+    ui.wait(lambda d: sum("/api/overview" in u for u in _requested(ui)) >= 3, "three refreshes")
+    assert not [u for u in _requested(ui) if "/api/nodes" in u]
+    ui.choose("select.interval", "every 5 s")
+    ui.logout()
+
+
+def test_a_user_with_no_vhost_is_told_so_and_offered_no_form(ui: Console, broker) -> None:
+    user, password = _name("nobody"), "pw"
+    _api(broker, "PUT", f"users/{user}", {"password": password, "tags": "management"})
+    ui.login(user, password)
+    ui.go("/queues")
+    ui.wait_text(f"User '{user}' has no permissions in any vhost")
+    assert "Add a queue" not in ui.text()
+    ui.screenshot("queues-no-vhost")
+    ui.go("/exchanges")
+    ui.wait_text(f"User '{user}' has no permissions in any vhost")
+    assert "Add an exchange" not in ui.text()
+    ui.logout()
+
+
+def test_refreshed_stamp_and_the_interval_picker(ui: Console) -> None:
+    ui.login()
+    ui.go("/queues")
+    stamp = ui.find("#session .refreshed")
+    ui.wait(lambda d: stamp.text.startswith("Refreshed at "), "a stamp")
+    ui.choose("select.interval", "every 2 s")
+    first = stamp.get_attribute("data-at")
+    ui.wait(lambda d: stamp.get_attribute("data-at") != first, "a refresh")
+    ui.driver.refresh()  # remembered in this browser
+    picker = ui.find("select.interval")
+    assert picker.get_attribute("value") == "2000"
+    ui.choose("select.interval", "paused")
+    ui.screenshot("refresh-picker")
+    ui.choose("select.interval", "every 5 s")
+
+
+def test_a_favicon_is_served(broker) -> None:
+    for path in ("/favicon.ico", "/console/favicon.svg"):
+        with urllib.request.urlopen(broker.api_url + path) as resp:
+            assert resp.status == 200 and resp.headers["Content-Type"].startswith("image/svg+xml")
+            assert b"<svg" in resp.read()
+    with urllib.request.urlopen(broker.api_url + "/") as resp:
+        assert 'rel="icon"' in resp.read().decode()
