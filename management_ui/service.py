@@ -29,7 +29,7 @@ from aiohttp import web
 from leveret import __version__
 from leveret.broker import definitions
 from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
-from leveret.management_ui import alerts, api, guard, metrics_app, sampler, views
+from leveret.management_ui import alerts, api, guard, log_stream, metrics_app, sampler, views
 from leveret.management_ui.exchange_tally import ExchangeTally
 from leveret.management_ui.log_stream import LogFanout
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
@@ -55,7 +55,7 @@ class State:
         self.rabbitmq_version = RABBITMQ_VERSION
         self.product_name = PRODUCT_NAME
         self.http_auth = [0, 0]  # succeeded, failed
-        self.log_fanout: LogFanout | None = None  # while someone follows the log (SSE)
+        self.log_fanout: LogFanout | None = None  # the log's recent records (log_stream.py)
         self.ack_watch = alerts.AckWatch()  # per-queue ack progress (alert hints)
         # (ready, unacked, consumers) summed over every queue at the last sample.
         self.queue_totals: tuple[int, int, int] | None = None
@@ -126,6 +126,7 @@ class ManagementService:
 
     async def start(self, broker: Any, config: Any) -> None:
         state = self.state = State(broker, config)
+        log_stream.attach(state)  # from the start, so the log page can show the last lines
         if config.load_definitions:
             try:
                 count = definitions.load_file(broker, config.load_definitions)
@@ -201,6 +202,7 @@ class ManagementService:
             await runner.cleanup()
         self.runners = []
         if self.state is not None:
+            log_stream.detach(self.state)
             broker = self.state.broker
             broker.listeners[:] = [entry for entry in broker.listeners
                                    if entry[0] not in ("http", "https", "http/prometheus")]

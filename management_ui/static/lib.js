@@ -128,15 +128,32 @@ export function notice(text) {
   return h("div.notice", { role: "status" }, text);
 }
 
+// RabbitMQ's HTTP answers to a refused permission ("Access refused.") and a missing path
+// object ("Not Found") do not say which; the console knows what it asked for, and says it
+// as RabbitMQ's AMQP replies do. about: {kind, name, vhost, right}.
+export function explain(err, about) {
+  if (!about || !(err instanceof ApiError)) return err;
+  const what = `${about.kind} '${about.name}' in vhost '${about.vhost}'`;
+  if (err.status === 401 && /^(ACCESS_REFUSED|Access refused)/.test(err.message)) {
+    const user = (currentUser() || {}).name || "";
+    const right = about.right ? `: it needs the ${about.right} permission` : "";
+    return new ApiError(401, `Access to ${what} refused for user '${user}'${right}.`);
+  }
+  if (err.status === 404 && err.message === "Not Found") {
+    return new ApiError(404, `No ${what}.`);
+  }
+  return err;
+}
+
 // Runs fn, showing its error (or a success text) in `where`; returns fn's result.
-export async function attempt(where, fn, success) {
+export async function attempt(where, fn, success, about) {
   clear(where);
   try {
     const result = await fn();
     if (success) clear(where, notice(success));
     return result;
   } catch (err) {
-    clear(where, errorBox(err));
+    clear(where, errorBox(explain(err, about)));
     return undefined;
   }
 }
@@ -180,6 +197,33 @@ export function bytes(n) {
 }
 
 export function yesNo(v) { return v ? "yes" : "no"; }
+
+// Epoch seconds (AMQP timestamps, x-death's time) as "2026-11-27 14:02:03 UTC".
+export function readableTime(seconds) {
+  if (typeof seconds !== "number" || !Number.isFinite(seconds)) return String(seconds ?? "");
+  const d = new Date(seconds * (seconds > 1e12 ? 1 : 1000));
+  return `${d.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+// ---- a page's state in the URL, after "?" in the hash: #/queues?name=orders&page=2 ----
+
+export function hashState() {
+  const at = location.hash.indexOf("?");
+  return new URLSearchParams(at >= 0 ? location.hash.slice(at + 1) : "");
+}
+
+// Merges `values` (null or "" removes a key) into the hash's state without a navigation, so
+// a reload or a shared link opens the page as it is now.
+export function setHashState(values) {
+  const params = hashState();
+  for (const [k, v] of Object.entries(values)) {
+    if (v === null || v === undefined || v === "" || v === false) params.delete(k);
+    else params.set(k, String(v));
+  }
+  const path = location.hash.split("?")[0] || "#/";
+  const query = params.toString();
+  history.replaceState(null, "", `${location.pathname}${location.search}${path}${query ? `?${query}` : ""}`);
+}
 
 export function args(obj) {
   const entries = Object.entries(obj || {});

@@ -68,7 +68,8 @@ function createForm(reload, vhosts) {
         arguments: argsOut,
       });
       reload();
-    }, `Exchange ${name.value} added.`);
+    }, `Exchange ${name.value} added.`, { kind: "exchange", name: name.value,
+      vhost: vhost.value, right: "configure" });
   });
   return form;
 }
@@ -208,7 +209,7 @@ function deleteForm(vhost, name) {
     h("button.danger", { type: "button", onclick: async () => {
       if (!(await confirmAction(`Delete exchange ${name} and its bindings?`))) return;
       const ok = await attempt(out, () => api("DELETE", `exchanges/${enc(vhost)}/${enc(name)}`)
-        .then(() => true));
+        .then(() => true), undefined, { kind: "exchange", name, vhost, right: "configure" });
       if (ok) location.hash = "#/exchanges";
     } }, "Delete exchange"));
 }

@@ -121,7 +121,7 @@ function bindForm(vhost, name, reload) {
       await api("POST", `bindings/${enc(vhost)}/e/${enc(source.value)}/q/${enc(name)}`,
         { routing_key: key.value, arguments: parsePairs(more.value) });
       reload();
-    }, "Bound.");
+    }, "Bound.", { kind: "queue", name, vhost, right: "write" });
   });
   return form;
 }
@@ -130,11 +130,12 @@ async function purge(vhost, name, out) {
   if (!(await confirmAction(`Purge every ready message from ${name}? This cannot be undone.`,
     "Purge"))) return;
   await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}/contents`),
-    "Queue purged.");
+    "Queue purged.", { kind: "queue", name, vhost, right: "read" });
 }
 
 async function remove(vhost, name, out) {
   if (!(await confirmAction(`Delete queue ${name} and every message in it?`))) return;
-  const ok = await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}`).then(() => true));
+  const ok = await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}`).then(() => true),
+    undefined, { kind: "queue", name, vhost, right: "configure" });
   if (ok) location.hash = "#/queues";
 }

@@ -151,7 +151,8 @@ function createForm(reload, vhosts) {
         arguments: argsOut,
       });
       reload();
-    }, `Queue ${name.value} added.`);
+    }, `Queue ${name.value} added.`, { kind: "queue", name: name.value, vhost: vhost.value,
+      right: "configure" });
   });
   return form;
 }

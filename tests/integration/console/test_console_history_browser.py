@@ -18,6 +18,7 @@ from typing import Any
 import pika
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from tests.conftest import BrokerProcess
 
@@ -232,3 +233,124 @@ def test_a_favicon_is_served(broker) -> None:
             assert b"<svg" in resp.read()
     with urllib.request.urlopen(broker.api_url + "/") as resp:
         assert 'rel="icon"' in resp.read().decode()
+
+
+def _visible_rows(ui: Console) -> list[str]:
+    return [str(tr.text) for tr in ui.all("table.trace tbody tr") if tr.is_displayed()]
+
+
+def test_tracing_follows_a_message_into_its_dead_letter_queue(ui: Console, channel) -> None:
+    q = _name("work")
+    dlq = q + "-dlq"
+    channel.queue_declare(dlq)
+    channel.queue_declare(q, arguments={"x-dead-letter-exchange": "",
+                                        "x-dead-letter-routing-key": dlq})
+    ui.login()
+    ui.go("/trace")
+    ui.click("Start tracing")
+    status = ui.find("p.trace-status")
+    ui.wait(lambda d: "following live" in status.text, "tracing live")
+    assert status.text.startswith("Tracing all queues in vhost '/'")
+    channel.basic_publish("", q, b"doomed", pika.BasicProperties(message_id=q + "-m"))
+    method, _, _ = channel.basic_get(q)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    ui.wait_text(f"dead-lettered from {q} (rejected): (default) ⇒ {dlq}")
+    # Details are fields, not a JSON line.
+    assert ui.all("table.trace dl.fields dt") and "{" not in ui.row("dead-lettered from")["Details"]
+    # The filter narrows the live view to the dead-letter queue's events.
+    ui.fill("input[name=trace-filter]", dlq)
+    ui.wait(lambda d: _visible_rows(ui) and all(dlq in r for r in _visible_rows(ui)),
+            "only the DLQ's events")
+    ui.screenshot("trace-dead-letter")
+    box = ui.find("input[name=trace-filter]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)  # as a user clears it (fires the input event)
+    ui.wait(lambda d: any(dlq not in r for r in _visible_rows(ui)), "every event again")
+    shown = len(_visible_rows(ui))
+    # Stopping warns that the broker's ring goes, and the page keeps what it shows.
+    ui.click("Stop tracing")
+    dialog = ui.find("dialog.confirm")
+    assert "discards" in dialog.text and "stay on this page" in dialog.text
+    ui.confirm("Stop tracing")
+    ui.wait(lambda d: status.text.startswith("Tracing is off in vhost '/'"), "tracing off")
+    assert f"The {shown} event(s) shown below stay on this page" in status.text
+    assert len(_visible_rows(ui)) == shown
+    ui.click("Clear")
+    ui.wait(lambda d: not _visible_rows(ui), "cleared")
+
+
+def test_list_state_is_in_the_url_and_survives_a_reload(ui: Console, channel) -> None:
+    prefix = _name("urlstate")
+    for i in range(3):
+        channel.queue_declare(f"{prefix}-{i}")
+        for _ in range(i):
+            channel.basic_publish("", f"{prefix}-{i}", b"m")
+    ui.login()
+    ui.go("/queues")
+    ui.fill("section.list input[type=search]", prefix)
+    ui.click("Total")  # sort by total, ascending, then descending
+    ui.wait(lambda d: "sort=messages" in d.current_url, "sort in the URL")
+    ui.click("Total ▲")
+    ui.wait(lambda d: "reverse=true" in d.current_url, "order in the URL")
+    assert f"name={prefix}" in ui.driver.current_url
+    ui.driver.refresh()
+    ui.wait(lambda d: ui.find("section.list input[type=search]").get_attribute("value") == prefix,
+            "the filter back")
+    # Filtered, by total, largest first: as it was before the reload.
+    names = ui.wait(lambda d: [n for n in (a.text for a in ui.all("tbody tr td a"))
+                               if n.startswith(prefix)] or None, "names")
+    assert names == [f"{prefix}-2", f"{prefix}-1", f"{prefix}-0"]
+    assert ui.find("th[aria-sort=descending]").text == "Total ▼"
+    ui.screenshot("queues-url-state")
+
+
+def test_inspector_position_is_in_the_url_and_times_are_readable(ui: Console, channel) -> None:
+    q = _name("inspect-url")
+    dlq = q + "-dlq"
+    channel.queue_declare(dlq)
+    channel.queue_declare(q, arguments={"x-dead-letter-exchange": "",
+                                        "x-dead-letter-routing-key": dlq})
+    for i in range(5):
+        channel.basic_publish("", q, f"m{i}".encode(),
+                              pika.BasicProperties(timestamp=1_700_000_000 + i))
+    for _ in range(5):
+        method, _, _ = channel.basic_get(q)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    ui.login()
+    ui.go(f"/queues/%2F/{dlq}")
+    ui.wait_text("Messages")
+    ui.fill("input[name=offset]", "2")
+    ui.fill("input[name=count]", "2")
+    ui.click("Peek")
+    ui.find("article.message[data-position='2']")
+    assert "offset=2" in ui.driver.current_url and "count=2" in ui.driver.current_url
+    ui.driver.refresh()  # the same messages, without a click
+    ui.find("article.message[data-position='2']")
+    positions = [a.get_attribute("data-position") for a in ui.all("article.message")]
+    assert positions == ["2", "3"]
+    message = ui.find("article.message[data-position='2']")
+    message.find_element(By.CSS_SELECTOR, "details summary").click()  # its properties
+    ui.wait(lambda d: "2023-11-14 22:13:22 UTC" in message.text,  # 1700000002, not epoch s
+            "a readable timestamp")
+    death_time = ui.find("table.x-death tbody td:last-child").text
+    assert death_time.endswith(" UTC") and death_time[:2] == "20", death_time
+    ui.screenshot("inspector-url-readable-times")
+
+
+def test_log_page_shows_the_last_lines_at_once_with_time_and_level(ui: Console) -> None:
+    ui.login()
+    ui.go("/log")
+    ui.wait_text("Broker log")
+    ui.choose("select[name=log-level]", "info and up")
+    # The broker's start-up lines were written before the page opened: shown at once.
+    ui.wait(lambda d: any("listening for" in line.text for line in ui.all("div.log-line")),
+            "the last lines")
+    line = next(x for x in ui.all("div.log-line") if "listening for" in x.text)
+    assert line.get_attribute("data-level") == "info"
+    assert line.find_element(By.CSS_SELECTOR, ".log-level").text.strip() == "INFO"
+    assert len(line.find_element(By.CSS_SELECTOR, ".log-time").text) == len("14:02:03.123")
+    ui.screenshot("log-levels")
+    ui.choose("select[name=log-level]", "error and up")
+    ui.wait(lambda d: not any("listening for" in x.text for x in ui.all("div.log-line")),
+            "info lines gone")
+    ui.choose("select[name=log-level]", "info and up")
