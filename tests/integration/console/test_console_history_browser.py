@@ -354,3 +354,20 @@ def test_log_page_shows_the_last_lines_at_once_with_time_and_level(ui: Console) 
     ui.wait(lambda d: not any("listening for" in x.text for x in ui.all("div.log-line")),
             "info lines gone")
     ui.choose("select[name=log-level]", "info and up")
+
+
+def test_a_refused_action_names_the_queue_and_the_right(ui: Console, channel, broker) -> None:
+    q = _name("guarded")
+    channel.queue_declare(q)
+    user, password = _name("readless"), "pw"
+    _api(broker, "PUT", f"users/{user}", {"password": password, "tags": "management"})
+    _api(broker, "PUT", f"permissions/%2F/{user}", {"configure": "", "write": "", "read": ""})
+    ui.login(user, password)
+    ui.go(f"/queues/%2F/{q}")
+    ui.wait_text("Purge or delete")
+    ui.click("Purge messages")
+    ui.confirm("Purge")
+    ui.wait_text(f"Access to queue '{q}' in vhost '/' refused for user '{user}': it needs the "
+                 "read permission.")
+    ui.screenshot("purge-refused")
+    ui.logout()
