@@ -2,6 +2,7 @@
 
     python bench/stats_cost.py                              # 1,000 queues, 100 connections
     python bench/stats_cost.py --queues 10000 --connections 1000 --rounds 20
+    python bench/stats_cost.py --process --seconds 60       # a real broker, sampled or not
 
 The stats-cost scenario: a broker model (the real ``Broker``, connections driven
 in memory by ``tests/unit/wire.py``, no sockets) with ``--queues`` queues, each
@@ -17,14 +18,25 @@ most 3%); the rings' memory per queue, connection and channel (their arrays), an
 the sampler's whole allocation per object (tracemalloc, rings and bookkeeping);
 the CPU of one ``/api/queues/{vh}/{q}?lengths_age=600&lengths_incr=5&msg_rates_...``
 rendering (121 points per field).
+
+``--process``: the same scenario on a real broker (``python -m leveret serve``, run.py's
+LeveretProcess) over sockets: queues imported as definitions, each connection a pika
+client with one channel consuming from one queue. The broker's CPU (``/proc``, utime +
+stime) is read over ``--seconds`` of quiet, twice per round: sampling every 5 s, and
+every hour (as good as off); the difference is what sampling costs, as a share of a core.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import sys
 import time
 import tracemalloc
+import urllib.request
+from pathlib import Path
 
 from pamqp import commands
 
@@ -57,12 +69,88 @@ def build(queues: int, connections: int) -> tuple[State, list[Client]]:
     return state, clients
 
 
+def broker_cpu(queues: int, connections: int, interval: float, seconds: float) -> float:
+    """CPU seconds per second of a real broker with this many queues and connections,
+    sampling every ``interval`` seconds, over ``seconds`` of quiet."""
+    import pika
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import loadgen_proc
+    import run
+    os.environ["LEVERET_COLLECT_STATISTICS_INTERVAL"] = str(interval)
+    lev = run.LeveretProcess(run.DEFAULT_LEVERET_CMD, 120.0)
+    clients = []
+    try:
+        pid = lev.start()
+        api = f"http://127.0.0.1:{lev.management_port}/api"
+        deadline = time.monotonic() + 60
+        body = json.dumps({"queues": [{"name": f"q{i}", "vhost": "/", "durable": False,
+                                       "auto_delete": False, "arguments": {}}
+                                      for i in range(queues)]}).encode()
+        while True:
+            try:
+                req = urllib.request.Request(api + "/definitions", data=body, method="POST",
+                                             headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=",
+                                                      "Content-Type": "application/json"})
+                urllib.request.urlopen(req, timeout=600).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for n in range(connections):
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", lev.port, heartbeat=0,
+                client_properties={"connection_name": f"bench-{n}"}))
+            ch = conn.channel()
+            ch.basic_publish("", f"q{n % queues}", b"x" * 100)
+            ch.basic_consume(f"q{(n + 1) % queues}", lambda *a: None)
+            clients.append(conn)
+        time.sleep(2 * max(interval, 5.0) if interval < 60 else 2.0)  # settle
+        pids = loadgen_proc.process_tree(pid)
+        c0, t0 = loadgen_proc.tree_cpu_seconds(pids), time.monotonic()
+        end = t0 + seconds
+        while time.monotonic() < end:
+            for conn in clients:
+                conn.process_data_events(0)
+            time.sleep(0.5)
+        return (loadgen_proc.tree_cpu_seconds(pids) - c0) / (time.monotonic() - t0)
+    finally:
+        for conn in clients:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        lev.stop()
+
+
+def process_mode(args: argparse.Namespace) -> None:
+    print(f"a real broker, {args.queues} queues, {args.connections} connections, "
+          f"{args.seconds:.0f} s of quiet per figure")
+    costs = []
+    for r in range(args.process_rounds):
+        order = (5.0, 3600.0) if r % 2 == 0 else (3600.0, 5.0)
+        got = {i: broker_cpu(args.queues, args.connections, i, args.seconds) for i in order}
+        costs.append(got[5.0] - got[3600.0])
+        print(f"  round {r + 1}: broker CPU {100 * got[5.0]:.2f}% of a core sampling every 5 s, "
+              f"{100 * got[3600.0]:.2f}% every hour: sampling costs "
+              f"{100 * costs[-1]:.2f}% of a core", flush=True)
+    print(f"median cost of sampling: {100 * statistics.median(costs):.2f}% of a core")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queues", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--process", action="store_true",
+                        help="measure a real broker's CPU, sampled every 5 s and every hour")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--process-rounds", type=int, default=2)
     args = parser.parse_args()
+    if args.process:
+        process_mode(args)
+        return
 
     state, _clients = build(args.queues, args.connections)
     sampler = state.sampler

@@ -28,13 +28,14 @@ export function renderConnections(page) {
   const errors = h("div");
   let list = null;
   async function close(conn) {
-    const reason = window.prompt(`Close connection ${conn.name}?\nReason sent to the client:`,
+    const label = connectionLabel(conn.name, null, conn.user_provided_name);
+    const reason = window.prompt(`Close connection ${label}?\nReason sent to the client:`,
       "Closed via management plugin");
     if (reason === null) return;
     await attempt(errors, async () => {
       await fetchWithReason(conn.name, reason);
       list.reload();
-    }, `Closed ${conn.name}.`);
+    }, `Closed ${label}.`);
   }
   list = pagedList({
     path: "connections",
