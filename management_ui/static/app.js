@@ -3,7 +3,7 @@
 
 import {
   REFRESH_CHOICES, api, basic, clear, credentials, currentUser, errorBox, field, forget, h,
-  isAdmin, leave, refreshInterval, remember, setRefreshInterval,
+  isAdmin, isMonitor, leave, refreshInterval, remember, setRefreshInterval,
 } from "./lib.js";
 import * as overview from "./pages/overview.js";
 import * as connections from "./pages/connections.js";
@@ -14,7 +14,8 @@ import * as admin from "./pages/admin.js";
 import * as apidocs from "./pages/apidocs.js";
 import * as tracing from "./pages/tracing.js";
 
-// [hash pattern, module export, nav label (null: not in the menu), administrators only]
+// [hash pattern, module export, nav label (null: not in the menu), who may open it:
+// undefined everyone, "admin" administrators, "monitor" monitoring users and administrators]
 const ROUTES = [
   [/^\/?$/, overview.render, "Overview"],
   [/^\/connections$/, connections.renderConnections, "Connections"],
@@ -26,9 +27,9 @@ const ROUTES = [
   [/^\/exchanges\/([^/]+)\/([^/]*)$/, exchanges.renderOne, null],
   [/^\/queues$/, queues.render, "Queues"],
   [/^\/queues\/([^/]+)\/([^/]+)$/, queue.render, null],
-  [/^\/admin$/, admin.render, "Admin", true],
-  [/^\/trace$/, tracing.renderTrace, "Trace"],
-  [/^\/log$/, tracing.renderLog, "Log", true],
+  [/^\/admin$/, admin.render, "Admin", "admin"],
+  [/^\/trace$/, tracing.renderTrace, "Trace", "monitor"],
+  [/^\/log$/, tracing.renderLog, "Log", "admin"],
   [/^\/api-docs$/, apidocs.render, "API"],
 ];
 const HREF = {
@@ -144,7 +145,7 @@ function intervalPicker() {
 
 function drawChrome(current) {
   const user = currentUser();
-  clear(nav, ROUTES.filter(([, , label, adminOnly]) => label && (!adminOnly || isAdmin()))
+  clear(nav, ROUTES.filter(([, , label, who]) => label && allowed(who))
     .map(([, , label]) => h("a", { href: HREF[label],
       "aria-current": label === current ? "page" : false }, label)));
   stamp.textContent = "";
@@ -153,6 +154,11 @@ function drawChrome(current) {
     h("span.who", { title: (user.tags || []).join(", ") }, user.name),
     themeButton(),
     h("button", { type: "button", onclick: logout }, "Log out"));
+}
+
+// The console offers no page, and sends no request, its user may not read.
+function allowed(who) {
+  return !who || (who === "admin" ? isAdmin() : isMonitor());
 }
 
 async function route() {
@@ -164,9 +170,18 @@ async function route() {
   // The hash is the page's path, then its state (filter, sort, page) after "?".
   const raw = location.hash.replace(/^#/, "").split("?")[0];
   const path = decodeURIComponent(raw) === "" ? "/" : raw;
-  for (const [pattern, render, label] of ROUTES) {
+  for (const [pattern, render, label, who] of ROUTES) {
     const match = path.match(pattern);
     if (!match) continue;
+    if (!allowed(who)) {
+      drawChrome(null);
+      const user = currentUser() || {};
+      clear(main, h("div.page", h("h1", label),
+        h("div.notice", { role: "status" }, `User '${user.name}' cannot open this page: it `
+          + `needs the ${who === "admin" ? "administrator" : "monitoring or administrator"} tag.`),
+        h("p", h("a", { href: "#/" }, "Back to the overview"))));
+      return;
+    }
     const navLabel = label || ["Queues", "Exchanges", "Connections", "Channels"]
       .find((l) => path.startsWith(`/${l.toLowerCase()}`)) || "Overview";
     drawChrome(navLabel);

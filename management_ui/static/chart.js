@@ -39,7 +39,8 @@ export function liveChart(title, series, format = (v) => `${formatValue(v)}/s`) 
     const opts = {
       width: width(), height: 160, legend: { show: false }, cursor: { show: true },
       scales: { x: { time: true, range: () => xRange() }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
-      axes: [{ stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" } },
+      axes: [{ stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" }, space: 60,
+        values: (u, splits) => splits.map(clock) },
         { stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" }, size: 56 }],
       series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLOURS[i % COLOURS.length],
         width: 2, points: { show: false } }))],
@@ -81,6 +82,9 @@ export function liveChart(title, series, format = (v) => `${formatValue(v)}/s`) 
       if (data[0].length > POINTS) data.forEach((column) => column.shift());
     }
     element.dataset.points = data[0].length;
+    // Points with something to show, and whether they came from the broker's history.
+    element.dataset.nonzero = data[0].filter((_, i) => data.slice(1).some((c) => c[i])).length;
+    element.dataset.source = drawn ? "history" : "page";
     legend.replaceChildren(...series.map((s, i) => h("li",
       h("span.swatch", { dataset: { colour: i % COLOURS.length } }),
       `${s.label}: ${format(s.kind === "rate" ? current(s, sample) : data[i + 1][data[0].length - 1] || 0)}`)));
@@ -92,6 +96,13 @@ export function liveChart(title, series, format = (v) => `${formatValue(v)}/s`) 
   }
 
   return { element, push };
+}
+
+// An axis label: "14:05" on the minute, ":30" between (uPlot's default stacks a date row).
+function clock(seconds) {
+  const d = new Date(seconds * 1000);
+  const two = (n) => String(n).padStart(2, "0");
+  return d.getSeconds() ? `:${two(d.getSeconds())}` : `${two(d.getHours())}:${two(d.getMinutes())}`;
 }
 
 export function formatValue(v) {

@@ -58,11 +58,13 @@ def _api(broker: BrokerProcess, method: str, path: str, body: Any = None,
         return json.loads(text) if text else None
 
 
-def _points(ui: Console, caption: str) -> int:
+def _chart(ui: Console, caption: str) -> dict[str, str]:
+    """The chart's data attributes: points drawn, points with a value, where they came from."""
     for fig in ui.all("figure.chart"):
         if fig.find_element(By.TAG_NAME, "figcaption").text == caption:
-            return int(fig.get_attribute("data-points") or 0)
-    return -1
+            return {k: str(fig.get_attribute(f"data-{k}") or "")
+                    for k in ("points", "nonzero", "source")}
+    return {}
 
 
 def _requested(ui: Console) -> list[str]:
@@ -76,16 +78,19 @@ def test_queue_page_draws_history_at_once_and_the_list_shows_rates(ui: Console, 
     channel.queue_declare(q)
     for _ in range(30):
         channel.basic_publish("", q, b"x")
-    path = f"queues/%2F/{q}?lengths_age=60&lengths_incr=1"
-    # The broker has history of the 30 messages before the page is opened.
+    path = f"queues/%2F/{q}?lengths_age=300&lengths_incr=5"
+    # The broker has history of the 30 messages (two 5-second points) before the page opens.
     wait_until(lambda: [s["sample"] for s in _api(broker, "GET", path)["messages_details"]
                         ["samples"][:2]] == [30, 30], WAIT)
     ui.login()
     ui.go(f"/queues/%2F/{q}")
     ui.wait_text("Message rates")
-    # The first draw already has the 5-minute history (61 points at 5 s), not one point.
-    assert ui.wait(lambda d: _points(ui, "Queued messages") > 10, "history on load")
-    assert _points(ui, "Message rates") > 10
+    # The first draw is the broker's 5 minutes (61 points at 5 s), with the 30 messages in
+    # more than one of them: history, not one point at the right edge.
+    ui.wait(lambda d: _chart(ui, "Queued messages").get("source") == "history", "history")
+    queued = _chart(ui, "Queued messages")
+    assert int(queued["points"]) == 61 and int(queued["nonzero"]) >= 2, queued
+    assert _chart(ui, "Message rates")["source"] == "history"
     ui.screenshot("queue-history")
     ui.go("/queues")
     row = ui.row(q)
@@ -93,6 +98,20 @@ def test_queue_page_draws_history_at_once_and_the_list_shows_rates(ui: Console, 
         assert row[column].endswith("/s"), row
     assert row["State"] == "running"
     ui.screenshot("queues-rates")
+
+
+def test_overview_charts_start_with_the_brokers_history(ui: Console, channel, broker) -> None:
+    q = _name("ov")
+    channel.queue_declare(q)
+    channel.basic_publish("", q, b"m")
+    wait_until(lambda: _api(broker, "GET", "overview?lengths_age=300&lengths_incr=5")
+               ["queue_totals"]["messages_details"]["samples"][1]["sample"] > 0, WAIT)
+    ui.login()
+    ui.wait_text("Message rates")
+    ui.wait(lambda d: _chart(ui, "Queued messages").get("source") == "history", "history")
+    assert int(_chart(ui, "Queued messages")["nonzero"]) >= 2
+    assert _chart(ui, "Message rates")["source"] == "history"
+    ui.screenshot("overview-history")
 
 
 def test_exchange_page_has_a_rate_chart_and_the_list_rate_columns(ui: Console, channel,
@@ -109,7 +128,7 @@ def test_exchange_page_has_a_rate_chart_and_the_list_rate_columns(ui: Console, c
     ui.go(f"/exchanges/%2F/{x}")
     ui.wait_text("12 messages in")
     ui.wait_text("12 routed out")
-    assert ui.wait(lambda d: _points(ui, "Message rates") > 10, "exchange history")
+    ui.wait(lambda d: _chart(ui, "Message rates").get("source") == "history", "history")
     ui.screenshot("exchange-rates")
     ui.go("/exchanges")
     row = ui.row(x)
@@ -138,7 +157,7 @@ def test_connection_and_channel_pages_under_the_clients_name(ui: Console, broker
         ui.wait_text("orders-consumer")
         text = ui.text()
         assert "Data rates" in text and "B/s" in text
-        assert ui.wait(lambda d: _points(ui, "Data rates") > 10, "connection history")
+        ui.wait(lambda d: _chart(ui, "Data rates").get("source") == "history", "history")
         ui.screenshot("connection-page")
         # Its channel: the consumer, and the connection named as the client named it.
         ui.find("a[href^='#/channels/']").click()
@@ -192,6 +211,13 @@ def test_a_management_user_never_asks_for_node_health(ui: Console, broker) -> No
     # Three overview reads, and not one of /api/nodes.
     ui.wait(lambda d: sum("/api/overview" in u for u in _requested(ui)) >= 3, "three refreshes")
     assert not [u for u in _requested(ui) if "/api/nodes" in u]
+    # No Trace or Log page offered; opened by its address, it says why, and asks nothing.
+    nav = ui.driver.find_element(By.ID, "nav").text
+    assert "Trace" not in nav and "Log" not in nav and "Admin" not in nav
+    ui.go("/trace")
+    ui.wait_text(f"User '{user}' cannot open this page: it needs the monitoring or "
+                 "administrator tag.")
+    assert not [u for u in _requested(ui) if "/api/traces" in u or "/api/nodes" in u]
     ui.choose("select.interval", "every 5 s")
     ui.logout()
 
