@@ -67,3 +67,8 @@ def test_lab_runs_fast_and_behaves_as_the_lesson_predicts(name: str) -> None:
     assert rows, "the table of counts is empty"
     assert "FAIL" not in text and "result: as the lesson predicts" in text
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    if name == "acks":  # every message counted is named: "gets the 7 not acked: 4, ..., 10"
+        got = re.search(r"gets the (\d+) not acked: ([\d, ]+);", text)
+        assert got and int(got[1]) == len(got[2].split(", ")), text
+    if name == "poison":  # no row of dashes standing for a header that is not there
+        assert "x-delivery-count: -" not in text
