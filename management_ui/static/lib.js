@@ -328,13 +328,15 @@ export function every(ms, fn) {
     timer = setTimeout(async () => {
       if (stopped) return;
       if (wait && !document.hidden) {
-        try { await fn(); } catch (err) { console.warn("refresh failed", err); }
+        try { await fn(); } catch (err) { console.error("refresh failed", err); }
       }
       if (!stopped) schedule();
     }, wait || 1000);
   };
   const restart = () => { clearTimeout(timer); if (!stopped) schedule(); };
-  Promise.resolve(fn()).catch((err) => console.warn("refresh failed", err)).finally(schedule);
+  // A page's own errors are shown in place; anything thrown here is a bug, logged as one.
+  Promise.resolve().then(fn).catch((err) => console.error("refresh failed", err))
+    .finally(schedule);
   if (!ms) document.addEventListener("leveret:interval", restart);
   onLeave(() => {
     stopped = true;
