@@ -71,6 +71,22 @@ def _chart(req: Request, kind: str) -> tuple[int | None, int | None]:
         return None, None
 
 
+def list_ranges(req: Request, total: int, cheap: dict[str, Any]) -> views.Ranges:
+    """The chart ranges asked for a list, bounded by how many objects it formats: a page
+    when paged and sorted by a field read off the objects, else all of them."""
+    ranges = views.Ranges.of(req.query)
+    if ranges == views.NO_RANGES:
+        return ranges
+    formatted = total
+    sort = req.query.get("sort", "")
+    if "page" in req.query and (not sort or sort in cheap):
+        try:
+            formatted = min(total, int(req.query.get("page_size") or 100))
+        except ValueError:
+            pass  # respond_list refuses it
+    return ranges.bounded(formatted)
+
+
 def exchange_types() -> list[dict[str, Any]]:
     return [{"name": t, "description": EXCHANGE_TYPE_DESCRIPTIONS.get(t, ""), "enabled": True}
             for t in sorted(EXCHANGE_TYPES)]
@@ -280,8 +296,9 @@ def check_owner(req: Request, owner: str | None, close: bool = False) -> None:
 
 
 async def connections(req: Request) -> web.Response:
-    ranges = views.Ranges.of(req.query)
-    return json_response(respond_list(req.query, _connections(req),
+    found = _connections(req)
+    ranges = list_ranges(req, len(found), {"name": True})
+    return json_response(respond_list(req.query, found,
                                       lambda c: views.connection_json(c, req.state, ranges),
                                       {"name": views.connection_name}))
 
@@ -295,7 +312,7 @@ async def connection(req: Request) -> web.Response:
 async def connection_channels(req: Request) -> web.Response:
     conn = find_connection(req)
     channels = sorted(conn.channels.values(), key=lambda ch: ch.number)
-    ranges = views.Ranges.of(req.query)
+    ranges = list_ranges(req, len(channels), {})
     return json_response(respond_list(req.query, channels,
                                       lambda ch: views.channel_json(ch, req.state, ranges)))
 
@@ -308,8 +325,9 @@ def _channels(req: Request) -> list[Any]:
 
 
 async def channels(req: Request) -> web.Response:
-    ranges = views.Ranges.of(req.query)
-    return json_response(respond_list(req.query, _channels(req),
+    found = _channels(req)
+    ranges = list_ranges(req, len(found), {"name": True})
+    return json_response(respond_list(req.query, found,
                                       lambda ch: views.channel_json(ch, req.state, ranges),
                                       {"name": views.channel_name}))
 
@@ -344,8 +362,9 @@ def _sorted_exchanges(vhosts: list[Any]) -> list[Any]:
 
 
 async def exchanges(req: Request) -> web.Response:
-    ranges = views.Ranges.of(req.query)
-    return json_response(respond_list(req.query, _sorted_exchanges(vhosts_in_scope(req)),
+    found = _sorted_exchanges(vhosts_in_scope(req))
+    ranges = list_ranges(req, len(found), BY_VHOST_NAME)
+    return json_response(respond_list(req.query, found,
                                       lambda x: views.exchange_json(x, req.state, ranges),
                                       {"name": lambda x: x.name, "vhost": lambda x: x.vhost}))
 
@@ -408,8 +427,9 @@ async def queues(req: Request) -> web.Response:
                                           QUEUE_FIELDS))
     annotate = _annotator(req)
     held = inventory.held_bytes(state.broker)  # unacked bytes: one pass for the whole list
-    ranges = views.Ranges.of(req.query)
-    return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
+    found = _sorted_queues(vhosts_in_scope(req))
+    ranges = list_ranges(req, len(found), QUEUE_FIELDS)
+    return json_response(respond_list(req.query, found,
                                       lambda q: annotate(q, views.queue_json(
                                           q, state, held=held, ranges=ranges)),
                                       QUEUE_FIELDS))

@@ -39,6 +39,10 @@ EXCHANGE_STATS = ("publish_in", "publish_out")
 CONNECTION_OCTETS = ("recv_oct", "send_oct")
 
 
+# Sample points one list answer may hold per field, over all its objects (``bounded``).
+LIST_POINTS = 20_000
+
+
 class Ranges(NamedTuple):
     """RabbitMQ's chart ranges (``?lengths_age=600&lengths_incr=5``, ``msg_rates_*``,
     ``data_rates_*``): (age, incr) in seconds, None when not asked; with a range the
@@ -58,6 +62,22 @@ class Ranges(NamedTuple):
                 return None, None
             return (age, incr) if age is None or age > 0 else (None, None)
         return cls(pair("lengths"), pair("msg_rates"), pair("data_rates"))
+
+    def bounded(self, objects: int) -> Ranges:
+        """These ranges for a list that formats ``objects`` objects: ``incr`` raised so a
+        field has at most ``LIST_POINTS // objects`` points (at least 2), which bounds the
+        work of one answer. Where Leveret differs: RabbitMQ answers every point asked."""
+        most = max(2, LIST_POINTS // max(objects, 1))
+
+        def bound(pair: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
+            age, incr = pair
+            if age is None:
+                return pair
+            step = max(incr or 1, 1)
+            if age // step > most:
+                step = -(-age // most)  # ceiling
+            return age, step
+        return Ranges(bound(self.lengths), bound(self.msg_rates), bound(self.data_rates))
 
 
 NO_RANGES = Ranges()

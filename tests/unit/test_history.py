@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leveret.management_ui import views
 from leveret.management_ui.exchange_tally import ExchangeTally
 from leveret.management_ui.history import History
 
@@ -109,3 +110,14 @@ def test_exchange_tally_sums_channels_and_keeps_closed_ones_counts() -> None:
     assert tally.tally([a], exchanges) == {("/", "x"): [11, 6], ("/", "y"): [1, 0]}
     # y deleted: forgotten; a channel's counts for a missing exchange are not shown.
     assert tally.tally([a, channel("/", z=(3, 3))], {("/", "x")}) == {("/", "x"): [11, 6]}
+
+
+def test_chart_ranges_parse_and_lists_bound_their_points() -> None:
+    r = views.Ranges.of({"lengths_age": "600", "lengths_incr": "5", "msg_rates_age": "60",
+                         "msg_rates_incr": "1"})
+    assert r.lengths == (600, 5) and r.msg_rates == (60, 1) and r.data_rates == (None, None)
+    b = r.bounded(1000)  # 20 points a field for each of 1,000 objects
+    assert b.lengths == (600, 30) and b.msg_rates == (60, 3) and b.data_rates == (None, None)
+    assert r.bounded(10) == r  # few objects: every point asked
+    assert views.Ranges.of({"lengths_age": "x"}) == views.NO_RANGES
+    assert views.Ranges.of({"lengths_age": "-5"}) == views.NO_RANGES
