@@ -397,3 +397,32 @@ def test_a_refused_action_names_the_queue_and_the_right(ui: Console, channel, br
                  "read permission.")
     ui.screenshot("purge-refused")
     ui.logout()
+
+
+def test_the_new_pages_fit_a_narrow_window(ui: Console, broker) -> None:
+    app = _name("narrow-app")
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", broker.port, client_properties={"connection_name": app}))
+    try:
+        ch = conn.channel()
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.basic_consume(q, lambda *a: None, consumer_tag="narrow-consumer")
+        ui.login()
+        ui.driver.set_window_size(480, 900)
+        name = next(c["name"] for c in _api(broker, "GET", "connections")
+                    if c.get("user_provided_name") == app)
+        channel_name = f"{name} (1)"
+        for page, marker, shot in ((f"/queues/%2F/{q}", "Message rates", "queue-narrow"),
+                                   (f"/connections/{name}", "Client properties",
+                                    "connection-narrow"),
+                                   (f"/channels/{channel_name}", "narrow-consumer",
+                                    "channel-narrow")):
+            ui.go(page.replace(" ", "%20"))
+            ui.wait_text(marker)
+            width = ui.driver.execute_script("return document.documentElement.scrollWidth")
+            assert width <= 500, f"{page} is {width}px wide in a 480px window"
+            ui.screenshot(shot)
+    finally:
+        ui.driver.set_window_size(1280, 800)
+        if conn.is_open:
+            conn.close()
