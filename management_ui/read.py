@@ -29,6 +29,7 @@ EXCHANGE_TYPE_DESCRIPTIONS = {
 # Above this many queues, /api/overview's queue totals come from the last sample (<= 5 s old,
 # like RabbitMQ's, which its stats emission delays too) instead of a walk over every queue.
 LIVE_TOTALS_MAX_QUEUES = 1_000
+DELIVER_GET = ("deliver", "deliver_no_ack", "get", "get_no_ack")  # model.stats.as_dict's sum
 SAMPLE_RETENTION = {"global": [600, 3600, 28800, 86400], "basic": [600, 3600], "detailed": [600]}
 BY_NAME = {"name": lambda o: o.name}
 BY_VHOST_NAME = {"name": lambda o: o.name, "vhost": lambda o: o.vhost.name}
@@ -104,9 +105,8 @@ async def overview(req: Request) -> web.Response:
     the exchange and queue counts of the vhosts they have permissions in, their own
     connections and channels, no ``consumers`` count and no ``node``, ``listeners`` or
     ``contexts``; ``churn_rates`` stay broker-wide. ``?columns=`` keeps whole top-level
-    fields. Where Leveret differs: those users' ``X_details`` give the rate summed over
-    their vhosts, with no chart samples (Leveret keeps 10-minute series for the broker's
-    totals only, not per vhost)."""
+    fields. Where Leveret differs: those users' ``X_details`` are summed over their
+    vhosts' rings (``history.py``: 5 minutes of samples, where the broker's totals keep 10)."""
     state, broker = req.state, req.state.broker
     monitor = auth.allowed(req.tags, auth.MONITORING)
     out: dict[str, Any] = {
@@ -183,43 +183,58 @@ def _broker_totals(req: Request) -> dict[str, Any]:
     }
 
 
-def _summed_details(rate: float, age: int | None, value: int) -> dict[str, Any]:
-    if age is None:
-        return {"rate": rate}
-    return {"rate": rate, "samples": [], "avg_rate": rate, "avg": float(value)}
+def _summed(state: Any, vhosts: list[Any], names: tuple[str, ...],
+            age: int | None, incr: int | None) -> dict[str, dict[str, Any]]:
+    """``X_details`` of ``names`` (vhost ring fields, and ``deliver_get``) summed over
+    ``vhosts``: rates added, and with a range, samples added point by point (every vhost's
+    points fall on the same clock grid)."""
+    ring = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
+    per_vhost = [state.sampler.object_details(vhost_key(vh.name), ring, 0, age, incr)
+                 for vh in vhosts]
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        parts = DELIVER_GET if name == "deliver_get" else (name,)
+        details = [d[p] for d in per_vhost for p in parts]
+        summed: dict[str, Any] = {"rate": round(sum(d["rate"] for d in details), 1)}
+        if age is not None:
+            points: list[dict[str, Any]] = []
+            for d in details:
+                for i, sample in enumerate(d["samples"]):
+                    if i == len(points):
+                        points.append(dict(sample))
+                    else:
+                        points[i]["sample"] += sample["sample"]
+            summed["samples"] = points
+            summed["avg_rate"] = round(sum(d["avg_rate"] for d in details), 1)
+            summed["avg"] = round(sum(d["avg"] for d in details), 1)
+        out[name] = summed
+    return out
 
 
 def _vhost_totals(req: Request) -> dict[str, Any]:
     """The totals of the vhosts this (non-monitoring) user has permissions in, and of its
-    own connections; rates summed from the sampler's per-vhost pairs."""
+    own connections; rates and chart samples summed from the sampler's per-vhost rings."""
     state, broker = req.state, req.state.broker
     vhosts = auth.visible_vhosts(broker, req.user, req.tags, monitors_see_all=False)
-    rate_age, _ = _chart(req, "msg_rates")
-    len_age, _ = _chart(req, "lengths")
-    names = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
-    rates = [0.0] * len(names)
-    for vhost in vhosts:
-        for i, r in enumerate(state.sampler.object_rates(vhost_key(vhost.name), len(names))):
-            rates[i] += r
-    by_name = dict(zip(names, rates, strict=True))
-    by_name["deliver_get"] = sum(by_name[f] for f in ("deliver", "deliver_no_ack", "get",
-                                                       "get_no_ack"))
+    rate_age, rate_incr = _chart(req, "msg_rates")
+    len_age, len_incr = _chart(req, "lengths")
+    stats = broker.message_stats([vh.name for vh in vhosts]).as_dict()
+    rates = _summed(state, vhosts, tuple(stats), rate_age, rate_incr)
     message_stats: dict[str, Any] = {}
-    for name, value in broker.message_stats([vh.name for vh in vhosts]).as_dict().items():
+    for name, value in stats.items():
         message_stats[name] = value
-        message_stats[f"{name}_details"] = _summed_details(round(by_name[name], 1), rate_age,
-                                                           value)
+        message_stats[f"{name}_details"] = rates[name]
     for name in ("disk_reads", "disk_writes"):
         message_stats[name] = 0
         message_stats[f"{name}_details"] = {"rate": 0.0}
     ready = sum(q.message_count for vh in vhosts for q in vh.queues.values())
     unacked = sum(q.unacked for vh in vhosts for q in vh.queues.values())
+    lengths = _summed(state, vhosts, VHOST_RATE_FIELDS[:3], len_age, len_incr)
     queue_totals: dict[str, Any] = {}
     for name, value in (("messages", ready + unacked), ("messages_ready", ready),
                         ("messages_unacknowledged", unacked)):
         queue_totals[name] = value
-        queue_totals[f"{name}_details"] = _summed_details(round(by_name[name], 1), len_age,
-                                                          value)
+        queue_totals[f"{name}_details"] = lengths[name]
     own = [c for c in inventory.open_connections(broker) if c.user == req.user]
     if not vhosts:  # as RabbitMQ: nothing to sum is no figures, not zeros
         message_stats, queue_totals = {}, {}

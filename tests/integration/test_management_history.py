@@ -114,3 +114,32 @@ def test_history_shape_matches_rabbitmq(http: HttpApi, rabbitmq_http: HttpApi) -
     finally:
         for target in (http, rabbitmq_http):
             target.delete("/queues/%2F/hist-shape")
+
+
+def test_a_users_overview_history_is_summed_over_its_vhosts(http: HttpApi) -> None:
+    """A management user's overview sums its vhosts' rings: samples too, not only rates."""
+    mine, other, user = "hist-mine", "hist-other", "hist-user"
+    for vhost in (mine, other):
+        assert http.put(f"/vhosts/{vhost}")[0] in (201, 204)
+        assert http.put(f"/permissions/{vhost}/guest", {"configure": ".*", "write": ".*",
+                                                        "read": ".*"})[0] in (201, 204)
+        assert http.put(f"/queues/{vhost}/q")[0] in (201, 204)
+    assert http.put(f"/users/{user}", {"password": "pw", "tags": "management"})[0] in (201, 204)
+    assert http.put(f"/permissions/{mine}/{user}", {"configure": ".*", "write": ".*",
+                                                    "read": ".*"})[0] in (201, 204)
+    try:
+        for vhost, n in ((mine, 4), (other, 3)):
+            for _ in range(n):
+                status, _, out = http.post(f"/exchanges/{vhost}/amq.default/publish", {
+                    "routing_key": "q", "payload": "x", "payload_encoding": "string",
+                    "properties": {}})
+                assert status == 200 and out["routed"], out
+        seen = HttpApi(http.base, user, "pw")
+        totals = until(lambda: seen.ok(f"/overview?{RANGES}")["queue_totals"],
+                       lambda t: samples(t["messages_details"])[:1] == [4])
+        assert samples(totals["messages_ready_details"])[0] == 4  # not the other vhost's 3
+        assert set(totals["messages_details"]) == {"rate", "samples", "avg_rate", "avg"}
+    finally:
+        http.delete(f"/users/{user}")
+        for vhost in (mine, other):
+            http.delete(f"/vhosts/{vhost}")
