@@ -8,10 +8,10 @@ channels of its vhost, plus what channels closed since the tally began had count
 ``publish_out`` the same sum of the messages routed on to queues (RabbitMQ's exchange
 ``publish_out`` sums its per-queue publishes likewise).
 
-Where Leveret differs: a channel's counts are folded in at the round that first misses
-it, as last seen, so publishes in the last seconds (< one round) of a closing channel
-are not counted; publishes over HTTP are not counted per exchange (they are in the
-overview's).
+Publishes over HTTP count as a channel that closed at once (``add``). Where Leveret
+differs: a channel's counts are folded in at the round that first misses it, as last
+seen, so publishes in the last seconds (< one round) of a closing channel are not
+counted.
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ class ExchangeTally:
         self.seen: dict[int, tuple[Any, str, dict[str, list[int]]]] = {}
         self.gone: dict[Key, list[int]] = {}  # what closed channels had counted
         self.totals: dict[Key, list[int]] = {}  # the last round's sums
+
+    def add(self, vhost: str, name: str, counted: Counted) -> None:
+        """What a channel-less publish counted (HTTP: ``management_ui/basic.py``)."""
+        if counted.publish:
+            base = self.gone.setdefault((vhost, name), [0, 0])
+            base[0] += counted.publish
+            base[1] += sum(counted.queues.values())
 
     def tally(self, channels: Iterable[ChannelLike], exchanges: set[Key]) -> dict[Key, list[int]]:
         """One round: ``[publish_in, publish_out]`` of every exchange in ``exchanges`` a

@@ -143,3 +143,20 @@ def test_a_users_overview_history_is_summed_over_its_vhosts(http: HttpApi) -> No
         http.delete(f"/users/{user}")
         for vhost in (mine, other):
             http.delete(f"/vhosts/{vhost}")
+
+
+def test_http_publishes_count_in_the_exchanges_stats(http: HttpApi) -> None:
+    assert http.put("/exchanges/%2F/hist.http", {"type": "fanout"})[0] in (201, 204)
+    assert http.put("/queues/%2F/hist.http.q")[0] in (201, 204)
+    assert http.post("/bindings/%2F/e/hist.http/q/hist.http.q", {})[0] == 201
+    try:
+        for _ in range(3):
+            assert http.post("/exchanges/%2F/hist.http/publish", {
+                "routing_key": "", "payload": "x", "payload_encoding": "string",
+                "properties": {}})[2] == {"routed": True}
+        stats = until(lambda: http.ok("/exchanges/%2F/hist.http").get("message_stats", {}),
+                      lambda m: m.get("publish_in") == 3)
+        assert stats["publish_out"] == 3
+    finally:
+        http.delete("/exchanges/%2F/hist.http")
+        http.delete("/queues/%2F/hist.http.q")

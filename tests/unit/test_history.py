@@ -121,3 +121,10 @@ def test_chart_ranges_parse_and_lists_bound_their_points() -> None:
     assert r.bounded(10) == r  # few objects: every point asked
     assert views.Ranges.of({"lengths_age": "x"}) == views.NO_RANGES
     assert views.Ranges.of({"lengths_age": "-5"}) == views.NO_RANGES
+
+
+def test_exchange_tally_counts_http_publishes_as_closed_channels() -> None:
+    tally = ExchangeTally()
+    tally.add("/", "x", SimpleNamespace(publish=2, queues={"q": 2, "r": 2}))
+    tally.add("/", "x", SimpleNamespace(publish=0, queues={}))  # refused before the lookup
+    assert tally.tally([], {("/", "x")}) == {("/", "x"): [2, 4]}
