@@ -152,6 +152,10 @@ class Config:
     # console behind a proxy that rewrites Host), as "https://mq.example.com"; any other
     # Origin is refused (403): a page elsewhere cannot use the browser's credentials.
     management_allowed_origins: tuple[str, ...] = ()
+    # Seconds between the management plane's samples of every object's counters (rates and
+    # chart history, management_ui/sampler.py): RabbitMQ's collect_statistics_interval
+    # (which is in milliseconds, default 5000).
+    collect_statistics_interval: float = 5.0
     # Not a setting: the names a file, the environment or a flag set (``load_config``).
     # A listener on a *default* HTTP port that is taken is skipped with a warning, so a
     # Leveret beside a RabbitMQ (which holds 15672/15692) still serves AMQP; one the
@@ -357,6 +361,7 @@ _FIELDS: dict[str, _Field] = {
     "ready_file": _Field("path"),
     "management_request_timeout": _Field("float", _positive_float),
     "management_idle_timeout": _Field("float", _positive_float),
+    "collect_statistics_interval": _Field("float", _positive_float),
     "management_allowed_origins": _Field("strs", _names("origin")),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}

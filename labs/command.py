@@ -1,7 +1,7 @@
 """``leveret lab list`` and ``leveret lab run NAME [--url URL] [--fast]``.
 
-``list`` prints one lab per line (name, a tab, its summary) and nothing else,
-so scripts can read it. ``run`` imports the lab's ``lab.py`` by name only
+``list`` prints one lab per line (name, a tab, its summary) and nothing else on
+stdout, so scripts can read it; how to run one goes to stderr. ``run`` imports the lab's ``lab.py`` by name only
 then, because the labs need pika (the ``labs`` extra) and the broker does not.
 Without ``--url`` the lab stages its own broker in a temp dir and removes it
 afterwards; with ``--url`` it removes the queues it declared.
@@ -39,13 +39,17 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--url", metavar="amqp://...",
                      help="use this broker (e.g. a RabbitMQ) instead of starting one; "
                      "parts that crash the broker are skipped")
-    run.add_argument("--fast", action="store_true", help="fewer messages: each lab under 20 s")
+    run.add_argument("--fast", action="store_true",
+                     help="fewer messages, for tests and CI (a normal run takes seconds too)")
 
 
 def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if args.lab_command == "list":
         for lab in LABS:
             print(f"{lab.name}\t{lab.summary}", file=stdout)
+        # On stderr, so that scripts reading the list see only the list.
+        print("run one with: leveret lab run NAME  (--url amqp://... to try it on another "
+              "broker; the lesson is labs/NAME/lesson.md)", file=stderr)
         return EXIT_OK
     found = find(args.name)
     if found is None:

@@ -27,7 +27,9 @@ import pika
 
 from leveret.labs.brokers import WAIT_TIMEOUT, Broker, LabFailed, NeedsOwnBroker
 
-COLUMNS = ("sent", "confirmed", "survived", "lost", "duplicated")
+# processed: handled by a consumer (acked, or taken with auto-ack); survived: still held by
+# the broker at the end (the queue, or back after a crash); lost: neither.
+COLUMNS = ("sent", "confirmed", "processed", "survived", "lost", "duplicated")
 
 
 @dataclass

@@ -221,8 +221,10 @@ async def publish(req: Request) -> web.Response:
         out = basic_publish(vhost, message, extra, False, counters, origin)
     except ChannelError as exc:
         raise channel_closed(exc) from None
-    finally:  # the vhost's counters of channel-less work
+    finally:  # the vhost's counters of channel-less work, and the exchange's
         vhost.closed_channel_stats.add(channel_totals((counters,), (), MessageStats()))
+        req.state.exchange_tally.add(vhost.name, "" if name == "amq.default" else name,
+                                     counters)
     try:
         if out.refused or (out.held and not await vhost.log.committed()):
             raise bad_request(REJECTED)  # a nack, in RabbitMQ's confirm-mode channel

@@ -23,6 +23,7 @@ from aiohttp import web
 STATIC = Path(__file__).resolve().parent / "static"
 PREFIX = "/console/"
 INDEX = "index.html"
+FAVICON = "favicon.svg"
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 # Vendored files never change within a version; the console's own may change on upgrade.
@@ -49,6 +50,8 @@ class Console:
         path = request.path
         if path == "/":
             name = INDEX
+        elif path == "/favicon.ico":  # asked for by browsers and tools that ignore the <link>
+            name = FAVICON
         elif path.startswith(PREFIX):
             name = path[len(PREFIX):]
         else:

@@ -1,7 +1,10 @@
 """The broker's log, live, over server-sent events: ``GET /api/logs/stream`` (administrators).
 
 A ``LogFanout`` is a ``logging.Handler`` on the ``leveret`` logger, attached
-only while at least one client listens (no cost otherwise). Each record
+while the management plane runs (``attach``), so that a listener can be shown
+the last lines at once (``?tail=N``) rather than a blank page until the next
+record: its cost is one small JSON encoding per record the broker logs at its
+configured level, and at most ``LOG_RING`` encoded events held. Each record
 becomes ``{"timestamp", "level", "logger", "message"}`` (the traceback
 appended to the message when there is one), appended once to a ring of
 ``LOG_RING`` events that every listener reads at its pace (``sse.py``); a slow
@@ -12,6 +15,8 @@ another thread (the group commit's writer) is handed to the loop with
 
 ``?level=warning`` (debug, info, warning, error) drops lower records for that
 client. As RabbitMQ's log levels, not Python's names, so ``warning``.
+``?tail=N`` (at most ``MAX_TAIL``) starts the stream with the last N records of
+that level and up that the ring holds; without it, the stream starts now.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from typing import Any
+from typing import Protocol
 
 from aiohttp import web
 
@@ -32,6 +37,7 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNI
 ROOT_LOGGER = "leveret"
 # Log events kept for the listeners, shared: what a listener may fall behind by.
 LOG_RING = 10_000
+MAX_TAIL = 1_000  # records a new listener may ask to be shown first
 
 
 class LogFanout(logging.Handler):
@@ -67,16 +73,27 @@ class LogFanout(logging.Handler):
 
 
 class LevelView:
-    """The fanout's ring as one listener's source (``sse.Source``): its level and up."""
+    """The fanout's ring as one listener's source (``sse.Source``): its level and up,
+    starting ``tail`` records of that level back."""
 
-    def __init__(self, fanout: LogFanout, lowest: int) -> None:
+    def __init__(self, fanout: LogFanout, lowest: int, tail: int = 0) -> None:
         self.fanout = fanout
         self.lowest = lowest
         self.bell = fanout.bell
+        self.start = fanout.appended
+        if tail:
+            back = found = 0
+            for level, _ in reversed(fanout.ring):
+                back += 1
+                if level >= lowest:
+                    found += 1
+                    if found == tail:
+                        break
+            self.start -= back
 
     @property
     def position(self) -> int:
-        return self.fanout.appended
+        return self.start
 
     def read(self, position: int) -> tuple[list[bytes], int, int]:
         fanout = self.fanout
@@ -85,13 +102,27 @@ class LevelView:
         return [event for level, event in items if level >= lowest], dropped, position
 
 
-def _fanout(state: Any) -> LogFanout:
-    """The state's handler, attached to the ``leveret`` logger on first use."""
+class Holder(Protocol):
+    """Where the fanout is kept (the management plane's ``State``)."""
+
+    log_fanout: LogFanout | None
+
+
+def attach(state: Holder) -> LogFanout:
+    """The state's handler, attached to the ``leveret`` logger (once)."""
     fanout: LogFanout | None = state.log_fanout
     if fanout is None:
         fanout = LogFanout(asyncio.get_running_loop())
         state.log_fanout = fanout
+        logging.getLogger(ROOT_LOGGER).addHandler(fanout)
     return fanout
+
+
+def detach(state: Holder) -> None:
+    fanout: LogFanout | None = state.log_fanout
+    if fanout is not None:
+        logging.getLogger(ROOT_LOGGER).removeHandler(fanout)
+        state.log_fanout = None
 
 
 async def stream_logs(req: Request) -> web.StreamResponse:
@@ -99,14 +130,13 @@ async def stream_logs(req: Request) -> web.StreamResponse:
     name = req.query.get("level", "debug")
     if name not in LEVELS:
         raise bad_request(f"invalid level '{name}'")
-    fanout = _fanout(req.state)
-    logger = logging.getLogger(ROOT_LOGGER)
-    if not fanout.listeners:
-        logger.addHandler(fanout)
+    raw = req.query.get("tail", "0")
+    if not raw.isdigit() or int(raw) > MAX_TAIL:
+        raise bad_request(f"tail must be a whole number from 0 to {MAX_TAIL}")
+    fanout = attach(req.state)
     fanout.listeners += 1
     try:
-        return await sse.stream(req.http, LevelView(fanout, LEVELS[name]), lambda: True)
+        return await sse.stream(req.http, LevelView(fanout, LEVELS[name], int(raw)),
+                                lambda: True)
     finally:
         fanout.listeners -= 1
-        if not fanout.listeners:
-            logger.removeHandler(fanout)

@@ -28,7 +28,7 @@ from leveret.broker.api import Queue, browse
 from leveret.broker.permissions import READ, Access
 from leveret.broker.queue_messages import Outcome, Selection
 from leveret.management_ui import basic, read, rights, views
-from leveret.management_ui.router import Request, bad_request, json_response, not_found
+from leveret.management_ui.router import ApiError, Request, bad_request, json_response, not_found
 from leveret.model.message import Message
 
 STATES = ("ready", "unacked")
@@ -176,8 +176,9 @@ async def move(req: Request) -> web.Response:
     if "destination" not in body:
         raise bad_request("[{key_missing,destination}]")
     destination = vhost.queues.get(str(body["destination"]))
-    if destination is None:
-        raise not_found()
+    if destination is None:  # the path's queue exists: say which one is missing
+        raise ApiError(404, "not_found",
+                       f"no queue '{body['destination']}' in vhost '{vhost.name}'")
     if destination is queue:
         raise bad_request("destination is the queue itself")
     outcome = queue_messages.move(vhost, queue, destination, access, _selection(body))

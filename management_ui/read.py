@@ -29,6 +29,7 @@ EXCHANGE_TYPE_DESCRIPTIONS = {
 # Above this many queues, /api/overview's queue totals come from the last sample (<= 5 s old,
 # like RabbitMQ's, which its stats emission delays too) instead of a walk over every queue.
 LIVE_TOTALS_MAX_QUEUES = 1_000
+DELIVER_GET = ("deliver", "deliver_no_ack", "get", "get_no_ack")  # model.stats.as_dict's sum
 SAMPLE_RETENTION = {"global": [600, 3600, 28800, 86400], "basic": [600, 3600], "detailed": [600]}
 BY_NAME = {"name": lambda o: o.name}
 BY_VHOST_NAME = {"name": lambda o: o.name, "vhost": lambda o: o.vhost.name}
@@ -71,6 +72,22 @@ def _chart(req: Request, kind: str) -> tuple[int | None, int | None]:
         return None, None
 
 
+def list_ranges(req: Request, total: int, cheap: dict[str, Any]) -> views.Ranges:
+    """The chart ranges asked for a list, bounded by how many objects it formats: a page
+    when paged and sorted by a field read off the objects, else all of them."""
+    ranges = views.Ranges.of(req.query)
+    if ranges == views.NO_RANGES:
+        return ranges
+    formatted = total
+    sort = req.query.get("sort", "")
+    if "page" in req.query and (not sort or sort in cheap):
+        try:
+            formatted = min(total, int(req.query.get("page_size") or 100))
+        except ValueError:
+            pass  # respond_list refuses it
+    return ranges.bounded(formatted)
+
+
 def exchange_types() -> list[dict[str, Any]]:
     return [{"name": t, "description": EXCHANGE_TYPE_DESCRIPTIONS.get(t, ""), "enabled": True}
             for t in sorted(EXCHANGE_TYPES)]
@@ -88,9 +105,8 @@ async def overview(req: Request) -> web.Response:
     the exchange and queue counts of the vhosts they have permissions in, their own
     connections and channels, no ``consumers`` count and no ``node``, ``listeners`` or
     ``contexts``; ``churn_rates`` stay broker-wide. ``?columns=`` keeps whole top-level
-    fields. Where Leveret differs: those users' ``X_details`` give the rate summed over
-    their vhosts, with no chart samples (Leveret keeps 10-minute series for the broker's
-    totals only, not per vhost)."""
+    fields. Where Leveret differs: those users' ``X_details`` are summed over their
+    vhosts' rings (``history.py``: 5 minutes of samples, where the broker's totals keep 10)."""
     state, broker = req.state, req.state.broker
     monitor = auth.allowed(req.tags, auth.MONITORING)
     out: dict[str, Any] = {
@@ -167,43 +183,58 @@ def _broker_totals(req: Request) -> dict[str, Any]:
     }
 
 
-def _summed_details(rate: float, age: int | None, value: int) -> dict[str, Any]:
-    if age is None:
-        return {"rate": rate}
-    return {"rate": rate, "samples": [], "avg_rate": rate, "avg": float(value)}
+def _summed(state: Any, vhosts: list[Any], names: tuple[str, ...],
+            age: int | None, incr: int | None) -> dict[str, dict[str, Any]]:
+    """``X_details`` of ``names`` (vhost ring fields, and ``deliver_get``) summed over
+    ``vhosts``: rates added, and with a range, samples added point by point (every vhost's
+    points fall on the same clock grid)."""
+    ring = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
+    per_vhost = [state.sampler.object_details(vhost_key(vh.name), ring, 0, age, incr)
+                 for vh in vhosts]
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        parts = DELIVER_GET if name == "deliver_get" else (name,)
+        details = [d[p] for d in per_vhost for p in parts]
+        summed: dict[str, Any] = {"rate": round(sum(d["rate"] for d in details), 1)}
+        if age is not None:
+            points: list[dict[str, Any]] = []
+            for d in details:
+                for i, sample in enumerate(d["samples"]):
+                    if i == len(points):
+                        points.append(dict(sample))
+                    else:
+                        points[i]["sample"] += sample["sample"]
+            summed["samples"] = points
+            summed["avg_rate"] = round(sum(d["avg_rate"] for d in details), 1)
+            summed["avg"] = round(sum(d["avg"] for d in details), 1)
+        out[name] = summed
+    return out
 
 
 def _vhost_totals(req: Request) -> dict[str, Any]:
     """The totals of the vhosts this (non-monitoring) user has permissions in, and of its
-    own connections; rates summed from the sampler's per-vhost pairs."""
+    own connections; rates and chart samples summed from the sampler's per-vhost rings."""
     state, broker = req.state, req.state.broker
     vhosts = auth.visible_vhosts(broker, req.user, req.tags, monitors_see_all=False)
-    rate_age, _ = _chart(req, "msg_rates")
-    len_age, _ = _chart(req, "lengths")
-    names = VHOST_RATE_FIELDS + MESSAGE_STATS_FIELDS
-    rates = [0.0] * len(names)
-    for vhost in vhosts:
-        for i, r in enumerate(state.sampler.object_rates(vhost_key(vhost.name), len(names))):
-            rates[i] += r
-    by_name = dict(zip(names, rates, strict=True))
-    by_name["deliver_get"] = sum(by_name[f] for f in ("deliver", "deliver_no_ack", "get",
-                                                       "get_no_ack"))
+    rate_age, rate_incr = _chart(req, "msg_rates")
+    len_age, len_incr = _chart(req, "lengths")
+    stats = broker.message_stats([vh.name for vh in vhosts]).as_dict()
+    rates = _summed(state, vhosts, tuple(stats), rate_age, rate_incr)
     message_stats: dict[str, Any] = {}
-    for name, value in broker.message_stats([vh.name for vh in vhosts]).as_dict().items():
+    for name, value in stats.items():
         message_stats[name] = value
-        message_stats[f"{name}_details"] = _summed_details(round(by_name[name], 1), rate_age,
-                                                           value)
+        message_stats[f"{name}_details"] = rates[name]
     for name in ("disk_reads", "disk_writes"):
         message_stats[name] = 0
         message_stats[f"{name}_details"] = {"rate": 0.0}
     ready = sum(q.message_count for vh in vhosts for q in vh.queues.values())
     unacked = sum(q.unacked for vh in vhosts for q in vh.queues.values())
+    lengths = _summed(state, vhosts, VHOST_RATE_FIELDS[:3], len_age, len_incr)
     queue_totals: dict[str, Any] = {}
     for name, value in (("messages", ready + unacked), ("messages_ready", ready),
                         ("messages_unacknowledged", unacked)):
         queue_totals[name] = value
-        queue_totals[f"{name}_details"] = _summed_details(round(by_name[name], 1), len_age,
-                                                          value)
+        queue_totals[f"{name}_details"] = lengths[name]
     own = [c for c in inventory.open_connections(broker) if c.user == req.user]
     if not vhosts:  # as RabbitMQ: nothing to sum is no figures, not zeros
         message_stats, queue_totals = {}, {}
@@ -280,21 +311,25 @@ def check_owner(req: Request, owner: str | None, close: bool = False) -> None:
 
 
 async def connections(req: Request) -> web.Response:
-    return json_response(respond_list(req.query, _connections(req),
-                                      lambda c: views.connection_json(c, req.state),
+    found = _connections(req)
+    ranges = list_ranges(req, len(found), {"name": True})
+    return json_response(respond_list(req.query, found,
+                                      lambda c: views.connection_json(c, req.state, ranges),
                                       {"name": views.connection_name}))
 
 
 async def connection(req: Request) -> web.Response:
     return json_response(respond_one(req.query,
-                                     views.connection_json(find_connection(req), req.state)))
+                                     views.connection_json(find_connection(req), req.state,
+                                                           views.Ranges.of(req.query))))
 
 
 async def connection_channels(req: Request) -> web.Response:
     conn = find_connection(req)
     channels = sorted(conn.channels.values(), key=lambda ch: ch.number)
+    ranges = list_ranges(req, len(channels), {})
     return json_response(respond_list(req.query, channels,
-                                      lambda ch: views.channel_json(ch, req.state)))
+                                      lambda ch: views.channel_json(ch, req.state, ranges)))
 
 
 def _channels(req: Request) -> list[Any]:
@@ -305,8 +340,10 @@ def _channels(req: Request) -> list[Any]:
 
 
 async def channels(req: Request) -> web.Response:
-    return json_response(respond_list(req.query, _channels(req),
-                                      lambda ch: views.channel_json(ch, req.state),
+    found = _channels(req)
+    ranges = list_ranges(req, len(found), {"name": True})
+    return json_response(respond_list(req.query, found,
+                                      lambda ch: views.channel_json(ch, req.state, ranges),
                                       {"name": views.channel_name}))
 
 
@@ -314,7 +351,8 @@ async def channel(req: Request) -> web.Response:
     for ch in views.vhost_channels(req.state.broker):
         if views.channel_name(ch) == req.params["name"]:
             check_owner(req, ch.connection.user)
-            return json_response(respond_one(req.query, views.channel_json(ch, req.state)))
+            return json_response(respond_one(req.query, views.channel_json(
+                ch, req.state, views.Ranges.of(req.query))))
     raise not_found()
 
 
@@ -339,14 +377,17 @@ def _sorted_exchanges(vhosts: list[Any]) -> list[Any]:
 
 
 async def exchanges(req: Request) -> web.Response:
-    return json_response(respond_list(req.query, _sorted_exchanges(vhosts_in_scope(req)),
-                                      views.exchange_json,
+    found = _sorted_exchanges(vhosts_in_scope(req))
+    ranges = list_ranges(req, len(found), BY_VHOST_NAME)
+    return json_response(respond_list(req.query, found,
+                                      lambda x: views.exchange_json(x, req.state, ranges),
                                       {"name": lambda x: x.name, "vhost": lambda x: x.vhost}))
 
 
 async def exchange(req: Request) -> web.Response:
     vhost = vhost_of(req)
-    out = views.exchange_json(exchange_of(req, vhost, req.params["name"]))
+    out = views.exchange_json(exchange_of(req, vhost, req.params["name"]), req.state,
+                              views.Ranges.of(req.query))
     out["incoming"] = []  # per-exchange publish stats: not counted (no work per message)
     out["outgoing"] = []
     return json_response(respond_one(req.query, out))
@@ -401,9 +442,11 @@ async def queues(req: Request) -> web.Response:
                                           QUEUE_FIELDS))
     annotate = _annotator(req)
     held = inventory.held_bytes(state.broker)  # unacked bytes: one pass for the whole list
-    return json_response(respond_list(req.query, _sorted_queues(vhosts_in_scope(req)),
-                                      lambda q: annotate(q, views.queue_json(q, state,
-                                                                             held=held)),
+    found = _sorted_queues(vhosts_in_scope(req))
+    ranges = list_ranges(req, len(found), QUEUE_FIELDS)
+    return json_response(respond_list(req.query, found,
+                                      lambda q: annotate(q, views.queue_json(
+                                          q, state, held=held, ranges=ranges)),
                                       QUEUE_FIELDS))
 
 
@@ -418,7 +461,7 @@ async def queue(req: Request) -> web.Response:
     vhost = vhost_of(req)
     q = queue_of(req, vhost)
     full = not truthy(req.query.get("disable_stats", "false"))
-    out = views.queue_json(q, req.state, full)
+    out = views.queue_json(q, req.state, full, ranges=views.Ranges.of(req.query))
     if full:
         _annotator(req)(q, out)
     out["consumer_details"] = [views.consumer_json(c, req.state) for c in q.all_consumers()]

@@ -4,9 +4,10 @@ Nothing is counted for the management API: channels, connections and vhosts
 keep their integers (``model/stats.py``) and this module *reads* them every
 ``INTERVAL`` seconds. Overview series (message_stats, churn, queue totals)
 keep ``KEEP`` samples (10 minutes, LavinMQ's 120 x 5 s), enough for the UI's
-``lengths_age``/``msg_rates_age`` charts. Per-object values (connections'
-octets, channels' message_stats, queue lengths) keep only the last two
-samples: enough for ``*_details.rate`` and a few tuples per object.
+``lengths_age``/``msg_rates_age`` charts. Per-object values (queues' lengths
+and counters, connections' octets, channels' message_stats, vhosts' totals) go
+into ``history.History``: a fixed ring per object for ``*_details.rate`` and,
+when a chart range is asked, its samples.
 
 A rate is the difference of the last two samples over their interval, as
 RabbitMQ's ``basic`` rates_mode. Objects gone since the last round are
@@ -19,6 +20,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
+
+from leveret.management_ui.history import MAX_POINTS, History
 
 INTERVAL = 5.0  # seconds between samples (RabbitMQ's collect_statistics_interval)
 KEEP = 120  # overview samples kept: 10 minutes
@@ -35,12 +38,12 @@ def vhost_key(name: str) -> tuple[str, str]:
 
 
 class Sampler:
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time,
+                 interval: float = INTERVAL) -> None:
         self.clock = clock
+        self.interval = interval  # config.collect_statistics_interval
         self.series: dict[str, deque[tuple[float, float]]] = {}
-        # key -> (previous time, previous values, current time, current values)
-        self.objects: dict[Hashable, tuple[float, Sequence[float], float, Sequence[float]]] = {}
-        self._seen: set[Hashable] = set()
+        self.history = History(interval=interval)
 
     # -- recording (the sampling task) ------------------------------------------------
 
@@ -50,19 +53,12 @@ class Sampler:
             series = self.series[key] = deque(maxlen=KEEP)
         series.append((now, value))
 
-    def record_object(self, key: Hashable, values: Sequence[float], now: float) -> None:
-        last = self.objects.get(key)
-        if last is None:
-            self.objects[key] = (now, values, now, values)
-        else:
-            self.objects[key] = (last[2], last[3], now, values)
-        self._seen.add(key)
+    def record_object(self, key: Hashable, values: Sequence[int], now: float) -> None:
+        self.history.record(key, values, now)
 
     def end_round(self) -> None:
         """Forget objects not recorded in this round (closed, deleted)."""
-        for key in [k for k in self.objects if k not in self._seen]:
-            del self.objects[key]
-        self._seen = set()
+        self.history.end_round()
 
     # -- reading (request handlers) ---------------------------------------------------------
 
@@ -74,33 +70,36 @@ class Sampler:
         return round((v1 - v0) / (t1 - t0), 1) if t1 > t0 else 0.0
 
     def object_rates(self, key: Hashable, width: int) -> list[float]:
-        last = self.objects.get(key)
-        if last is None or last[2] <= last[0]:
-            return [0.0] * width
-        t0, v0, t1, v1 = last
-        return [round((b - a) / (t1 - t0), 1) for a, b in zip(v0, v1)]
+        return self.history.rates(key, width)
+
+    def object_details(self, key: Hashable, names: Sequence[str], offset: int = 0,
+                       age: int | None = None, incr: int | None = None
+                       ) -> dict[str, dict[str, Any]]:
+        """``{name: X_details}`` of one object's values from ``offset`` (``history.py``)."""
+        return self.history.details(key, names, offset, age, incr, self.clock())
 
     def details(self, key: str, age: int | None = None, incr: int | None = None) -> dict[str, Any]:
-        """``X_details``: ``{"rate"}``, plus RabbitMQ's samples when a chart range is asked."""
+        """``X_details``: ``{"rate"}``, plus RabbitMQ's samples when a chart range is asked:
+        a point every ``incr`` seconds on the clock's grid, newest first (as ``history.py``
+        answers for single objects)."""
         out: dict[str, Any] = {"rate": self.rate(key)}
         if age is None:
             return out
-        series = self.series.get(key) or deque()
-        now = self.clock()
-        step = max(incr or INTERVAL, INTERVAL)
-        picked: list[tuple[float, float]] = []
-        last_t = None
-        for t, v in reversed(series):  # newest first, as RabbitMQ
-            if now - t > age:
-                break
-            if last_t is None or last_t - t >= step - 0.5:
-                picked.append((t, v))
-                last_t = t
-        out["samples"] = [{"sample": v, "timestamp": int(t * 1000)} for t, v in picked]
-        if len(picked) >= 2:
-            (t1, v1), (t0, v0) = picked[0], picked[-1]
-            out["avg_rate"] = round((v1 - v0) / (t1 - t0), 1) if t1 > t0 else 0.0
-        else:
-            out["avg_rate"] = 0.0
-        out["avg"] = round(sum(v for _, v in picked) / len(picked), 1) if picked else 0.0
+        series = list(self.series.get(key) or ())
+        step = max(int(incr or self.interval), 1)
+        newest = int(self.clock() // step) * step
+        before = series[0][1] if len(series) == KEEP else 0  # truncated: hold the oldest
+        at = len(series) - 1
+        values: list[float] = []
+        stamps: list[int] = []
+        for k in range(min(age // step, MAX_POINTS) + 1):
+            t = newest - k * step
+            while at >= 0 and series[at][0] > t:
+                at -= 1
+            values.append(series[at][1] if at >= 0 else before)
+            stamps.append(t * 1000)
+        out["samples"] = [{"sample": v, "timestamp": ts} for v, ts in zip(values, stamps)]
+        span = (stamps[0] - stamps[-1]) / 1000
+        out["avg_rate"] = round((values[0] - values[-1]) / span, 1) if span > 0 else 0.0
+        out["avg"] = round(sum(values) / len(values), 1)
         return out

@@ -29,7 +29,8 @@ from aiohttp import web
 from leveret import __version__
 from leveret.broker import definitions
 from leveret.broker.inventory import PRODUCT_NAME, RABBITMQ_VERSION
-from leveret.management_ui import alerts, api, guard, metrics_app, sampler, views
+from leveret.management_ui import alerts, api, guard, log_stream, metrics_app, sampler, views
+from leveret.management_ui.exchange_tally import ExchangeTally
 from leveret.management_ui.log_stream import LogFanout
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 from leveret.node import tls
@@ -47,13 +48,14 @@ class State:
         self.broker = broker
         self.config = config
         self.node = broker.cluster_name
-        self.sampler = sampler.Sampler()
+        self.sampler = sampler.Sampler(interval=config.collect_statistics_interval)
+        self.exchange_tally = ExchangeTally()
         self.started = time.time()
         self.version = __version__
         self.rabbitmq_version = RABBITMQ_VERSION
         self.product_name = PRODUCT_NAME
         self.http_auth = [0, 0]  # succeeded, failed
-        self.log_fanout: LogFanout | None = None  # while someone follows the log (SSE)
+        self.log_fanout: LogFanout | None = None  # the log's recent records (log_stream.py)
         self.ack_watch = alerts.AckWatch()  # per-queue ack progress (alert hints)
         # (ready, unacked, consumers) summed over every queue at the last sample.
         self.queue_totals: tuple[int, int, int] | None = None
@@ -62,7 +64,7 @@ class State:
         self.http_auth[0 if ok else 1] += 1
 
     def sample(self) -> None:
-        """One sampling round (every sampler.INTERVAL s): read counters, keep them."""
+        """One sampling round (every collect_statistics_interval s): read counters, keep them."""
         broker, s = self.broker, self.sampler
         now = time.time()
         for name, value in broker.message_stats().as_dict().items():
@@ -83,7 +85,9 @@ class State:
                 vh_ready += r
                 vh_unacked += u
                 consumers += queue.consumer_count
-                s.record_object(("q", vhost.name, queue.name), (r + u, r, u), now)
+                s.record_object(("q", vhost.name, queue.name),
+                                (r + u, r, u, queue.published, queue.delivered,
+                                 queue.redelivered, queue.acked), now)
                 self.ack_watch.stalled_for(queue, now)
             ready += vh_ready
             unacked += vh_unacked
@@ -98,12 +102,17 @@ class State:
         s.record("queue_totals.messages", ready + unacked, now)
         s.record("queue_totals.messages_ready", ready, now)
         s.record("queue_totals.messages_unacknowledged", unacked, now)
+        channels = []
         for conn in list(broker.connections):
             s.record_object(("c", id(conn)), (conn.recv_oct, conn.send_oct), now)
-            for channel in conn.channels.values():
+            for channel in list(conn.channels.values()):
+                channels.append(channel)
                 stats = channel.stats.as_dict()
                 s.record_object(("ch", id(channel)),
                                 tuple(stats[f] for f in views.CHANNEL_RATE_FIELDS), now)
+        exchanges = {(vh.name, x) for vh in broker.vhosts.values() for x in vh.exchanges}
+        for (vhost_name, name), counts in self.exchange_tally.tally(channels, exchanges).items():
+            s.record_object(views.exchange_key(vhost_name, name), counts, now)
         s.end_round()
 
 
@@ -117,6 +126,7 @@ class ManagementService:
 
     async def start(self, broker: Any, config: Any) -> None:
         state = self.state = State(broker, config)
+        log_stream.attach(state)  # from the start, so the log page can show the last lines
         if config.load_definitions:
             try:
                 count = definitions.load_file(broker, config.load_definitions)
@@ -182,7 +192,7 @@ class ManagementService:
                 state.sample()
             except Exception:
                 log.exception("management sampler failed")
-            await asyncio.sleep(sampler.INTERVAL)
+            await asyncio.sleep(state.sampler.interval)
 
     async def stop(self) -> None:
         if self.sampling is not None:
@@ -192,6 +202,7 @@ class ManagementService:
             await runner.cleanup()
         self.runners = []
         if self.state is not None:
+            log_stream.detach(self.state)
             broker = self.state.broker
             broker.listeners[:] = [entry for entry in broker.listeners
                                    if entry[0] not in ("http", "https", "http/prometheus")]

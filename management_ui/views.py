@@ -10,8 +10,8 @@ is the one place that maps them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote
 
 from leveret.broker import inventory
@@ -25,13 +25,65 @@ from leveret.broker.inventory import (
 from leveret.broker.queue_bytes import HeldBytes
 from leveret.model.stats import FIELDS as MESSAGE_STATS_FIELDS
 
+if TYPE_CHECKING:
+    from leveret.management_ui.service import State
+
 # Shared with ``leveret ctl``; re-exported for the route modules.
 __all__ = ["channel_name", "connection_name", "jsonable", "properties_key", "vhost_bindings"]
 
 CHANNEL_RATE_FIELDS = (*MESSAGE_STATS_FIELDS, "deliver_get")
+# What the sampler keeps per queue (``history.py``), in this order: lengths, then counters.
+QUEUE_LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+QUEUE_STATS = ("publish", "deliver_get", "redeliver", "ack")
+EXCHANGE_STATS = ("publish_in", "publish_out")
+CONNECTION_OCTETS = ("recv_oct", "send_oct")
 
 
-def with_rates(counters: dict[str, int], rates: list[float] | None = None,
+# Sample points one list answer may hold per field, over all its objects (``bounded``).
+LIST_POINTS = 20_000
+
+
+class Ranges(NamedTuple):
+    """RabbitMQ's chart ranges (``?lengths_age=600&lengths_incr=5``, ``msg_rates_*``,
+    ``data_rates_*``): (age, incr) in seconds, None when not asked; with a range the
+    matching ``X_details`` carry samples."""
+
+    lengths: tuple[int | None, int | None] = (None, None)
+    msg_rates: tuple[int | None, int | None] = (None, None)
+    data_rates: tuple[int | None, int | None] = (None, None)
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> Ranges:
+        def pair(kind: str) -> tuple[int | None, int | None]:
+            try:
+                age = int(query[f"{kind}_age"]) if query.get(f"{kind}_age") else None
+                incr = int(query[f"{kind}_incr"]) if query.get(f"{kind}_incr") else None
+            except ValueError:
+                return None, None
+            return (age, incr) if age is None or age > 0 else (None, None)
+        return cls(pair("lengths"), pair("msg_rates"), pair("data_rates"))
+
+    def bounded(self, objects: int) -> Ranges:
+        """These ranges for a list that formats ``objects`` objects: ``incr`` raised so a
+        field has at most ``LIST_POINTS // objects`` points (at least 2), which bounds the
+        work of one answer. Where Leveret differs: RabbitMQ answers every point asked."""
+        most = max(2, LIST_POINTS // max(objects, 1))
+
+        def bound(pair: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
+            age, incr = pair
+            if age is None:
+                return pair
+            step = max(incr or 1, 1)
+            if age // step > most:
+                step = -(-age // most)  # ceiling
+            return age, step
+        return Ranges(bound(self.lengths), bound(self.msg_rates), bound(self.data_rates))
+
+
+NO_RANGES = Ranges()
+
+
+def with_rates(counters: Mapping[str, int], rates: list[float] | None = None,
                names: tuple[str, ...] | None = None) -> dict[str, Any]:
     """``{"publish": n, "publish_details": {"rate": r}, ...}``."""
     out: dict[str, Any] = {}
@@ -39,6 +91,16 @@ def with_rates(counters: dict[str, int], rates: list[float] | None = None,
     for i, name in enumerate(names):
         out[name] = counters.get(name, 0)
         out[f"{name}_details"] = {"rate": rates[i] if rates else 0.0}
+    return out
+
+
+def with_details(counters: Mapping[str, int], details: Mapping[str, dict[str, Any]]
+                 ) -> dict[str, Any]:
+    """``{"publish": n, "publish_details": {...}, ...}`` for the names in ``details``."""
+    out: dict[str, Any] = {}
+    for name, d in details.items():
+        out[name] = counters.get(name, 0)
+        out[f"{name}_details"] = d
     return out
 
 
@@ -57,7 +119,7 @@ def queue_key(queue: Any) -> tuple[str, str, str]:
 
 
 def queue_json(queue: Any, state: Any, stats: bool = True,
-               held: HeldBytes | None = None) -> dict[str, Any]:
+               held: HeldBytes | None = None, ranges: Ranges = NO_RANGES) -> dict[str, Any]:
     """``held``: the request's unacked bytes (``inventory.held_bytes``), shared by the
     queues of a list; one is made for a single queue."""
     if stats and held is None:
@@ -66,11 +128,13 @@ def queue_json(queue: Any, state: Any, stats: bool = True,
     out["node"] = state.node
     if not stats:
         return out
-    rates = state.sampler.object_rates(queue_key(queue), 3)
-    out["messages_details"] = {"rate": rates[0]}
-    out["messages_ready_details"] = {"rate": rates[1]}
-    out["messages_unacknowledged_details"] = {"rate": rates[2]}
-    out["message_stats"] = with_rates(queue_message_stats(queue))
+    key = queue_key(queue)
+    s = state.sampler
+    for name, d in s.object_details(key, QUEUE_LENGTHS, 0, *ranges.lengths).items():
+        out[f"{name}_details"] = d
+    out["message_stats"] = with_details(
+        queue_message_stats(queue),
+        s.object_details(key, QUEUE_STATS, len(QUEUE_LENGTHS), *ranges.msg_rates))
     return out
 
 
@@ -82,8 +146,25 @@ def consumer_json(consumer: Any, state: Any) -> dict[str, Any]:
 
 # -- exchanges and bindings -----------------------------------------------------------------
 
-def exchange_json(exchange: Any) -> dict[str, Any]:
-    return inventory.exchange_record(exchange)
+def exchange_key(vhost: str, name: str) -> tuple[str, str, str]:
+    return ("x", vhost, name)
+
+
+def exchange_json(exchange: Any, state: State | None = None, ranges: Ranges = NO_RANGES
+                  ) -> dict[str, Any]:
+    """With ``state``: ``message_stats`` (``publish_in``/``publish_out``, summed from the
+    channels' counters each round, ``exchange_tally.py``), as RabbitMQ shows once an
+    exchange has seen a publish."""
+    out = inventory.exchange_record(exchange)
+    if state is None:
+        return out
+    key = exchange_key(exchange.vhost, exchange.name)
+    counts = state.exchange_tally.totals.get(key[1:])
+    if counts is not None:
+        out["message_stats"] = with_details(
+            dict(zip(EXCHANGE_STATS, counts, strict=True)),
+            state.sampler.object_details(key, EXCHANGE_STATS, 0, *ranges.msg_rates))
+    return out
 
 
 def same_properties_key(key: str, from_path: str) -> bool:
@@ -93,20 +174,22 @@ def same_properties_key(key: str, from_path: str) -> bool:
 
 # -- connections and channels -----------------------------------------------------------------
 
-def connection_json(conn: Any, state: Any) -> dict[str, Any]:
+def connection_json(conn: Any, state: Any, ranges: Ranges = NO_RANGES) -> dict[str, Any]:
     out = inventory.connection_record(conn)
-    rates = state.sampler.object_rates(("c", id(conn)), 2)
     out["node"] = state.node
-    out["recv_oct_details"] = {"rate": rates[0]}
-    out["send_oct_details"] = {"rate": rates[1]}
+    for name, d in state.sampler.object_details(("c", id(conn)), CONNECTION_OCTETS, 0,
+                                                *ranges.data_rates).items():
+        out[f"{name}_details"] = d
     return out
 
 
-def channel_json(channel: Any, state: Any) -> dict[str, Any]:
+def channel_json(channel: Any, state: Any, ranges: Ranges = NO_RANGES) -> dict[str, Any]:
     out = inventory.channel_record(channel)
-    rates = state.sampler.object_rates(("ch", id(channel)), len(CHANNEL_RATE_FIELDS))
     out["node"] = state.node
-    out["message_stats"] = with_rates(channel.stats.as_dict(), rates, CHANNEL_RATE_FIELDS)
+    out["message_stats"] = with_details(
+        channel.stats.as_dict(),
+        state.sampler.object_details(("ch", id(channel)), CHANNEL_RATE_FIELDS, 0,
+                                     *ranges.msg_rates))
     return out
 
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands
 
-from leveret.exchanges.router import route
+from leveret.exchanges.router import explain, route
 from leveret.model.field_table import Long
 from leveret.model.message import Message
 from leveret.model.properties import decode_properties, encode_properties
@@ -241,5 +241,9 @@ def _dead_letter(queue: Queue, message: Message, reason: str) -> None:
             log.debug("dead-letter cycle: dropping message for %r", target.name)
             continue
         kept.append(target)
+    tracer = vhost.tracer
+    if tracer is not None and kept:  # tracing off: this test is all it costs
+        steps = explain(exchange, keys[0], headers, exchanges.get, keys[1:]) if dlx_name else None
+        tracer.dead_lettered(dead, kept, queue.name, reason, steps)
     if kept:
         vhost.publish_routed(dead, kept)

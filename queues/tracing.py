@@ -25,7 +25,10 @@ become the API's events (dicts with ``event``, ``timestamp`` in seconds since th
 epoch, ``message_id``, ``exchange``, ``routing_key`` and the details) only when
 read: a publish record reads as its ``publish``, ``route`` (with the exchange
 chain, ``exchanges.router.explain``), ``enqueue`` (one per traced queue) and, if
-unroutable and mandatory, ``return`` events, all with the same timestamp; an
+unroutable and mandatory, ``return`` events, all with the same timestamp; a
+dead-lettered copy's record as the ``route`` through its dead-letter exchange and
+an ``enqueue`` per queue it reached (both with ``dead_lettered_from``), so a
+message's trace goes on into the next queue; an
 automatic-ack delivery as ``deliver`` and ``ack``. Decoding the message id
 (``browse.ids_of``) is done by whoever asks. A ``queue`` pattern limits tracing
 to the queues it matches (searched, as policies match names, but by RE2 in linear time:
@@ -92,6 +95,8 @@ _DETAILS: dict[str, tuple[str, ...]] = {
     "expire": ("reason",),
     "drop": ("reason",),
     "dead-letter": ("reason", "dead_letter_exchange"),
+    # the dead-lettered copy routed on: read as a "route" and an "enqueue" per queue
+    "dead-letter-route": ("reason", "queues", "steps"),
 }
 _now = time.time
 
@@ -166,6 +171,9 @@ class Tracer:
         if pattern is not None:
             if record[0] == "publish":
                 keep = any(pattern.search(q) is not None for q in record[_QUEUES])
+            elif record[0] == "dead-letter-route":  # from a traced queue, or into one
+                keep = any(pattern.search(q) is not None
+                           for q in (record[_QUEUE], *record[_QUEUE + 2]))
             else:
                 keep = pattern.search(record[_QUEUE]) is not None
             if not keep:
@@ -206,6 +214,14 @@ class Tracer:
         self.record(("publish", next(self.seq), self.now, message.raw_properties,
                      message.exchange, message.routing_key, "", user, channel, mandatory,
                      confirm, names, steps))
+
+    def dead_lettered(self, message: Message, queues: Sequence[Named], from_queue: str,
+                      reason: str, steps: tuple[Step, ...] | None) -> None:
+        """The dead-lettered copy of a message that left ``from_queue``, routed through its
+        dead-letter exchange into ``queues``: so a trace follows it into the next queue."""
+        self.record(("dead-letter-route", next(self.seq), self.now, message.raw_properties,
+                     message.exchange, message.routing_key, from_queue, reason,
+                     tuple([q.name for q in queues]), steps))
 
     def requeued(self, queue: str, message: Message, channel: int | None, consumer_tag: str,
                  reason: str) -> None:
@@ -254,6 +270,15 @@ def expand(record: Record, ids: dict[bytes, str | None],
             yield {"event": "enqueue", **base, "queue": name}
         if not queues and named["mandatory"]:
             yield {"event": "return", **base, "reply_code": 312, "reply_text": "NO_ROUTE"}
+        return
+    if kind == "dead-letter-route":
+        queues, steps = named.pop("queues"), named.pop("steps")
+        yield {"event": "route", **base, "queues": list(queues), "routed": bool(queues),
+               "dead_lettered_from": queue, "reason": named["reason"],
+               **_route_details(exchange, queues, steps)}
+        for name in queues:
+            if pattern is None or pattern.search(name):
+                yield {"event": "enqueue", **base, "queue": name, "dead_lettered_from": queue}
         return
     if kind == "requeue":
         yield {"event": "nack", **base, "queue": queue, **named, "requeue": True}

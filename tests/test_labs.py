@@ -35,6 +35,7 @@ def test_list_prints_one_lab_per_line_and_nothing_else() -> None:
     lines = out.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == [lab.name for lab in LABS]
     assert all(len(line.split("\t")) == 2 and line.split("\t")[1] for line in lines)
+    assert "leveret lab run NAME" in out.stderr  # how to run one, beside the list
 
 
 def test_unknown_lab_is_a_usage_error() -> None:
@@ -59,9 +60,15 @@ def test_lab_runs_fast_and_behaves_as_the_lesson_predicts(name: str) -> None:
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     text = out.stdout
     assert "\ntimeline\n" in text and re.search(r"\d+\.\d{3}s  start ", text)
-    header = re.search(r"^  case +sent +confirmed +survived +lost +duplicated$", text, re.M)
+    header = re.search(r"^  case +sent +confirmed +processed +survived +lost +duplicated$",
+                       text, re.M)
     assert header, text
     rows = text[header.end():].split("\n\n")[0].strip().splitlines()
     assert rows, "the table of counts is empty"
     assert "FAIL" not in text and "result: as the lesson predicts" in text
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    if name == "acks":  # every message counted is named: "gets the 7 not acked: 4, ..., 10"
+        got = re.search(r"gets the (\d+) not acked: ([\d, ]+);", text)
+        assert got and int(got[1]) == len(got[2].split(", ")), text
+    if name == "poison":  # no row of dashes standing for a header that is not there
+        assert "x-delivery-count: -" not in text

@@ -48,8 +48,8 @@ def run(lab: Run) -> None:
         left = depth(lab.url, queue) or 0
         lab.event("lost", f"{left} message(s) in the queue: the other {BATCH - len(done) - left} "
                   "were delivered to a consumer that died before processing them")
-        lab.row("auto-ack, consumer killed", sent=BATCH, confirmed=BATCH,
-                survived=len(done) + left, lost=BATCH - len(done) - left, duplicated=0)
+        lab.row("auto-ack, consumer killed", sent=BATCH, confirmed=BATCH, processed=len(done),
+                survived=left, lost=BATCH - len(done) - left, duplicated=0)
         lab.check(left == 0 and len(done) < BATCH,
                   f"auto-ack: {BATCH - len(done)} messages lost with the consumer")
 
@@ -57,14 +57,17 @@ def run(lab: Run) -> None:
         queue = _fill(lab, "manual-ack")
         done = _killed_mid_batch(lab, queue, "manual-ack", work)
         rest = consume(lab.url, queue, BATCH - len(done))
+        got = [body.decode() for _, _, body in rest]
         again = [body.decode() for method, _, body in rest if method.redelivered]
-        lab.event("redelivered", f"a new consumer gets {len(rest)}: {', '.join(again)} "
-                  "marked redelivered (unacked when the first consumer died)")
+        lab.event("redelivered", f"a new consumer gets the {len(rest)} not acked: "
+                  f"{', '.join(got)}; {len(again)} of them ({', '.join(again)}) marked "
+                  "redelivered: the first consumer held them, unacked, when it died")
         lab.event("ack", f"the new consumer acks all {len(rest)}")
-        bodies = [line.split()[1] for line in done] + [body.decode() for _, _, body in rest]
+        bodies = [line.split()[1] for line in done] + got
         dup = len(bodies) - len(set(bodies))
         lab.row("manual ack, consumer killed", sent=BATCH, confirmed=BATCH,
-                survived=len(set(bodies)), lost=BATCH - len(set(bodies)), duplicated=dup)
+                processed=len(set(bodies)), survived=0, lost=BATCH - len(set(bodies)),
+                duplicated=dup)
         lab.check(len(set(bodies)) == BATCH and bool(again) and dup == 0,
                   f"manual ack: nothing lost; {len(again)} unacked came back redelivered")
 
@@ -87,8 +90,8 @@ def run(lab: Run) -> None:
         back = consume(lab.url, queue, BATCH)
         redelivered = sum(m.redelivered for m, _, _ in back)
         lab.event("redelivered", f"{redelivered} of {BATCH} come back marked redelivered")
-        lab.row("never ack, then stopped", sent=BATCH, confirmed=BATCH, survived=len(back),
-                lost=BATCH - len(back), duplicated=0)
+        lab.row("never ack, then stopped", sent=BATCH, confirmed=BATCH, processed=0,
+                survived=len(back), lost=BATCH - len(back), duplicated=0)
         lab.check(ready == 0 and method is None,
                   "never ack: while the consumer lives, no one else can get its messages")
         lab.check(redelivered == BATCH, "never ack: they return, redelivered, when it goes")

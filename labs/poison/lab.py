@@ -77,9 +77,13 @@ def run(lab: Run) -> None:
 
             ch.basic_consume(dlq, on_dead)
             _consume(conn, ch, queue, on, lambda: bool(dead), "the message in the DLQ")
-        counts = ", ".join("-" if c is None else str(c) for c in deliveries)
-        lab.event("redelivered", f"delivered {len(deliveries)} times (x-delivery-count: "
-                  f"{counts}), then dead-lettered")
+        if any(c is not None for c in deliveries):
+            counts = ", ".join("absent" if c is None else str(c) for c in deliveries)
+            header = f"x-delivery-count on each: {counts}"
+        else:  # Leveret counts returns without telling the consumer (lesson.md, part B)
+            header = "no x-delivery-count header: this broker counts without adding it"
+        lab.event("redelivered", f"delivered {len(deliveries)} times ({header}), then "
+                  "dead-lettered")
         reason = dead[0].headers["x-death"][0]["reason"]
         lab.event("deliver", f"in {dlq}, x-death reason {reason!r}")
         lab.row(f"x-delivery-limit {LIMIT}", sent=1, confirmed=None, survived=1, lost=0,

@@ -42,7 +42,8 @@ def run(lab: Run) -> None:
                   f"{n_slow}, fast worker {n_fast}")
         results[prefetch] = (n_slow, took)
         lab.row(f"prefetch {label}: slow got {n_slow}, fast {n_fast}", sent=BATCH, confirmed=None,
-                survived=n_slow + n_fast, lost=BATCH - n_slow - n_fast, duplicated=0)
+                processed=n_slow + n_fast, survived=0, lost=BATCH - n_slow - n_fast,
+                duplicated=0)
 
     lab.part("A. prefetch unlimited (0)", lambda: share(0))
     lab.part("B. prefetch 1", lambda: share(1))

@@ -2,8 +2,8 @@
 // the theme switch, and which page module draws each route.
 
 import {
-  api, basic, clear, credentials, currentUser, errorBox, field, forget, h, isAdmin, leave,
-  remember,
+  REFRESH_CHOICES, api, basic, clear, credentials, currentUser, errorBox, field, forget, h,
+  isAdmin, isMonitor, leave, refreshInterval, remember, setRefreshInterval,
 } from "./lib.js";
 import * as overview from "./pages/overview.js";
 import * as connections from "./pages/connections.js";
@@ -14,19 +14,22 @@ import * as admin from "./pages/admin.js";
 import * as apidocs from "./pages/apidocs.js";
 import * as tracing from "./pages/tracing.js";
 
-// [hash pattern, module export, nav label (null: not in the menu), administrators only]
+// [hash pattern, module export, nav label (null: not in the menu), who may open it:
+// undefined everyone, "admin" administrators, "monitor" monitoring users and administrators]
 const ROUTES = [
   [/^\/?$/, overview.render, "Overview"],
   [/^\/connections$/, connections.renderConnections, "Connections"],
+  [/^\/connections\/(.+)$/, connections.renderConnection, null],
   [/^\/channels$/, connections.renderChannels, "Channels"],
+  [/^\/channels\/(.+)$/, connections.renderChannel, null],
   [/^\/consumers$/, connections.renderConsumers, "Consumers"],
   [/^\/exchanges$/, exchanges.renderList, "Exchanges"],
   [/^\/exchanges\/([^/]+)\/([^/]*)$/, exchanges.renderOne, null],
   [/^\/queues$/, queues.render, "Queues"],
   [/^\/queues\/([^/]+)\/([^/]+)$/, queue.render, null],
-  [/^\/admin$/, admin.render, "Admin", true],
-  [/^\/trace$/, tracing.renderTrace, "Trace"],
-  [/^\/log$/, tracing.renderLog, "Log", true],
+  [/^\/admin$/, admin.render, "Admin", "admin"],
+  [/^\/trace$/, tracing.renderTrace, "Trace", "monitor"],
+  [/^\/log$/, tracing.renderLog, "Log", "admin"],
   [/^\/api-docs$/, apidocs.render, "API"],
 ];
 const HREF = {
@@ -83,7 +86,7 @@ function drawLogin(message) {
       remember(auth, who);
       route();
     } catch (err) {
-      clear(errors, errorBox(err.status === 401 ? `Login failed: ${err.message}` : err));
+      clear(errors, errorBox(err.status === 401 ? loginRefused(user.value, err.message) : err));
       password.select();
     }
   } },
@@ -93,6 +96,22 @@ function drawLogin(message) {
   h("button.primary", { type: "submit" }, "Log in"));
   clear(main, form);
   user.focus();
+}
+
+// What the broker's 401 reason means for the person at the login form.
+function loginRefused(name, reason) {
+  if (reason === "Login failed") {
+    return `Login failed: unknown user '${name}' or wrong password.`;
+  }
+  if (reason === "Not management user") {
+    return `Login refused: user '${name}' has none of the tags management, monitoring, `
+      + "policymaker or administrator, which the console needs.";
+  }
+  if (reason === "User can only log in via localhost") {
+    return `Login refused: user '${name}' may only log in from the broker's own machine `
+      + "(loopback_users).";
+  }
+  return `Login refused for user '${name}': ${reason}.`;
 }
 
 function logout() {
@@ -108,15 +127,38 @@ document.addEventListener("leveret:unauthorized", (event) => {
 
 // ---- navigation ----
 
+// "Refreshed at 14:02:07" and the interval every page refreshes at (remembered).
+const stamp = h("span.refreshed", { "aria-live": "off" }, "");
+document.addEventListener("leveret:refreshed", (event) => {
+  const at = event.detail || new Date();
+  stamp.textContent = `Refreshed at ${at.toLocaleTimeString("en-GB")}`;
+  stamp.dataset.at = String(at.getTime());
+});
+
+function intervalPicker() {
+  const current = refreshInterval();
+  return h("select.interval", { "aria-label": "Refresh every", title: "Refresh every",
+    onchange: (event) => setRefreshInterval(Number(event.target.value)) },
+  REFRESH_CHOICES.map(([ms, text]) => h("option", { value: ms, selected: ms === current },
+    ms ? `every ${text}` : text)));
+}
+
 function drawChrome(current) {
   const user = currentUser();
-  clear(nav, ROUTES.filter(([, , label, adminOnly]) => label && (!adminOnly || isAdmin()))
+  clear(nav, ROUTES.filter(([, , label, who]) => label && allowed(who))
     .map(([, , label]) => h("a", { href: HREF[label],
       "aria-current": label === current ? "page" : false }, label)));
+  stamp.textContent = "";
   clear(session,
+    stamp, intervalPicker(),
     h("span.who", { title: (user.tags || []).join(", ") }, user.name),
     themeButton(),
     h("button", { type: "button", onclick: logout }, "Log out"));
+}
+
+// The console offers no page, and sends no request, its user may not read.
+function allowed(who) {
+  return !who || (who === "admin" ? isAdmin() : isMonitor());
 }
 
 async function route() {
@@ -125,11 +167,23 @@ async function route() {
     return;
   }
   leave();
-  const path = decodeURIComponent(location.hash.replace(/^#/, "")) === "" ? "/" : location.hash.slice(1);
-  for (const [pattern, render, label] of ROUTES) {
+  // The hash is the page's path, then its state (filter, sort, page) after "?".
+  const raw = location.hash.replace(/^#/, "").split("?")[0];
+  const path = decodeURIComponent(raw) === "" ? "/" : raw;
+  for (const [pattern, render, label, who] of ROUTES) {
     const match = path.match(pattern);
     if (!match) continue;
-    const navLabel = label || (path.startsWith("/queues") ? "Queues" : "Exchanges");
+    if (!allowed(who)) {
+      drawChrome(null);
+      const user = currentUser() || {};
+      clear(main, h("div.page", h("h1", label),
+        h("div.notice", { role: "status" }, `User '${user.name}' cannot open this page: it `
+          + `needs the ${who === "admin" ? "administrator" : "monitoring or administrator"} tag.`),
+        h("p", h("a", { href: "#/" }, "Back to the overview"))));
+      return;
+    }
+    const navLabel = label || ["Queues", "Exchanges", "Connections", "Channels"]
+      .find((l) => path.startsWith(`/${l.toLowerCase()}`)) || "Overview";
     drawChrome(navLabel);
     document.title = `${navLabel} · Leveret`;
     const page = h("div.page");

@@ -68,6 +68,13 @@ export function isAdmin() {
   return !!user && (user.tags || []).includes("administrator");
 }
 
+// Monitoring users and administrators read node health and every connection (RabbitMQ's
+// "monitor" rule); the console asks for nothing its user may not read.
+export function isMonitor() {
+  const user = currentUser();
+  return !!user && (user.tags || []).some((t) => t === "administrator" || t === "monitoring");
+}
+
 // ---- the management API ----
 
 export class ApiError extends Error {
@@ -121,15 +128,32 @@ export function notice(text) {
   return h("div.notice", { role: "status" }, text);
 }
 
+// RabbitMQ's HTTP answers to a refused permission ("Access refused.") and a missing path
+// object ("Not Found") do not say which; the console knows what it asked for, and says it
+// as RabbitMQ's AMQP replies do. about: {kind, name, vhost, right}.
+export function explain(err, about) {
+  if (!about || !(err instanceof ApiError)) return err;
+  const what = `${about.kind} '${about.name}' in vhost '${about.vhost}'`;
+  if (err.status === 401 && /^(ACCESS_REFUSED|Access refused)/.test(err.message)) {
+    const user = (currentUser() || {}).name || "";
+    const right = about.right ? `: it needs the ${about.right} permission` : "";
+    return new ApiError(401, `Access to ${what} refused for user '${user}'${right}.`);
+  }
+  if (err.status === 404 && err.message === "Not Found") {
+    return new ApiError(404, `No ${what}.`);
+  }
+  return err;
+}
+
 // Runs fn, showing its error (or a success text) in `where`; returns fn's result.
-export async function attempt(where, fn, success) {
+export async function attempt(where, fn, success, about) {
   clear(where);
   try {
     const result = await fn();
     if (success) clear(where, notice(success));
     return result;
   } catch (err) {
-    clear(where, errorBox(err));
+    clear(where, errorBox(explain(err, about)));
     return undefined;
   }
 }
@@ -173,6 +197,33 @@ export function bytes(n) {
 }
 
 export function yesNo(v) { return v ? "yes" : "no"; }
+
+// Epoch seconds (AMQP timestamps, x-death's time) as "2026-11-27 14:02:03 UTC".
+export function readableTime(seconds) {
+  if (typeof seconds !== "number" || !Number.isFinite(seconds)) return String(seconds ?? "");
+  const d = new Date(seconds * (seconds > 1e12 ? 1 : 1000));
+  return `${d.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+// ---- a page's state in the URL, after "?" in the hash: #/queues?name=orders&page=2 ----
+
+export function hashState() {
+  const at = location.hash.indexOf("?");
+  return new URLSearchParams(at >= 0 ? location.hash.slice(at + 1) : "");
+}
+
+// Merges `values` (null or "" removes a key) into the hash's state without a navigation, so
+// a reload or a shared link opens the page as it is now.
+export function setHashState(values) {
+  const params = hashState();
+  for (const [k, v] of Object.entries(values)) {
+    if (v === null || v === undefined || v === "" || v === false) params.delete(k);
+    else params.set(k, String(v));
+  }
+  const path = location.hash.split("?")[0] || "#/";
+  const query = params.toString();
+  history.replaceState(null, "", `${location.pathname}${location.search}${path}${query ? `?${query}` : ""}`);
+}
 
 export function args(obj) {
   const entries = Object.entries(obj || {});
@@ -245,9 +296,51 @@ export function leave() {
   }
 }
 
-// Calls fn now and every `ms` while the page is shown (skipped while the tab is hidden).
+// ---- refreshing: one interval for every page, picked in the header and remembered ----
+
+const REFRESH_KEY = "leveret.refresh";
+export const REFRESH_CHOICES = [[2000, "2 s"], [5000, "5 s"], [10000, "10 s"], [30000, "30 s"],
+  [0, "paused"]];
+
+export function refreshInterval() {
+  const saved = localStorage.getItem(REFRESH_KEY);
+  const ms = saved === null ? 5000 : Number(saved);
+  return REFRESH_CHOICES.some(([v]) => v === ms) ? ms : 5000;
+}
+
+export function setRefreshInterval(ms) {
+  localStorage.setItem(REFRESH_KEY, String(ms));
+  document.dispatchEvent(new CustomEvent("leveret:interval"));
+}
+
+// A page tells the header its data is fresh (the "refreshed at" stamp).
+export function markRefreshed() {
+  document.dispatchEvent(new CustomEvent("leveret:refreshed", { detail: new Date() }));
+}
+
+// Calls fn now, then every `ms` (0: the interval picked in the header, none while paused)
+// while the page is shown, skipped while the tab is hidden.
 export function every(ms, fn) {
-  fn();
-  const timer = setInterval(() => { if (!document.hidden) fn(); }, ms);
-  onLeave(() => clearInterval(timer));
+  let timer = null;
+  let stopped = false;
+  const schedule = () => {
+    const wait = ms || refreshInterval();
+    timer = setTimeout(async () => {
+      if (stopped) return;
+      if (wait && !document.hidden) {
+        try { await fn(); } catch (err) { console.error("refresh failed", err); }
+      }
+      if (!stopped) schedule();
+    }, wait || 1000);
+  };
+  const restart = () => { clearTimeout(timer); if (!stopped) schedule(); };
+  // A page's own errors are shown in place; anything thrown here is a bug, logged as one.
+  Promise.resolve().then(fn).catch((err) => console.error("refresh failed", err))
+    .finally(schedule);
+  if (!ms) document.addEventListener("leveret:interval", restart);
+  onLeave(() => {
+    stopped = true;
+    clearTimeout(timer);
+    document.removeEventListener("leveret:interval", restart);
+  });
 }

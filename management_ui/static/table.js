@@ -4,8 +4,11 @@
 // sort, sort_reverse, page, page_size), so a vhost with 100,000 queues costs one page.
 // Column headers are buttons (keyboard-sortable); the filter applies as you type.
 
-import { api, attempt, clear, every, h } from "./lib.js";
+import {
+  api, attempt, clear, every, h, hashState, markRefreshed, setHashState,
+} from "./lib.js";
 
+// before(data): awaited before a page is drawn (names the rows refer to).
 // columns: [{title, key (sort path, optional), cell(row) -> node|text, className}]
 export function table(rows, columns, empty) {
   if (!rows.length) return h("p.empty", empty || "Nothing here yet.");
@@ -21,14 +24,21 @@ const PAGE_SIZES = [20, 50, 100, 500];
 
 // A self-refreshing, server-paged list. Returns {element, reload}.
 export function pagedList({ path, columns, empty, sort = "name", filterLabel = "Filter by name",
-  refresh = 5000, extra }) {
-  const state = { name: "", regex: false, sort, reverse: false, page: 1, size: 50 };
+  refresh = true, extra, before }) {
+  // The filter, sort, page and page size live in the URL (hashState), so a reload or a
+  // shared link shows the same page of the same list.
+  const saved = hashState();
+  const state = { name: saved.get("name") || "", regex: saved.get("regex") === "true",
+    sort: saved.get("sort") || sort, reverse: saved.get("reverse") === "true",
+    page: Math.max(1, Number(saved.get("page")) || 1),
+    size: PAGE_SIZES.includes(Number(saved.get("size"))) ? Number(saved.get("size")) : 50 };
   const body = h("div.list-body");
   const status = h("div.list-status", { "aria-live": "polite" });
   const errors = h("div");
   const filter = h("input", { type: "search", placeholder: filterLabel, "aria-label": filterLabel,
-    oninput: () => { state.name = filter.value; state.page = 1; reload(); } });
+    value: state.name, oninput: () => { state.name = filter.value; state.page = 1; reload(); } });
   const regex = h("input", { type: "checkbox", "aria-label": "Regular expression",
+    checked: state.regex,
     onchange: () => { state.regex = regex.checked; state.page = 1; reload(); } });
   const size = h("select", { "aria-label": "Page size", onchange: () => {
     state.size = Number(size.value); state.page = 1; reload(); } },
@@ -38,13 +48,18 @@ export function pagedList({ path, columns, empty, sort = "name", filterLabel = "
 
   async function reload() {
     const mine = ++seq;
+    setHashState({ name: state.name, regex: state.regex, sort: state.sort === sort ? "" : state.sort,
+      reverse: state.reverse, page: state.page > 1 ? state.page : "",
+      size: state.size === 50 ? "" : state.size });
     const params = new URLSearchParams({ page: state.page, page_size: state.size,
       name: state.name, use_regex: state.regex, sort: state.sort,
       sort_reverse: state.reverse, pagination: true });
     const data = await attempt(errors, () => api("GET", `${path}?${params}`));
+    if (before && data !== undefined) await before(data);
     if (mine !== seq) return;
     if (data === undefined) return;
     draw(data);
+    markRefreshed();
   }
 
   function header(c) {
@@ -84,7 +99,7 @@ export function pagedList({ path, columns, empty, sort = "name", filterLabel = "
   const element = h("section.list",
     h("div.toolbar", filter, h("label.inline", regex, " regex"), size, extra || null, status),
     errors, body, pager);
-  if (refresh) every(refresh, reload);
+  if (refresh) every(0, reload);  // the header's interval
   else reload();
   return { element, reload };
 }

@@ -211,7 +211,9 @@ def test_bad_input_is_400_and_unknown_queue_404(api, qname):
     status, _, out = api.post(Q + qname + "/redrive", {"positions": [-1]})
     assert status == 400
     status, _, out = api.post(Q + qname + "/move", {"destination": "no-such-q", "count": 1})
-    assert status == 404
+    # The source exists: the answer names the queue that does not, as RabbitMQ's replies do.
+    assert (status, out) == (404, {"error": "not_found",
+                                   "reason": "no queue 'no-such-q' in vhost '/'"})
 
 
 def _dead_letter_setup(ch: Any, origin: str, durable: bool = False) -> str:

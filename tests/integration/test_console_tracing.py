@@ -73,11 +73,16 @@ def test_reject_dead_letter_expire_and_return(api, broker, qname):
         ch.basic_publish("", qname, b"x", pika.BasicProperties(message_id=qname + "-r"))
         method, _, _ = ch.basic_get(qname)
         ch.basic_reject(method.delivery_tag, requeue=False)
-        events = _wait_events(api, qname + "-r", "dead-letter")
+        events = _wait_events(api, qname + "-r", "enqueue")
         assert [e["event"] for e in events] == ["publish", "route", "enqueue", "deliver",
-                                                "reject", "dead-letter"]
+                                                "reject", "dead-letter", "route", "enqueue"]
         assert events[3]["consumer_tag"] == "" and events[4]["requeue"] is False
         assert events[5]["reason"] == "rejected" and events[5]["dead_letter_exchange"] == ""
+        # The trace follows the dead-lettered copy through the DLX into the next queue.
+        route, enqueue = events[6:]
+        assert route["dead_lettered_from"] == qname and route["queues"] == [qname + "-dlq"]
+        assert route["reason"] == "rejected" and route["routing_key"] == qname + "-dlq"
+        assert enqueue["queue"] == qname + "-dlq" and enqueue["dead_lettered_from"] == qname
 
         ch.queue_declare(qname + "-ttl", arguments={"x-message-ttl": 50})
         ch.basic_publish("", qname + "-ttl", b"x", pika.BasicProperties(message_id=qname + "-e"))

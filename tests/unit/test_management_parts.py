@@ -80,9 +80,14 @@ def test_sampler_rates_and_samples():
         now[0] += 5
     assert s.rate("publish") == 10.0
     assert s.object_rates("conn", 2) == [2.0, 0.0]
-    d = s.details("publish", age=60, incr=5)
+    now[0] -= 5  # just after the last round
+    d = s.details("publish", age=20, incr=5)
     assert d["rate"] == 10.0 and len(d["samples"]) == 5 and d["avg_rate"] == 10.0
     assert d["samples"][0] == {"sample": 200, "timestamp": 1020000}
+    assert [p["sample"] for p in d["samples"]] == [200, 150, 100, 50, 0]
+    # On RabbitMQ's grid: a point every incr seconds back age seconds, 0 before the first.
+    assert [p["sample"] for p in s.details("publish", age=30, incr=10)["samples"]] == [
+        200, 100, 0, 0]
     s.end_round()  # "conn" not recorded this round: forgotten
     assert s.object_rates("conn", 2) == [0.0, 0.0]
 

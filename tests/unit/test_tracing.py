@@ -161,3 +161,26 @@ def test_queue_filter_is_matched_in_linear_time() -> None:
     assert t.describe()["queue"] == "^(a+)+$"
     with pytest.raises(ValueError):
         Tracer(10, "(?=a)")  # no lookaround in RE2
+
+
+def test_a_dead_lettered_copy_is_followed_into_the_next_queue() -> None:
+    t = Tracer(100)
+    m = _message("m2")
+    t.published(m, _queues("work"), "guest", 1, False, False)
+    tracing.dropped(t, "work", m, "expired", "dlx")
+    dead = Message("dlx", "failed", m.raw_properties, b"body")
+    steps = (("dlx", "published", (("queue", "parking"),)),)
+    t.dead_lettered(dead, _queues("parking"), "work", "expired", steps)
+    events = t.events_of("m2")
+    assert [e["event"] for e in events] == ["publish", "route", "enqueue", "expire",
+                                            "dead-letter", "route", "enqueue"]
+    route, enqueue = events[-2:]
+    assert route["dead_lettered_from"] == "work" and route["reason"] == "expired"
+    assert route["exchange"] == "dlx" and route["routing_key"] == "failed"
+    assert route["exchanges"] == [{"name": "dlx", "via": "published"}]
+    assert enqueue == {**enqueue, "queue": "parking", "dead_lettered_from": "work"}
+    # A filter on either queue keeps the copy's route; on neither, drops it.
+    for pattern, kept in (("^work$", True), ("^parking$", True), ("^other$", False)):
+        f = Tracer(100, pattern)
+        f.dead_lettered(dead, _queues("parking"), "work", "expired", steps)
+        assert bool(list(f.events())) is kept, pattern

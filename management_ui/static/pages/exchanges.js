@@ -1,8 +1,11 @@
 // Exchanges: list, create, delete; one exchange's bindings both ways, binding, publishing.
 
+import { RANGE, liveChart } from "../chart.js";
 import {
-  api, args, attempt, confirmAction, enc, field, h, parsePairs, select, vhostNames, yesNo,
+  api, args, attempt, clear, confirmAction, enc, every, field, h, markRefreshed, num,
+  parsePairs, rate, select, vhostNames, yesNo,
 } from "../lib.js";
+import { noVhosts, notFound } from "../names.js";
 import { loadedTable, pagedList } from "../table.js";
 
 const TYPES = ["direct", "fanout", "topic", "headers"];
@@ -13,6 +16,11 @@ function exchangeLink(vhost, name) {
 }
 
 export async function renderList(page) {
+  const vhosts = await vhostNames();
+  if (!vhosts.length) {
+    page.append(h("h1", "Exchanges"), noVhosts("exchanges"));
+    return;
+  }
   const list = pagedList({
     path: "exchanges",
     empty: "No exchanges.",
@@ -24,13 +32,16 @@ export async function renderList(page) {
       { title: "Auto-delete", key: "auto_delete", cell: (x) => yesNo(x.auto_delete) },
       { title: "Internal", key: "internal", cell: (x) => yesNo(x.internal) },
       { title: "Arguments", cell: (x) => args(x.arguments) },
+      { title: "Rate in", cell: (x) => rate((x.message_stats || {}).publish_in_details),
+        className: "num" },
+      { title: "Rate out", cell: (x) => rate((x.message_stats || {}).publish_out_details),
+        className: "num" },
     ],
   });
-  page.append(h("h1", "Exchanges"), list.element, await createForm(list.reload));
+  page.append(h("h1", "Exchanges"), list.element, createForm(list.reload, vhosts));
 }
 
-async function createForm(reload) {
-  const vhosts = await vhostNames();
+function createForm(reload, vhosts) {
   const form = h("form.panel");
   const out = h("div");
   const vhost = select("vhost", vhosts, "/");
@@ -57,7 +68,8 @@ async function createForm(reload) {
         arguments: argsOut,
       });
       reload();
-    }, `Exchange ${name.value} added.`);
+    }, `Exchange ${name.value} added.`, { kind: "exchange", name: name.value,
+      vhost: vhost.value, right: "configure" });
   });
   return form;
 }
@@ -77,8 +89,22 @@ const BINDING_COLUMNS = (side, remove) => [
 export async function renderOne(page, vhost, name) {
   const real = name === "amq.default" ? "" : name;
   const path = `exchanges/${enc(vhost)}/${enc(name)}`;
-  const info = await api("GET", path);
+  let info;
+  try {
+    info = await api("GET", `${path}?${RANGE}`);
+  } catch (err) {
+    if (err.status === 404 || err.status === 401) {
+      notFound(page, "exchange", name, vhost, err, "#/exchanges", "Exchanges");
+      return;
+    }
+    throw err;
+  }
   const errors = h("div");
+  const counts = h("div");
+  const chart = liveChart("Message rates", [
+    { label: "In", kind: "rate", details: (x) => (x.message_stats || {}).publish_in_details },
+    { label: "Out", kind: "rate", details: (x) => (x.message_stats || {}).publish_out_details },
+  ]);
   async function unbind(b) {
     if (!(await confirmAction(`Remove the binding ${b.source || "(default)"} → ${b.destination} `
       + `(${b.routing_key || "no key"})?`, "Unbind"))) return;
@@ -100,12 +126,25 @@ export async function renderOne(page, vhost, name) {
     h("dl.facts", h("dt", "Type"), h("dd", info.type), h("dt", "Durable"), h("dd", yesNo(info.durable)),
       h("dt", "Auto-delete"), h("dd", yesNo(info.auto_delete)), h("dt", "Internal"),
       h("dd", yesNo(info.internal)), h("dt", "Arguments"), h("dd", args(info.arguments) || "none")),
-    errors,
+    errors, h("div.charts", chart.element), counts,
     h("h2", "Bindings from this exchange"), outgoing.element,
     h("h2", "Bindings to this exchange"), incoming.element,
     real ? bindForm(vhost, real, () => outgoing.reload()) : null,
     publishForm(vhost, name),
     real && !real.startsWith("amq.") ? deleteForm(vhost, real) : null);
+  let first = info;
+  every(0, async () => {
+    const x = first || await attempt(errors, () => api("GET", `${path}?${RANGE}`));
+    first = null;
+    if (!x) return;
+    markRefreshed();
+    chart.push(x);
+    const m = x.message_stats || {};
+    clear(counts, h("p.hint", m.publish_in === undefined
+      ? "No messages published into this exchange yet."
+      : `${num(m.publish_in)} messages in (${rate(m.publish_in_details)}), `
+        + `${num(m.publish_out)} routed out (${rate(m.publish_out_details)}).`));
+  });
 }
 
 function bindForm(vhost, source, reload) {
@@ -170,7 +209,7 @@ function deleteForm(vhost, name) {
     h("button.danger", { type: "button", onclick: async () => {
       if (!(await confirmAction(`Delete exchange ${name} and its bindings?`))) return;
       const ok = await attempt(out, () => api("DELETE", `exchanges/${enc(vhost)}/${enc(name)}`)
-        .then(() => true));
+        .then(() => true), undefined, { kind: "exchange", name, vhost, right: "configure" });
       if (ok) location.hash = "#/exchanges";
     } }, "Delete exchange"));
 }

@@ -5,7 +5,8 @@
 // API: POST queues/{vh}/{q}/peek | search | redrive | move, DELETE .../messages.
 
 import {
-  api, attempt, clear, confirmAction, credentials, enc, errorBox, field, h, notice, num, select,
+  api, attempt, clear, confirmAction, credentials, enc, errorBox, field, h, hashState, notice,
+  num, readableTime, select, setHashState,
 } from "../lib.js";
 
 export function inspector(vhost, name) {
@@ -16,14 +17,27 @@ export function inspector(vhost, name) {
   let view = "text";
   let shown = [];
 
-  const state = select("state", [["ready", "ready"], ["unacked", "unacked"]], "ready");
-  const offset = h("input", { name: "offset", type: "number", min: 0, value: 0 });
-  const count = h("input", { name: "count", type: "number", min: 1, max: 500, value: 10 });
-  const mode = select("view", [["text", "text"], ["json", "JSON"], ["hex", "hex"]], "text");
-  mode.addEventListener("change", () => { view = mode.value; draw(); });
+  // Where the inspector was (state, position, how many, body view) lives in the URL: a
+  // reload or a shared link peeks at the same place again.
+  const saved = hashState();
+  const state = select("state", [["ready", "ready"], ["unacked", "unacked"]],
+    saved.get("peek") === "unacked" ? "unacked" : "ready");
+  const offset = h("input", { name: "offset", type: "number", min: 0,
+    value: Math.max(0, Number(saved.get("offset")) || 0) });
+  const count = h("input", { name: "count", type: "number", min: 1, max: 500,
+    value: Math.min(500, Math.max(1, Number(saved.get("count")) || 10)) });
+  const mode = select("view", [["text", "text"], ["json", "JSON"], ["hex", "hex"]],
+    ["json", "hex"].includes(saved.get("view")) ? saved.get("view") : "text");
+  view = mode.value;
+  mode.addEventListener("change", () => {
+    view = mode.value;
+    setHashState({ view: view === "text" ? "" : view });
+    draw();
+  });
 
   async function peek(delta = 0) {
     offset.value = Math.max(0, Number(offset.value) + delta * Number(count.value));
+    setHashState({ peek: state.value, offset: offset.value, count: count.value });
     selected.clear();
     const found = await attempt(out, () => api("POST", `${base}/peek`, {
       offset: Number(offset.value), count: Number(count.value), state: state.value,
@@ -140,6 +154,7 @@ export function inspector(vhost, name) {
       act("Delete", () => api("DELETE", `${base}/messages`, { count: n }));
     } }, "Delete first N"));
   draw();
+  if (saved.has("peek")) setTimeout(() => peek(0), 0);  // where the URL says it was
   return h("section.panel.inspector",
     h("h2", "Messages"),
     h("p.hint", "Peek and search read the queue without changing it: no redelivered flag, no "
@@ -244,7 +259,8 @@ function messageView(m, view, selected) {
 
 function kv(entries) {
   return h("dl.facts", entries.map(([k, v]) => [h("dt", k),
-    h("dd", typeof v === "object" ? JSON.stringify(v) : String(v))]));
+    h("dd", k === "timestamp" ? readableTime(v)
+      : typeof v === "object" ? JSON.stringify(v) : String(v))]));
 }
 
 function deathTable(deaths) {
@@ -252,5 +268,7 @@ function deathTable(deaths) {
   return h("div.table-wrap", h("table.x-death",
     h("thead", h("tr", cols.map((c) => h("th", c)))),
     h("tbody", deaths.map((d) => h("tr", cols.map((c) => h("td",
-      Array.isArray(d[c]) ? d[c].join(", ") : (d[c] && typeof d[c] === "object" ? JSON.stringify(d[c]) : String(d[c] ?? "")))))))));
+      c === "time" ? readableTime(d[c])
+        : Array.isArray(d[c]) ? d[c].join(", ")
+          : (d[c] && typeof d[c] === "object" ? JSON.stringify(d[c]) : String(d[c] ?? "")))))))));
 }

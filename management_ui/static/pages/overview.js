@@ -1,8 +1,8 @@
 // Overview: totals, node health, live rate and depth charts, listeners, definitions.
 
-import { liveChart } from "../chart.js";
+import { RANGE, liveChart, plain } from "../chart.js";
 import {
-  api, attempt, bytes, clear, download, every, h, isAdmin, notice, num, rate,
+  api, attempt, bytes, clear, download, every, h, isAdmin, isMonitor, markRefreshed, notice, num, rate,
 } from "../lib.js";
 import { table } from "../table.js";
 
@@ -16,19 +16,23 @@ export async function render(page) {
   const listeners = h("div");
   const errors = h("div");
   const rates = liveChart("Message rates", RATES.map(([label, key]) => ({
-    label, value: (o) => ((o.message_stats || {})[`${key}_details`] || {}).rate || 0 })));
+    label, kind: "rate", details: (o) => (o.message_stats || {})[`${key}_details`] })));
   const queued = liveChart("Queued messages", [
-    { label: "Ready", value: (o) => (o.queue_totals || {}).messages_ready || 0 },
-    { label: "Unacked", value: (o) => (o.queue_totals || {}).messages_unacknowledged || 0 },
-  ], "");
+    { label: "Ready", kind: "value", details: (o) => (o.queue_totals || {}).messages_ready_details,
+      value: (o) => (o.queue_totals || {}).messages_ready || 0 },
+    { label: "Unacked", kind: "value",
+      details: (o) => (o.queue_totals || {}).messages_unacknowledged_details,
+      value: (o) => (o.queue_totals || {}).messages_unacknowledged || 0 },
+  ], plain);
   page.append(h("h1", "Overview"), errors, totals,
     h("div.charts", rates.element, queued.element),
     h("h2", "Node"), health, h("h2", "Listeners"), listeners,
     isAdmin() ? definitions() : null);
 
-  every(5000, async () => {
-    const data = await attempt(errors, () => api("GET", "overview"));
+  every(0, async () => {
+    const data = await attempt(errors, () => api("GET", `overview?${RANGE}`));
     if (!data) return;
+    markRefreshed();
     drawTotals(totals, data);
     rates.push(data);
     queued.push(data);
@@ -37,9 +41,14 @@ export async function render(page) {
       { title: "Interface", cell: (l) => l.ip_address },
       { title: "Port", cell: (l) => l.port, className: "num" },
     ], "No listeners."));
+    if (!isMonitor()) {
+      if (!health.firstChild) {
+        clear(health, notice("Node health needs the monitoring or administrator tag."));
+      }
+      return;
+    }
     const nodes = await api("GET", "nodes").catch(() => null);
     if (nodes) drawHealth(health, nodes[0] || {});
-    else clear(health, notice("Node health needs the monitoring or administrator tag."));
   });
 }
 

@@ -1,23 +1,46 @@
 // One queue: counts, a live chart, consumers, bindings (and binding to it), policy, purge,
 // delete; then the message inspector (peek, search, redrive, move, delete: inspect.js).
 
-import { liveChart } from "../chart.js";
+import { RANGE, liveChart, plain } from "../chart.js";
 import {
-  api, args, attempt, clear, confirmAction, enc, every, field, h, num, parsePairs, rate, yesNo,
+  api, args, attempt, clear, confirmAction, enc, every, field, h, markRefreshed, num, parsePairs,
+  rate, yesNo,
 } from "../lib.js";
+import { connectionLabel, connectionNames, notFound } from "../names.js";
 import { loadedTable, table } from "../table.js";
 import { inspector } from "./inspect.js";
 
+const RATES = [
+  ["Incoming", "publish"], ["Deliver / get", "deliver_get"], ["Ack", "ack"],
+  ["Redelivered", "redeliver"],
+];
+
 export async function render(page, vhost, name) {
   const path = `queues/${enc(vhost)}/${enc(name)}`;
+  // A queue that is not there (or not this user's to see) gets a page that says so, and
+  // nothing to act on: no made-up binding, no forms, no buttons.
+  let first;
+  try {
+    first = await api("GET", `${path}?${RANGE}`);
+  } catch (err) {
+    if (err.status === 404 || err.status === 401) {
+      notFound(page, "queue", name, vhost, err, "#/queues", "Queues");
+      return;
+    }
+    throw err;
+  }
   const counts = h("div.cards");
   const details = h("div");
   const consumers = h("div");
   const errors = h("div");
   const chart = liveChart("Queued messages", [
-    { label: "Ready", value: (q) => q.messages_ready },
-    { label: "Unacked", value: (q) => q.messages_unacknowledged },
-  ], "");
+    { label: "Ready", kind: "value", details: (q) => q.messages_ready_details,
+      value: (q) => q.messages_ready },
+    { label: "Unacked", kind: "value", details: (q) => q.messages_unacknowledged_details,
+      value: (q) => q.messages_unacknowledged },
+  ], plain);
+  const rates = liveChart("Message rates", RATES.map(([label, key]) => ({
+    label, kind: "rate", details: (q) => (q.message_stats || {})[`${key}_details`] })));
   const actions = h("div");
   const bindings = loadedTable(`${path}/bindings`, [
     { title: "From", cell: (b) => h("a", { href: `#/exchanges/${enc(b.vhost)}/${enc(b.source || "amq.default")}` },
@@ -35,7 +58,8 @@ export async function render(page, vhost, name) {
 
   page.append(
     h("p.crumbs", h("a", { href: "#/queues" }, "Queues"), ` › ${vhost} › `),
-    h("h1", name), errors, counts, h("div.charts", chart.element), details,
+    h("h1", name), errors, counts,
+    h("div.charts", chart.element, rates.element), details,
     h("h2", "Consumers"), consumers,
     h("h2", "Bindings"), bindings.element, bindForm(vhost, name, bindings.reload),
     inspector(vhost, name),
@@ -44,10 +68,14 @@ export async function render(page, vhost, name) {
         h("button.danger", { type: "button", onclick: () => purge(vhost, name, actions) }, "Purge messages"),
         h("button.danger", { type: "button", onclick: () => remove(vhost, name, actions) }, "Delete queue"))));
 
-  every(5000, async () => {
-    const q = await attempt(errors, () => api("GET", path));
+  every(0, async () => {
+    const q = first || await attempt(errors, () => api("GET", `${path}?${RANGE}`));
+    first = null;
     if (!q) return;
+    const names = await connectionNames();
+    markRefreshed();
     chart.push(q);
+    rates.push(q);
     clear(counts,
       card("Ready", num(q.messages_ready)), card("Unacked", num(q.messages_unacknowledged)),
       card("Total", num(q.messages)), card("Consumers", num(q.consumers)),
@@ -62,12 +90,17 @@ export async function render(page, vhost, name) {
       h("dt", "Policy"), h("dd", q.policy ? `${q.policy}: ${args(q.effective_policy_definition)}` : "none")));
     clear(consumers, table(q.consumer_details || [], [
       { title: "Consumer tag", cell: (c) => c.consumer_tag },
-      { title: "Channel", cell: (c) => (c.channel_details || {}).name },
+      { title: "Channel", cell: (c) => channelLink(c.channel_details || {}, names) },
       { title: "Ack required", cell: (c) => yesNo(c.ack_required) },
       { title: "Prefetch", cell: (c) => num(c.prefetch_count), className: "num" },
       { title: "Exclusive", cell: (c) => yesNo(c.exclusive) },
     ], "No consumers on this queue."));
   });
+}
+
+function channelLink(ch, names) {
+  return h("a", { href: `#/channels/${enc(ch.name || "")}` },
+    `${connectionLabel(ch.connection_name, names)} (${ch.number})`);
 }
 
 function card(label, value) {
@@ -88,7 +121,7 @@ function bindForm(vhost, name, reload) {
       await api("POST", `bindings/${enc(vhost)}/e/${enc(source.value)}/q/${enc(name)}`,
         { routing_key: key.value, arguments: parsePairs(more.value) });
       reload();
-    }, "Bound.");
+    }, "Bound.", { kind: "queue", name, vhost, right: "write" });
   });
   return form;
 }
@@ -97,11 +130,12 @@ async function purge(vhost, name, out) {
   if (!(await confirmAction(`Purge every ready message from ${name}? This cannot be undone.`,
     "Purge"))) return;
   await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}/contents`),
-    "Queue purged.");
+    "Queue purged.", { kind: "queue", name, vhost, right: "read" });
 }
 
 async function remove(vhost, name, out) {
   if (!(await confirmAction(`Delete queue ${name} and every message in it?`))) return;
-  const ok = await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}`).then(() => true));
+  const ok = await attempt(out, () => api("DELETE", `queues/${enc(vhost)}/${enc(name)}`).then(() => true),
+    undefined, { kind: "queue", name, vhost, right: "configure" });
   if (ok) location.hash = "#/queues";
 }

@@ -4,6 +4,7 @@
 import {
   api, attempt, enc, field, h, num, parsePairs, rate, select, vhostNames,
 } from "../lib.js";
+import { noVhosts } from "../names.js";
 import { pagedList } from "../table.js";
 
 // Seconds with consumers and unacked messages but no ack before the list says so.
@@ -59,6 +60,11 @@ function hintBadges(q) {
 }
 
 export async function render(page) {
+  const vhosts = await vhostNames();
+  if (!vhosts.length) {
+    page.append(h("h1", "Queues"), noVhosts("queues"));
+    return;
+  }
   const list = pagedList({
     path: "queues",
     empty: "No queues yet. Declare one from a client, or add one below.",
@@ -71,12 +77,20 @@ export async function render(page) {
       { title: "Unacked", key: "messages_unacknowledged", cell: (q) => num(q.messages_unacknowledged),
         className: "num" },
       { title: "Total", key: "messages", cell: (q) => num(q.messages), className: "num" },
-      { title: "Depth rate", cell: (q) => rate(q.messages_details), className: "num" },
+      { title: "Incoming", cell: (q) => rate(stat(q, "publish")), className: "num" },
+      { title: "Deliver / get", cell: (q) => rate(stat(q, "deliver_get")), className: "num" },
+      { title: "Ack", cell: (q) => rate(stat(q, "ack")), className: "num" },
+      { title: "Redelivered", cell: (q) => rate(stat(q, "redeliver")), className: "num" },
+      { title: "State", key: "state", cell: (q) => q.state || "" },
       { title: "Consumers", key: "consumers", cell: (q) => num(q.consumers), className: "num" },
       { title: "Hints", cell: hintBadges },
     ],
   });
-  page.append(h("h1", "Queues"), list.element, await createForm(list.reload));
+  page.append(h("h1", "Queues"), list.element, createForm(list.reload, vhosts));
+}
+
+function stat(q, key) {
+  return (q.message_stats || {})[`${key}_details`];
 }
 
 function features(q) {
@@ -107,8 +121,7 @@ const ARGUMENTS = [
   ["x-single-active-consumer", "Single active consumer", ["", "true"]],
 ];
 
-async function createForm(reload) {
-  const vhosts = await vhostNames();
+function createForm(reload, vhosts) {
   const out = h("div");
   const vhost = select("vhost", vhosts, "/");
   const name = h("input", { name: "name", required: true });
@@ -138,7 +151,8 @@ async function createForm(reload) {
         arguments: argsOut,
       });
       reload();
-    }, `Queue ${name.value} added.`);
+    }, `Queue ${name.value} added.`, { kind: "queue", name: name.value, vhost: vhost.value,
+      right: "configure" });
   });
   return form;
 }

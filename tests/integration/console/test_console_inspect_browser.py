@@ -131,11 +131,12 @@ def test_trace_one_message_from_publish_to_ack(ui: Console, channel) -> None:
     chains = [c.text for c in ui.all("table.trace .route-chain")]
     assert chains == [f"(default) ⇒ {queue}"], chains
     # The ring's fill as the API reports it (a wrong field name once showed "undefined").
-    ui.wait(lambda d: re.search(r"\b\d+ of 10000 events \(0 evicted\)",
+    ui.wait(lambda d: re.search(r"the broker's ring holds [1-9]\d* of 10000 records",
                                 d.find_element(By.TAG_NAME, "body").text), "ring fill")
     ui.screenshot("trace")
     ui.click("Stop tracing")
-    ui.wait_text("Tracing off.")
+    ui.confirm("Stop tracing")
+    ui.wait_text("Tracing off in vhost '/'")
 
 
 def test_move_selected_and_delete_first_n_from_the_ui(ui: Console, channel) -> None:
@@ -176,13 +177,14 @@ def test_live_log_shows_what_the_broker_logs(ui: Console, channel) -> None:
     ui.login()
     ui.go("/log")
     ui.wait_text("Broker log")
+    ui.choose("select[name=log-level]", "debug and up")  # declarations are logged at debug
     # The stream attaches when the page's request arrives: declare until a line shows up
     # (a try every 2 s, for as long as a busy machine needs: a hang guard, not a budget).
     for _ in range(60):
         queue = _name("ui-logged")
         channel.queue_declare(queue)  # logged at debug level, the tests' broker level
         try:
-            ui.wait(lambda d, q=queue: q in d.find_element(By.CSS_SELECTOR, "pre.log").text,
+            ui.wait(lambda d, q=queue: q in d.find_element(By.CSS_SELECTOR, "div.log").text,
                     "log line", timeout=2)
             break
         except AssertionError:
