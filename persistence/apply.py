@@ -17,13 +17,16 @@ from typing import Any, Protocol
 
 from leveret.persistence.batch import (
     Batch,
+    DeleteDedupe,
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
     DeliveredBelow,
+    DropDedupe,
     Enqueue,
     MarkDelivered,
     Purge,
+    PutDedupe,
     PutDefinition,
     Remove,
 )
@@ -60,6 +63,15 @@ class Applier(Protocol):
     def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None: ...
 
     def bindings(self) -> Iterable[BindingDef]: ...
+
+    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
+        """Add or replace a key of a deduplication window."""
+
+    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
+        """Drop the key if present."""
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        """Drop every key of the window."""
 
 
 def apply_batch(batch: Batch, store: Applier) -> None:
@@ -122,6 +134,18 @@ def _delete_definition(store: Applier, op: DeleteDefinition) -> None:
     store.delete_definition(op.kind, op.identity)
 
 
+def _put_dedupe(store: Applier, op: PutDedupe) -> None:
+    store.put_dedupe(op.scope, op.key, op.order, op.expires_at)
+
+
+def _delete_dedupe(store: Applier, op: DeleteDedupe) -> None:
+    store.delete_dedupe(op.scope, op.key)
+
+
+def _drop_dedupe(store: Applier, op: DropDedupe) -> None:
+    store.drop_dedupe(op.scope)
+
+
 _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     Enqueue: _enqueue,
     MarkDelivered: _mark_delivered,
@@ -132,4 +156,7 @@ _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     DeleteExchange: _delete_exchange,
     PutDefinition: _put_definition,
     DeleteDefinition: _delete_definition,
+    PutDedupe: _put_dedupe,
+    DeleteDedupe: _delete_dedupe,
+    DropDedupe: _drop_dedupe,
 }

@@ -123,8 +123,35 @@ class DeleteDefinition:
     identity: tuple[str, ...]
 
 
+@dataclass(slots=True)
+class PutDedupe:
+    """A deduplication window holds ``key`` until ``expires_at`` (wall-clock ms, 0: until
+    evicted). ``scope`` names the window (``dedupe_scope``); ``order`` is the key's place in
+    it (FIFO eviction resumes in that order after a restart)."""
+
+    scope: bytes
+    key: bytes
+    order: int
+    expires_at: int
+
+
+@dataclass(slots=True)
+class DeleteDedupe:
+    """The window forgets ``key`` (evicted)."""
+
+    scope: bytes
+    key: bytes
+
+
+@dataclass(slots=True)
+class DropDedupe:
+    """The window is gone (its exchange was deleted): every key of ``scope``."""
+
+    scope: bytes
+
+
 Op = (Enqueue | MarkDelivered | DeliveredBelow | Remove | Purge | DeleteQueue | DeleteExchange
-      | PutDefinition | DeleteDefinition)
+      | PutDefinition | DeleteDefinition | PutDedupe | DeleteDedupe | DropDedupe)
 
 
 @dataclass(slots=True)
@@ -293,6 +320,18 @@ class Recorder:
             below.cancelled = True
             self._live -= 1
         self._add(DeleteQueue(vhost, name, qid))
+
+    # -- deduplication windows -----------------------------------------------------------
+
+    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
+        """Record a key of a durable window, in the batch of the enqueue it admitted."""
+        self._add(PutDedupe(scope, key, order, expires_at))
+
+    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
+        self._add(DeleteDedupe(scope, key))
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        self._add(DropDedupe(scope))
 
     def delete_binding(self, binding: BindingDef) -> None:
         self._add(DeleteDefinition("b", binding_identity(binding)))

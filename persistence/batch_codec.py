@@ -16,14 +16,17 @@ import struct
 from leveret.model.message import Message
 from leveret.persistence.batch import (
     Batch,
+    DeleteDedupe,
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
     DeliveredBelow,
+    DropDedupe,
     Enqueue,
     MarkDelivered,
     Op,
     Purge,
+    PutDedupe,
     PutDefinition,
     Remove,
 )
@@ -39,9 +42,11 @@ _ENQUEUE = struct.Struct(">IQQIBQ")  # qid, seq, msg id, delivery count, flags, 
 _ENTRY = struct.Struct(">IQ")  # qid, seq
 _DELIVERED = struct.Struct(">IQI")
 _LEN = struct.Struct(">I")
+_DEDUPE = struct.Struct(">QQ")  # order, expires_at
 _WITH_MESSAGE, _TRANSIENT = 1, 2
 (_T_ENQUEUE, _T_DELIVERED, _T_REMOVE, _T_PURGE, _T_DELETE_QUEUE, _T_DELETE_EXCHANGE,
- _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW) = range(1, 10)
+ _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW, _T_PUT_DEDUPE, _T_DELETE_DEDUPE,
+ _T_DROP_DEDUPE) = range(1, 13)
 
 
 def _blob(data: bytes) -> bytes:
@@ -90,6 +95,13 @@ def encode_batch(batch: Batch) -> bytes:
             parts.append(bytes((_T_PUT_DEF,)) + _blob(encode_definition(op.definition)))
         elif isinstance(op, DeleteDefinition):
             parts.append(bytes((_T_DELETE_DEF,)) + _json([op.kind, list(op.identity)]))
+        elif isinstance(op, PutDedupe):
+            parts.append(bytes((_T_PUT_DEDUPE,)) + _blob(op.scope) + _blob(op.key)
+                         + _DEDUPE.pack(op.order, op.expires_at))
+        elif isinstance(op, DeleteDedupe):
+            parts.append(bytes((_T_DELETE_DEDUPE,)) + _blob(op.scope) + _blob(op.key))
+        elif isinstance(op, DropDedupe):
+            parts.append(bytes((_T_DROP_DEDUPE,)) + _blob(op.scope))
         else:
             raise TypeError(f"unknown store operation {op!r}")
         count += 1
@@ -154,6 +166,16 @@ def decode_batch(data: bytes) -> Batch:
         elif tag == _T_DELETE_DEF:
             kind, identity = doc()
             ops.append(DeleteDefinition(str(kind), tuple(identity)))  # type: ignore[arg-type]
+        elif tag == _T_PUT_DEDUPE:
+            scope, key = bytes(blob()), bytes(blob())
+            order, expires_at = _DEDUPE.unpack_from(view, at)
+            at += _DEDUPE.size
+            ops.append(PutDedupe(scope, key, order, expires_at))
+        elif tag == _T_DELETE_DEDUPE:
+            scope = bytes(blob())
+            ops.append(DeleteDedupe(scope, bytes(blob())))
+        elif tag == _T_DROP_DEDUPE:
+            ops.append(DropDedupe(bytes(blob())))
         else:
             raise ValueError(f"unknown batch operation tag {tag}")
     if at != len(view):

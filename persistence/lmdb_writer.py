@@ -20,6 +20,7 @@ from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, Enqueue
 from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER,
+    DEDUPE_VALUE,
     FLAG_SIZED,
     FLAG_TRANSIENT,
     INDEX_KEY,
@@ -94,6 +95,7 @@ class LmdbWriter:
         self.meta, self.defs = dbs[b"meta"], dbs[b"defs"]
         self.messages, self.refs_db = dbs[b"messages"], dbs[b"refs"]
         self.index, self.transient = dbs[b"index"], dbs[b"transient"]
+        self.dedupe = dbs[b"dedupe"]
         self.refs: dict[int, int] = {}
         self.counted: set[int] = set()  # message ids whose refs record is on disk
         self._first_new = -1  # ids (counter part) from here on were never committed
@@ -268,6 +270,22 @@ class LmdbWriter:
                     break
                 out.append(decode_definition(value))  # type: ignore[arg-type]
         return out
+
+    # -- deduplication windows: scope | key -> order, expires_at (records.DEDUPE_VALUE) --
+
+    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
+        self.txn.put(scope + key, DEDUPE_VALUE.pack(order, expires_at), db=self.dedupe)
+
+    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
+        self.txn.delete(scope + key, db=self.dedupe)
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        cursor = self.txn.cursor(db=self.dedupe)
+        if not cursor.set_range(scope):
+            return
+        while cursor.key()[:len(scope)] == scope:
+            if not cursor.delete():
+                break
 
     def _forget_entry(self, key: bytes, value: bytes, counter: list[int]) -> None:
         """The entry ``key`` (index value ``value``) leaves its queue's ``counter``."""

@@ -95,6 +95,8 @@ class MemoryStore:
         # Per queue: [body bytes, transient entries, their body bytes], as LMDB's counters.
         self._sizes: dict[int, list[int]] = {}
         self._below: dict[int, int] = {}  # qid -> delivered below (batch.DeliveredBelow)
+        # Deduplication windows: scope -> key -> (order, expires_at).
+        self._dedupe: dict[bytes, dict[bytes, tuple[int, int]]] = {}
         self._state = StoreState()
 
     def state(self) -> StoreState:
@@ -155,6 +157,11 @@ class MemoryStore:
                     deliveries = deliveries or int(seq < below)
                     out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
         return out
+
+    def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
+        with self._lock:
+            keys = self._dedupe.get(scope, {})
+            return sorted(((k, o, e) for k, (o, e) in keys.items()), key=lambda t: t[1])
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -240,6 +247,15 @@ class MemoryStore:
 
     def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
         self._defs.pop((kind, identity), None)
+
+    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
+        self._dedupe.setdefault(scope, {})[key] = (order, expires_at)
+
+    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
+        self._dedupe.get(scope, {}).pop(key, None)
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        self._dedupe.pop(scope, None)
 
     def bindings(self) -> list[BindingDef]:
         return [d for (kind, _), d in self._defs.items() if kind == "b"]  # type: ignore[misc]

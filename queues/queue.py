@@ -38,7 +38,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.model.message import FLAG_EXPIRATION, Message
-from leveret.queues import dead_letter, limits, tracing, ttl
+from leveret.queues import dead_letter, dedupe, limits, tracing, ttl
 from leveret.queues.dispatch import Dispatcher
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
@@ -86,6 +86,7 @@ class Queue(Dispatcher):
         "arguments",
         "auto_delete",
         "bound_exchanges",
+        "dedupe",
         "deleted",
         "durable",
         "exclusive_owner",
@@ -116,6 +117,8 @@ class Queue(Dispatcher):
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.settings: QueueSettings = from_arguments(self.arguments)
+        # Deduplication while in the queue (dedupe.py); None for almost every queue.
+        self.dedupe = dedupe.for_queue(self.arguments)
         self.time = ttl.timekeeping_of(vhost)
         # Ready entries the store keeps in memory before paging (paging.py).
         self.paging = vhost.paging if vhost is not None else Paging()
@@ -281,6 +284,8 @@ class Queue(Dispatcher):
         """A delivered entry was acked: it is gone; its consumer may take another."""
         self._unacked -= 1
         self._acked += 1
+        if self.dedupe is not None:
+            self.dedupe.release(entry.message)
         if entry.stored and not self.deleted:
             log = self.log
             assert log is not None  # stored entries belong to durable queues
@@ -293,6 +298,9 @@ class Queue(Dispatcher):
         resumes the consumers (``Channel._settle_many``)."""
         self._unacked -= len(entries)
         self._acked += len(entries)
+        if self.dedupe is not None:
+            for entry in entries:
+                self.dedupe.release(entry.message)
         if self.deleted:
             return
         stored = [entry.seq for entry in entries if entry.stored]
@@ -333,6 +341,8 @@ class Queue(Dispatcher):
     def purge(self) -> int:
         """Drop every ready message; unacked ones are untouched (as RabbitMQ)."""
         count = self._store.purge()
+        if self.dedupe is not None:
+            self.dedupe.clear()
         self.release_flow()
         return count
 
@@ -343,6 +353,8 @@ class Queue(Dispatcher):
         turn: the group commit puts both in one store transaction.
         """
         self._dropped += 1
+        if self.dedupe is not None:
+            self.dedupe.release(entry.message)
         vhost = self.vhost
         if vhost is not None and vhost.tracer is not None:
             tracing.dropped(vhost.tracer, self.name, entry.message, reason,
