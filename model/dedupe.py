@@ -91,7 +91,8 @@ def settings_for_exchange(type_: str, arguments: Mapping[str, Any],
     """The exchange's window, None if it does not deduplicate; 406 with the plugin's texts
     for a bad argument. A durable exchange keeps its window in the store unless
     ``x-cache-persistence`` says ``memory``; the plugin defaults to memory, but a window lost
-    by a restart lets through exactly the retries it exists to stop."""
+    by a restart lets through exactly the retries it exists to stop. A transient exchange's
+    window is never stored (``disk`` included): it could only outlive its exchange."""
     if not is_dedupe_exchange(type_, arguments):
         return None
     raw_size = arguments.get("x-cache-size")
@@ -110,7 +111,8 @@ def settings_for_exchange(type_: str, arguments: Mapping[str, Any],
     if persistence is not None and _text(persistence) not in ("disk", "memory"):
         raise ChannelError(PRECONDITION_FAILED, _PERSISTENCE_TEXT)
     header = _text(arguments.get(HEADER)) or HEADER
-    persistent = durable if persistence is None else _text(persistence) == "disk"
+    # A transient exchange's window goes with it at a restart, whatever it says.
+    persistent = durable and _text(persistence) != "memory"
     return DedupeSettings(size, ttl, header, persistent)
 
 

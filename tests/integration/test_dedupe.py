@@ -7,12 +7,15 @@ their own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 import urllib.request
 from base64 import b64encode
 
+import aio_pika
+import aiormq
 import pika
 import pytest
 
@@ -362,3 +365,40 @@ def test_the_window_survives_kill_9(make_broker, qname):
     ch.basic_publish(f"{qname}.x", "", b"m", props("new", persistent=True))
     assert count(ch, qname) == 1001
     conn.close()
+
+
+# -- aio-pika: pipelined confirms from several connections ----------------------------------
+
+async def test_pipelined_confirmed_publishers_enqueue_one_copy_per_key(broker, qname):
+    """Four connections each publish every key (persistent, confirmed) without waiting for
+    one confirm before the next publish: every publish is acked, one copy per key lands."""
+    keys = [f"key-{i}" for i in range(300)]
+    conns = [await aio_pika.connect(broker.url) for _ in range(4)]
+    try:
+        setup = await conns[0].channel()
+        exchange = await setup.declare_exchange(
+            f"{qname}.x", "x-message-deduplication", durable=True,
+            arguments={"x-cache-size": 10000})
+        queue = await setup.declare_queue(qname, durable=True)
+        await queue.bind(exchange)
+
+        async def publish_all(conn: aio_pika.abc.AbstractConnection, n: int) -> list[object]:
+            channel = await conn.channel(publisher_confirms=True)
+            target = await channel.get_exchange(f"{qname}.x")
+            order = keys[n::] + keys[:n]
+            return await asyncio.gather(*(
+                target.publish(aio_pika.Message(b"m", headers={"x-deduplication-header": k},
+                                                delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                               routing_key="")
+                for k in order))
+
+        results = await asyncio.wait_for(
+            asyncio.gather(*(publish_all(c, n * 75) for n, c in enumerate(conns))), DEADLINE)
+        confirms = [r for batch in results for r in batch]
+        assert len(confirms) == 4 * len(keys)
+        assert all(isinstance(r, aiormq.spec.Basic.Ack) for r in confirms)
+        declared = await setup.declare_queue(qname, passive=True)
+        assert declared.declaration_result.message_count == len(keys)
+    finally:
+        for conn in conns:
+            await conn.close()

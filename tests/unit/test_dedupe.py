@@ -1,0 +1,190 @@
+"""Deduplication's pure parts and its store records: the window against a naive model, the
+typed keys, the declare-time arguments, the queue mode's key counts, and the window's
+records in both stores (across a reopen) and on the replication wire."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveret.broker.dedupe import ExchangeDedupe
+from leveret.model.dedupe import (
+    DEFAULT_SIZE,
+    MAX_KEY_BYTES,
+    DedupeSettings,
+    Window,
+    dedupe_key,
+    message_ttl,
+    settings_for_exchange,
+)
+from leveret.model.errors import ChannelError
+from leveret.model.message import Message
+from leveret.persistence.batch import Recorder
+from leveret.persistence.batch_codec import decode_batch, encode_batch
+from leveret.persistence.lmdb_store import LmdbStore
+from leveret.persistence.memory import MemoryStore
+from leveret.persistence.records import dedupe_scope
+from leveret.queues.dedupe import QueueDedupe
+from leveret.queues.ttl import Timekeeping
+
+# -- the window against a naive model -----------------------------------------------------
+
+KEYS = st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"])
+OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KEYS,
+                         st.integers(0, 50)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 5), ops=OPS)
+def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, int]]) -> None:
+    """A list of (key, expires) in insertion order is the model: a re-added key moves to the
+    end, the oldest go beyond ``size``, an expired key is not seen."""
+    window = Window(size)
+    model: list[tuple[bytes, int]] = []
+    now = 1000
+    for op, key, n in ops:
+        if op == "tick":
+            now += n
+        elif op == "add":
+            expires = now + n if n else 0
+            model = [(k, e) for k, e in model if k != key] + [(key, expires)]
+            expected = [k for k, _ in model[:max(0, len(model) - size)]]
+            model = model[max(0, len(model) - size):]
+            assert window.add(key, expires) == expected
+        elif op == "discard":
+            assert window.discard(key) == any(k == key for k, _ in model)
+            model = [(k, e) for k, e in model if k != key]
+        else:
+            found = [e for k, e in model if k == key]
+            assert window.seen(key, now) == bool(found and (found[0] == 0 or now < found[0]))
+        assert window.items() == model
+
+
+def test_resize_evicts_the_oldest() -> None:
+    window = Window(5, [(b"1", 0), (b"2", 0), (b"3", 0)])
+    assert window.resize(1) == [b"1", b"2"]
+    assert window.items() == [(b"3", 0)]
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+def test_keys_are_typed() -> None:
+    keys = {dedupe_key(v) for v in ("1", 1, b"1", bytearray(b"1"), True, 1.0)}
+    assert len(keys) == 5  # bytes and bytearray are both bytes on the wire
+    assert dedupe_key(None) is None
+    assert dedupe_key("k") == b"sk"
+    long = dedupe_key("x" * 1000)
+    assert long is not None and len(long) <= MAX_KEY_BYTES and long == dedupe_key("x" * 1000)
+    assert long != dedupe_key("x" * 999 + "y")
+
+
+def test_message_ttl_header_overrides_only_when_positive() -> None:
+    assert message_ttl({"x-cache-ttl": 100}, 5000) == 100
+    assert message_ttl({"x-cache-ttl": "100"}, 5000) == 100
+    assert message_ttl({"x-cache-ttl": -1}, 5000) == 5000
+    assert message_ttl(None, None) is None
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+def test_plugin_exchange_arguments() -> None:
+    s = settings_for_exchange("x-message-deduplication",
+                              {"x-cache-size": "10", "x-cache-ttl": 500}, durable=True)
+    assert s == DedupeSettings(10, 500, "x-deduplication-header", True)
+    s = settings_for_exchange("x-message-deduplication",
+                              {"x-cache-size": 10, "x-cache-persistence": "memory"}, True)
+    assert s is not None and not s.persistent
+    s = settings_for_exchange("x-message-deduplication",
+                              {"x-cache-size": 10, "x-cache-persistence": "disk"}, False)
+    assert s is not None and not s.persistent  # a transient exchange's window is not stored
+    assert settings_for_exchange("direct", {"x-cache-size": 10}, True) is None
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({}, "'x-cache-size'"),
+    ({"x-cache-size": True}, "'x-cache-size'"),
+    ({"x-cache-size": -3}, "'x-cache-size'"),
+    ({"x-cache-size": 3, "x-cache-ttl": 0}, "'x-cache-ttl'"),
+    ({"x-cache-size": 3, "x-cache-ttl": "soon"}, "'x-cache-ttl'"),
+    ({"x-cache-size": 3, "x-cache-persistence": 1}, "'x-cache-persistence'"),
+])
+def test_bad_plugin_arguments(arguments: dict[str, object], text: str) -> None:
+    with pytest.raises(ChannelError) as err:
+        settings_for_exchange("x-message-deduplication", arguments, True)
+    assert err.value.code == 406 and text in str(err.value)
+
+
+def test_lavinmq_argument_defaults() -> None:
+    s = settings_for_exchange("topic", {"x-message-deduplication": True,
+                                        "x-deduplication-header": "id"}, durable=False)
+    assert s == DedupeSettings(DEFAULT_SIZE, None, "id", False)
+    assert settings_for_exchange("topic", {"x-message-deduplication": False}, True) is None
+
+
+# -- the queue mode ------------------------------------------------------------------------
+
+def test_queue_keys_are_counted() -> None:
+    dedupe = QueueDedupe("x-deduplication-header")
+    m = Message("", "q", b"", b"")
+    dedupe.add(b"sk")
+    dedupe.add(b"sk")
+    assert dedupe.holds(b"sk")
+    dedupe.release(m)  # no header: nothing
+    assert dedupe.keys == {b"sk": 2}
+    dedupe.keys[b"sk"] = 1
+    dedupe.clear()
+    assert not dedupe.holds(b"sk")
+
+
+# -- the window's records ------------------------------------------------------------------
+
+class _Log(Recorder):
+    deferred = False
+
+    def after_commit(self, callback: object) -> None:
+        raise AssertionError("not deferred: nothing waits for a commit")
+
+
+@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+def test_a_durable_window_is_reloaded_in_fifo_order(kind: str, tmp_path: Path) -> None:
+    def open_store() -> MemoryStore | LmdbStore:
+        return MemoryStore() if kind == "memory" else LmdbStore(tmp_path / "s")
+
+    store = open_store()
+    log = _Log(store.state())
+    settings_ = DedupeSettings(3, None, "h", True)
+    window = ExchangeDedupe(settings_, "/", "x", log, Timekeeping())
+    other = ExchangeDedupe(settings_, "/", "y", log, Timekeeping())
+    headers = Message("x", "", b"", b"")
+    for key in (b"sa", b"sb", b"sc", b"sd"):  # sa is evicted
+        window.remember(key, headers)
+    other.remember(b"sa", headers)
+    store.write_batch(log.take_batch())
+    if kind == "lmdb":
+        store.close()
+        store = open_store()
+    reloaded = ExchangeDedupe(settings_, "/", "x", log, Timekeeping())
+    reloaded.load(store)
+    assert [k for k, _ in reloaded.window.items()] == [b"sb", b"sc", b"sd"]
+    reloaded.remember(b"se", headers)  # evicts sb, on disk too
+    other.drop()
+    store.write_batch(log.take_batch())
+    assert [k for k, _, _ in store.load_dedupe(dedupe_scope("/", "x"))] == [b"sc", b"sd",
+                                                                             b"se"]
+    assert store.load_dedupe(dedupe_scope("/", "y")) == []
+    store.close()
+
+
+def test_window_records_cross_the_wire() -> None:
+    recorder = Recorder()
+    scope = dedupe_scope("/", "x")
+    recorder.put_dedupe(scope, b"sk", 7, 123)
+    recorder.delete_dedupe(scope, b"sj")
+    recorder.drop_dedupe(dedupe_scope("/", "y"))
+    batch = recorder.take_batch()
+    wire = encode_batch(batch)
+    copy = decode_batch(wire)
+    assert copy.ops == batch.ops and encode_batch(copy) == wire
