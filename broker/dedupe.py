@@ -11,9 +11,11 @@ the insert: with confirms, pipelining and many channels, exactly one copy per ke
 enqueued (the plugin's separate check and insert let every second duplicate through).
 
 A durable window (a durable exchange, unless ``x-cache-persistence: memory``) records the
-key (``PutDedupe``) and its evictions through the group commit, so they are written in the
-same store transaction as the enqueue they admitted: after ``kill -9`` the store holds the
-message and its key, or neither. ``load`` rebuilds the window, in its FIFO order, at start.
+key and its evictions through the group commit (``batch.DedupeAppend``: one operation per
+window and batch, keyed on disk by the key's place, so new keys are appended and the
+evicted ones are a range), so they are written in the same store transaction as the
+enqueue they admitted: after ``kill -9`` the store holds the message and its key, or
+neither. ``load`` rebuilds the window, in its FIFO order, at start.
 
 A duplicate is confirmed with ``basic.ack`` (as the stream protocol does for a publishing
 id it has seen), never nacked: the publisher retrying after a lost confirm is who dedupe is
@@ -31,7 +33,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from leveret.model.dedupe import DedupeSettings, Window, message_key, message_ttl
+from leveret.model.dedupe import (
+    TTL_HEADER,
+    DedupeSettings,
+    HeaderReader,
+    Window,
+    dedupe_key,
+    message_ttl,
+)
 from leveret.model.message import Message
 from leveret.persistence.records import dedupe_scope
 from leveret.queues.ttl import Timekeeping, now_ms
@@ -48,9 +57,8 @@ class DedupeLog(Protocol):
     @property
     def deferred(self) -> bool: ...
 
-    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None: ...
-
-    def delete_dedupe(self, scope: bytes, key: bytes) -> None: ...
+    def append_dedupe(self, scope: bytes, order: int, key: bytes, expires_at: int,
+                      floor: int) -> None: ...
 
     def drop_dedupe(self, scope: bytes) -> None: ...
 
@@ -64,14 +72,15 @@ class DedupeStore(Protocol):
 class ExchangeDedupe:
     """One exchange's window, its counters, and (if durable) its records."""
 
-    __slots__ = ("_batches", "_log", "_order", "_time", "duplicates", "scope", "settings",
-                 "window")
+    __slots__ = ("_batches", "_headers", "_log", "_order", "_time", "duplicates", "scope",
+                 "settings", "window")
 
     def __init__(self, settings: DedupeSettings, vhost: str, exchange: str, log: DedupeLog,
                  time: Timekeeping) -> None:
         self.settings = settings
         self.window = Window(settings.size)
         self.scope = dedupe_scope(vhost, exchange)
+        self._headers = HeaderReader(settings.header, TTL_HEADER)
         self.duplicates = 0  # publishes confirmed without being enqueued
         self._log = log
         self._time = time
@@ -83,42 +92,44 @@ class ExchangeDedupe:
         """A recovered durable window: its committed keys, oldest first. A size lowered since
         (a redeclare cannot change it, a new definition can) evicts the oldest now."""
         stored = store.load_dedupe(self.scope)
-        self.window = Window(self.settings.size, ((k, e) for k, _, e in stored))
+        self.window = Window(self.settings.size, stored)
         if stored:
             self._order = stored[-1][1] + 1
-        for key in self.window.resize(self.settings.size):
-            self._log.delete_dedupe(self.scope, key)
+        self.window.resize(self.settings.size)  # the store follows at the next key's floor
 
     @property
     def pending(self) -> bool:
         """Keys added since the last commit: a duplicate's confirm waits for the next one."""
         return bool(self._batches)
 
-    def key_of(self, message: Message) -> bytes | None:
-        """The message's key (None: not deduplicated)."""
-        return message_key(message.headers, self.settings.header)
+    def read(self, message: Message) -> tuple[bytes | None, object]:
+        """The message's key (None: not deduplicated) and its ``x-cache-ttl`` header."""
+        value, ttl = self._headers.read(message)
+        return dedupe_key(value), ttl
 
-    def duplicate(self, key: bytes) -> bool:
-        if self.window.seen(key, now_ms(self._time)):
+    def now(self) -> int:
+        """Wall-clock ms, the window's time (read once per publish)."""
+        return now_ms(self._time)
+
+    def duplicate(self, key: bytes, now: int) -> bool:
+        if self.window.seen(key, now):
             self.duplicates += 1
             return True
         return False
 
-    def remember(self, key: bytes, message: Message) -> None:
-        """Some queue took the message carrying ``key``: the window holds it from now."""
-        ttl = message_ttl(message.headers, self.settings.ttl)
-        expires = now_ms(self._time) + ttl if ttl is not None else 0
-        evicted = self.window.add(key, expires)
-        if not self.settings.persistent:
-            if self._log.deferred:
-                self._track(key)
-            return
-        log = self._log
+    def remember(self, key: bytes, ttl_header: object, now: int) -> None:
+        """Some queue took the message carrying ``key``: the window holds it from ``now``
+        until its ``x-cache-ttl`` header's TTL, or the exchange's, is over."""
+        ttl = self.settings.ttl if ttl_header is None else message_ttl(ttl_header,
+                                                                       self.settings.ttl)
+        expires = now + ttl if ttl is not None else 0
         order = self._order
         self._order = order + 1
-        for old in evicted:
-            log.delete_dedupe(self.scope, old)
-        log.put_dedupe(self.scope, key, order, expires)
+        window = self.window
+        window.add(key, order, expires)
+        log = self._log
+        if self.settings.persistent:
+            log.append_dedupe(self.scope, order, key, expires, window.floor(order))
         if log.deferred:
             self._track(key)
 

@@ -166,18 +166,19 @@ def _deduplicated(vhost: VirtualHost, window: ExchangeDedupe, message: Message,
                   queues: Sequence[Queue]) -> Published:
     """A publish to an exchange with a window: a duplicate is counted and confirmed, a new
     key is remembered once some queue took the message (``dedupe.py``)."""
-    key = window.key_of(message)
+    key, ttl = window.read(message)
     if key is None:
         return basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
                              queues)
-    if window.duplicate(key):
+    now = window.now()
+    if window.duplicate(key, now):
         if counters is not None:
             counters.publish += 1
         return DUPLICATE_HELD if window.pending else DUPLICATE
     out = basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
                         queues)
     if out.stored:
-        window.remember(key, message)
+        window.remember(key, ttl, now)
     return out
 
 

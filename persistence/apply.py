@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from leveret.persistence.batch import (
     Batch,
-    DeleteDedupe,
+    DedupeAppend,
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
@@ -26,7 +26,6 @@ from leveret.persistence.batch import (
     Enqueue,
     MarkDelivered,
     Purge,
-    PutDedupe,
     PutDefinition,
     Remove,
 )
@@ -64,11 +63,8 @@ class Applier(Protocol):
 
     def bindings(self) -> Iterable[BindingDef]: ...
 
-    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
-        """Add or replace a key of a deduplication window."""
-
-    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
-        """Drop the key if present."""
+    def append_dedupe(self, op: DedupeAppend) -> None:
+        """Add the op's keys to its window, and drop the window's keys placed below its floor."""
 
     def drop_dedupe(self, scope: bytes) -> None:
         """Drop every key of the window."""
@@ -134,12 +130,8 @@ def _delete_definition(store: Applier, op: DeleteDefinition) -> None:
     store.delete_definition(op.kind, op.identity)
 
 
-def _put_dedupe(store: Applier, op: PutDedupe) -> None:
-    store.put_dedupe(op.scope, op.key, op.order, op.expires_at)
-
-
-def _delete_dedupe(store: Applier, op: DeleteDedupe) -> None:
-    store.delete_dedupe(op.scope, op.key)
+def _append_dedupe(store: Applier, op: DedupeAppend) -> None:
+    store.append_dedupe(op)
 
 
 def _drop_dedupe(store: Applier, op: DropDedupe) -> None:
@@ -156,7 +148,6 @@ _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     DeleteExchange: _delete_exchange,
     PutDefinition: _put_definition,
     DeleteDefinition: _delete_definition,
-    PutDedupe: _put_dedupe,
-    DeleteDedupe: _delete_dedupe,
+    DedupeAppend: _append_dedupe,
     DropDedupe: _drop_dedupe,
 }

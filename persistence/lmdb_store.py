@@ -28,9 +28,9 @@ Named databases (``records.py`` has the byte layouts):
 * ``index``: (qid, seq) -> (message id, delivery count, flags[, expires_at]);
 * ``transient``: the index keys of transient entries (paged out, not meant to
   survive), so dropping them at startup does not scan the index;
-* ``dedupe``: the keys of durable deduplication windows, ``scope | key`` -> (order,
-  expires_at), written in the batch of the enqueue each key admitted (format 6; created
-  when a format 5 store is opened).
+* ``dedupe``: the keys of durable deduplication windows, ``scope | order`` ->
+  ``expires_at | key``, written in the batch of the enqueue each key admitted (format 6;
+  created when a format 5 store is opened).
 
 Message and queue ids are handed out on the loop thread and persisted with
 each batch (the highest issued), so they never repeat after a restart.
@@ -70,7 +70,6 @@ from leveret.persistence.lmdb_writer import (
 )
 from leveret.persistence.mapped_memory import PageBudget, mapped_ranges, release
 from leveret.persistence.records import (
-    DEDUPE_VALUE,
     INDEX_KEY,
     U32,
     U64,
@@ -306,7 +305,7 @@ class LmdbStore:
 
     def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
         """A durable deduplication window's keys: (key, order, expires_at), by order."""
-        out: list[tuple[int, bytes, int]] = []
+        out: list[tuple[bytes, int, int]] = []
         try:
             with self._require_env().begin() as txn:
                 cursor = txn.cursor(db=self._dbs[b"dedupe"])
@@ -315,12 +314,11 @@ class LmdbStore:
                     for key, value in cursor.iternext():
                         if key[:width] != scope:
                             break
-                        order, expires_at = DEDUPE_VALUE.unpack(value)
-                        out.append((order, key[width:], expires_at))
+                        out.append((value[8:], U64.unpack_from(key, width)[0],
+                                    U64.unpack_from(value, 0)[0]))
         except _DATA_ERRORS as exc:
             raise self._error("cannot read a deduplication window", exc) from exc
-        out.sort()
-        return [(key, order, expires_at) for order, key, expires_at in out]
+        return out
 
     # -- reads (committed data only) --------------------------------------------------------------
 

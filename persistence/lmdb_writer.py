@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, Enqueue
+from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
 from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER,
-    DEDUPE_VALUE,
     FLAG_SIZED,
     FLAG_TRANSIENT,
     INDEX_KEY,
@@ -271,13 +270,23 @@ class LmdbWriter:
                 out.append(decode_definition(value))  # type: ignore[arg-type]
         return out
 
-    # -- deduplication windows: scope | key -> order, expires_at (records.DEDUPE_VALUE) --
+    # -- deduplication windows: scope | u64 order -> u64 expires_at | key (records.py) --
 
-    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
-        self.txn.put(scope + key, DEDUPE_VALUE.pack(order, expires_at), db=self.dedupe)
-
-    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
-        self.txn.delete(scope + key, db=self.dedupe)
+    def append_dedupe(self, op: DedupeAppend) -> None:
+        scope = op.scope
+        cursor = self.txn.cursor(db=self.dedupe)
+        if op.keys:
+            first = op.first
+            keys = [scope + U64.pack(first + i) for i in range(len(op.keys))]
+            values = [U64.pack(e) + k for e, k in zip(op.expires, op.keys, strict=True)]
+            _put_new_records(cursor, keys, values)
+        self.spend(len(op.keys))
+        floor = scope + U64.pack(op.floor)
+        if cursor.set_range(scope):
+            while cursor.key() < floor:
+                if not cursor.delete():
+                    break
+                self.spend()
 
     def drop_dedupe(self, scope: bytes) -> None:
         cursor = self.txn.cursor(db=self.dedupe)

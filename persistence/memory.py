@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from leveret.model.message import Message
 from leveret.persistence.apply import apply_batch
-from leveret.persistence.batch import SEQ_MASK, Batch, Enqueue
+from leveret.persistence.batch import SEQ_MASK, Batch, DedupeAppend, Enqueue
 from leveret.persistence.records import Definition
 from leveret.persistence.store import (
     AccessDef,
@@ -95,8 +95,8 @@ class MemoryStore:
         # Per queue: [body bytes, transient entries, their body bytes], as LMDB's counters.
         self._sizes: dict[int, list[int]] = {}
         self._below: dict[int, int] = {}  # qid -> delivered below (batch.DeliveredBelow)
-        # Deduplication windows: scope -> key -> (order, expires_at).
-        self._dedupe: dict[bytes, dict[bytes, tuple[int, int]]] = {}
+        # Deduplication windows: scope -> order -> (key, expires_at).
+        self._dedupe: dict[bytes, dict[int, tuple[bytes, int]]] = {}
         self._state = StoreState()
 
     def state(self) -> StoreState:
@@ -161,7 +161,7 @@ class MemoryStore:
     def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
         with self._lock:
             keys = self._dedupe.get(scope, {})
-            return sorted(((k, o, e) for k, (o, e) in keys.items()), key=lambda t: t[1])
+            return [(keys[o][0], o, keys[o][1]) for o in sorted(keys)]
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -248,11 +248,12 @@ class MemoryStore:
     def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
         self._defs.pop((kind, identity), None)
 
-    def put_dedupe(self, scope: bytes, key: bytes, order: int, expires_at: int) -> None:
-        self._dedupe.setdefault(scope, {})[key] = (order, expires_at)
-
-    def delete_dedupe(self, scope: bytes, key: bytes) -> None:
-        self._dedupe.get(scope, {}).pop(key, None)
+    def append_dedupe(self, op: DedupeAppend) -> None:
+        window = self._dedupe.setdefault(op.scope, {})
+        for i, (key, expires) in enumerate(zip(op.keys, op.expires, strict=True)):
+            window[op.first + i] = (key, expires)
+        for order in [o for o in window if o < op.floor]:
+            del window[order]
 
     def drop_dedupe(self, scope: bytes) -> None:
         self._dedupe.pop(scope, None)

@@ -21,9 +21,10 @@ layouts (big-endian, so LMDB's byte order is numeric order):
   (``batch.DeliveredBelow``). Version 2 wrote only the first two fields,
   versions 3 and 4 the first five.
 
-* deduplication window key: ``scope`` (8 bytes, ``dedupe_scope``) then the typed key
-  (``model/dedupe.dedupe_key``); value ``DEDUPE_VALUE``: ``u64 order, u64 expires_at``
-  (wall-clock ms, 0 = until evicted).
+* deduplication window entry: key ``scope`` (8 bytes, ``dedupe_scope``) then ``u64
+  order`` (the key's place in its FIFO window), so that a window's new keys are appended
+  and its evictions are a range at its start; value ``u64 expires_at`` (wall-clock ms, 0 =
+  until evicted) then the typed key (``model/dedupe.dedupe_key``).
 
 Definitions are rare and small, so they are JSON; field-table values (AMQP
 arguments) go through a tagged encoding that keeps every type pamqp decodes
@@ -62,7 +63,6 @@ COUNTER_V2 = struct.Struct(">QQ")  # format 2: entry count, next seq
 COUNTER_V3 = struct.Struct(">QQQQQ")  # formats 3 and 4: no delivered mark
 UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF  # a byte total that is not known
 _MESSAGE_HEAD = struct.Struct(">HHI")
-DEDUPE_VALUE = struct.Struct(">QQ")
 DEDUPE_SCOPE_BYTES = 8
 
 FLAG_TRANSIENT = 1

@@ -177,7 +177,8 @@ class Store(Protocol):
 
     def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
         """A durable deduplication window's committed keys: (key, order, expires_at), oldest
-        first (``batch.PutDedupe``)."""
+        first (``batch.DedupeAppend``). A key placed twice (added again after it expired)
+        is there twice: the newer place is the one that counts."""
         ...
 
     # -- writes --

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.dedupe import message_key, queue_deduplicates, queue_header
+from leveret.model.dedupe import HeaderReader, dedupe_key, queue_deduplicates, queue_header
 from leveret.model.message import Message
 
 if TYPE_CHECKING:
@@ -41,15 +41,16 @@ RECOVER_CHUNK = 4096
 class QueueDedupe:
     """The keys of the messages in one queue, with how many entries hold each."""
 
-    __slots__ = ("duplicates", "header", "keys")
+    __slots__ = ("_reader", "duplicates", "header", "keys")
 
     def __init__(self, header: str) -> None:
         self.header = header
+        self._reader = HeaderReader(header)
         self.keys: dict[bytes, int] = {}
         self.duplicates = 0  # publishes not taken because their key was in the queue
 
     def key_of(self, message: Message) -> bytes | None:
-        return message_key(message.headers, self.header)
+        return dedupe_key(self._reader.read(message)[0])
 
     def holds(self, key: bytes) -> bool:
         """A duplicate: some entry of the queue carries ``key``."""
@@ -62,7 +63,7 @@ class QueueDedupe:
 
     def release(self, message: Message) -> None:
         """An entry carrying ``message`` left the queue for good."""
-        key = message_key(message.headers, self.header)
+        key = self.key_of(message)
         if key is None:
             return
         keys = self.keys

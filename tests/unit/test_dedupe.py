@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pamqp.commands
+import pamqp.frame
+import pamqp.header
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +18,7 @@ from leveret.model.dedupe import (
     DEFAULT_SIZE,
     MAX_KEY_BYTES,
     DedupeSettings,
+    HeaderReader,
     Window,
     dedupe_key,
     message_ttl,
@@ -40,33 +44,69 @@ OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KE
 @settings(max_examples=300, deadline=None)
 @given(size=st.integers(1, 5), ops=OPS)
 def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, int]]) -> None:
-    """A list of (key, expires) in insertion order is the model: a re-added key moves to the
-    end, the oldest go beyond ``size``, an expired key is not seen."""
+    """A list of (key, order, expires) in insertion order is the model: a re-added key
+    moves to the end, the oldest go beyond ``size``, an expired key is not seen, and the
+    floor is the oldest key's place."""
     window = Window(size)
-    model: list[tuple[bytes, int]] = []
+    model: list[tuple[bytes, int, int]] = []
     now = 1000
+    order = 0
     for op, key, n in ops:
         if op == "tick":
             now += n
         elif op == "add":
             expires = now + n if n else 0
-            model = [(k, e) for k, e in model if k != key] + [(key, expires)]
-            expected = [k for k, _ in model[:max(0, len(model) - size)]]
-            model = model[max(0, len(model) - size):]
-            assert window.add(key, expires) == expected
+            model = [e for e in model if e[0] != key] + [(key, order, expires)]
+            evicted = max(0, len(model) - size)
+            model = model[evicted:]
+            assert window.add(key, order, expires) == evicted
+            order += 1
         elif op == "discard":
-            assert window.discard(key) == any(k == key for k, _ in model)
-            model = [(k, e) for k, e in model if k != key]
+            assert window.discard(key) == any(e[0] == key for e in model)
+            model = [e for e in model if e[0] != key]
         else:
-            found = [e for k, e in model if k == key]
+            found = [e[2] for e in model if e[0] == key]
             assert window.seen(key, now) == bool(found and (found[0] == 0 or now < found[0]))
         assert window.items() == model
+        assert window.floor(order) == (model[0][1] if model else order)
 
 
-def test_resize_evicts_the_oldest() -> None:
-    window = Window(5, [(b"1", 0), (b"2", 0), (b"3", 0)])
-    assert window.resize(1) == [b"1", b"2"]
-    assert window.items() == [(b"3", 0)]
+def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
+    window = Window(5, [(b"1", 0, 0), (b"2", 1, 0), (b"1", 2, 0), (b"3", 3, 0)])
+    assert window.items() == [(b"2", 1, 0), (b"1", 2, 0), (b"3", 3, 0)]
+    assert window.resize(1) == 2
+    assert window.items() == [(b"3", 3, 0)]
+
+
+# -- reading one header from the raw properties ---------------------------------------------
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20)
+    | st.binary(max_size=20) | st.floats(allow_nan=False),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3),
+    max_leaves=8)
+HEADERS = st.dictionaries(st.sampled_from(["a", "x-deduplication-header", "x-cache-ttl", "é"])
+                          | st.text(min_size=1, max_size=10), VALUES, max_size=6)
+
+
+def raw_properties(headers: dict[str, object] | None, **props: object) -> bytes:
+    encoded = pamqp.frame.marshal(pamqp.header.ContentHeader(
+        0, 0, pamqp.commands.Basic.Properties(headers=headers, **props)), 1)
+    return encoded[7 + 12:-1]  # frame header, class/weight/body size; frame end
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers=HEADERS | st.none(), type_=st.none() | st.text(max_size=5))
+def test_header_reader_agrees_with_the_full_decode(headers: dict[str, object] | None,
+                                                   type_: str | None) -> None:
+    message = Message("x", "", raw_properties(headers, content_type=type_, delivery_mode=2),
+                      b"")
+    reader = HeaderReader("x-deduplication-header", "x-cache-ttl")
+    decoded = message.headers or {}
+    expected = [decoded.get("x-deduplication-header"), decoded.get("x-cache-ttl")]
+    assert reader.read(message) == expected
+    assert [dedupe_key(v) for v in reader.read(message)] == [dedupe_key(v) for v in expected]
 
 
 # -- keys ----------------------------------------------------------------------------------
@@ -82,9 +122,9 @@ def test_keys_are_typed() -> None:
 
 
 def test_message_ttl_header_overrides_only_when_positive() -> None:
-    assert message_ttl({"x-cache-ttl": 100}, 5000) == 100
-    assert message_ttl({"x-cache-ttl": "100"}, 5000) == 100
-    assert message_ttl({"x-cache-ttl": -1}, 5000) == 5000
+    assert message_ttl(100, 5000) == 100
+    assert message_ttl("100", 5000) == 100
+    assert message_ttl(-1, 5000) == 5000
     assert message_ttl(None, None) is None
 
 
@@ -158,18 +198,17 @@ def test_a_durable_window_is_reloaded_in_fifo_order(kind: str, tmp_path: Path) -
     settings_ = DedupeSettings(3, None, "h", True)
     window = ExchangeDedupe(settings_, "/", "x", log, Timekeeping())
     other = ExchangeDedupe(settings_, "/", "y", log, Timekeeping())
-    headers = Message("x", "", b"", b"")
     for key in (b"sa", b"sb", b"sc", b"sd"):  # sa is evicted
-        window.remember(key, headers)
-    other.remember(b"sa", headers)
+        window.remember(key, None, 0)
+    other.remember(b"sa", None, 0)
     store.write_batch(log.take_batch())
     if kind == "lmdb":
         store.close()
         store = open_store()
     reloaded = ExchangeDedupe(settings_, "/", "x", log, Timekeeping())
     reloaded.load(store)
-    assert [k for k, _ in reloaded.window.items()] == [b"sb", b"sc", b"sd"]
-    reloaded.remember(b"se", headers)  # evicts sb, on disk too
+    assert [k for k, _, _ in reloaded.window.items()] == [b"sb", b"sc", b"sd"]
+    reloaded.remember(b"se", None, 0)  # evicts sb, on disk too
     other.drop()
     store.write_batch(log.take_batch())
     assert [k for k, _, _ in store.load_dedupe(dedupe_scope("/", "x"))] == [b"sc", b"sd",
@@ -181,10 +220,12 @@ def test_a_durable_window_is_reloaded_in_fifo_order(kind: str, tmp_path: Path) -
 def test_window_records_cross_the_wire() -> None:
     recorder = Recorder()
     scope = dedupe_scope("/", "x")
-    recorder.put_dedupe(scope, b"sk", 7, 123)
-    recorder.delete_dedupe(scope, b"sj")
+    recorder.append_dedupe(scope, 7, b"sk", 123, 5)
+    recorder.append_dedupe(scope, 8, b"sl", 0, 6)
+    recorder.append_dedupe(scope, 10, b"sm", 0, 6)  # a failed batch's places are skipped
     recorder.drop_dedupe(dedupe_scope("/", "y"))
     batch = recorder.take_batch()
     wire = encode_batch(batch)
     copy = decode_batch(wire)
+    assert len(batch.ops) == 3
     assert copy.ops == batch.ops and encode_batch(copy) == wire
