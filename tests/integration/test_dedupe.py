@@ -402,3 +402,27 @@ async def test_pipelined_confirmed_publishers_enqueue_one_copy_per_key(broker, q
     finally:
         for conn in conns:
             await conn.close()
+
+
+# -- the management API: declare, import and publish over HTTP --------------------------------
+
+def test_http_declare_import_and_publish(broker, api, qname):
+    bad = {"type": "x-message-deduplication", "arguments": {"x-cache-ttl": 5}}
+    status, _, body = api.put(f"/exchanges/%2F/{qname}.bad", bad)
+    assert status == 400 and "'x-cache-size' must be an integer greater than 0" in body["reason"]
+    status, _, body = api.post("/definitions", {"exchanges": [
+        {"name": f"{qname}.bad", "vhost": "/", **bad}]})
+    assert status == 400 and "'x-cache-size'" in body["reason"]
+    assert api.get(f"/exchanges/%2F/{qname}.bad")[0] == 404
+    good = {"type": "x-message-deduplication", "durable": True,
+            "arguments": {"x-cache-size": 10}}
+    assert api.put(f"/exchanges/%2F/{qname}.x", good)[0] == 201
+    assert api.put(f"/queues/%2F/{qname}", {"durable": True})[0] == 201
+    assert api.post(f"/bindings/%2F/e/{qname}.x/q/{qname}", {})[0] == 201
+    message = {"routing_key": "", "payload": "x", "payload_encoding": "string",
+               "properties": {"headers": {"x-deduplication-header": "h1"}, "delivery_mode": 2}}
+    for _ in range(2):  # a duplicate over HTTP is "routed": its first copy was
+        assert api.post(f"/exchanges/%2F/{qname}.x/publish", message)[::2] == (
+            200, {"routed": True})
+    assert api.get(f"/queues/%2F/{qname}")[2]["messages"] == 1
+    assert api.get(f"/exchanges/%2F/{qname}.x")[2]["deduplication"]["duplicates"] == 1
