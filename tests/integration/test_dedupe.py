@@ -343,11 +343,15 @@ def test_the_window_survives_kill_9(make_broker, qname):
     ch.queue_declare(qname, durable=True)
     ch.queue_bind(qname, f"{qname}.x")
     ch.queue_declare(f"{qname}.q", durable=True, arguments={"x-message-deduplication": True})
-    ch.confirm_delivery()
-    for i in range(1000):
+    for i in range(1000):  # pipelined: no confirm channel waits for each
         ch.basic_publish(f"{qname}.x", "", b"m", props(f"k{i}", persistent=True))
     for i in range(20):
         ch.basic_publish("", f"{qname}.q", b"m", props(i, persistent=True))
+    # One confirmed persistent publish after them, on the same connection: its confirm
+    # comes after the commit of everything the broker read before it.
+    marker = conn.channel()
+    marker.confirm_delivery()
+    marker.basic_publish("", qname, b"marker", props(persistent=True))
     b.stop(kill=True)
     b.start()
 
@@ -357,13 +361,13 @@ def test_the_window_survives_kill_9(make_broker, qname):
     acks = confirmed_publishes(ch, f"{qname}.x", "",
                                [(b"m", props(f"k{i}", persistent=True)) for i in range(1000)])
     assert acks == [True] * 1000
-    assert count(ch, qname) == 1000
+    assert count(ch, qname) == 1001  # and the marker
     acks = confirmed_publishes(ch, "", f"{qname}.q",
                                [(b"m", props(i, persistent=True)) for i in range(20)])
     assert acks == [True] * 20
     assert count(ch, f"{qname}.q") == 20
     ch.basic_publish(f"{qname}.x", "", b"m", props("new", persistent=True))
-    assert count(ch, qname) == 1001
+    assert count(ch, qname) == 1002
     conn.close()
 
 
