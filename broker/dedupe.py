@@ -38,7 +38,6 @@ from leveret.model.dedupe import (
     DedupeSettings,
     HeaderReader,
     Window,
-    dedupe_key,
     message_ttl,
 )
 from leveret.model.message import Message
@@ -104,8 +103,7 @@ class ExchangeDedupe:
 
     def read(self, message: Message) -> tuple[bytes | None, object]:
         """The message's key (None: not deduplicated) and its ``x-cache-ttl`` header."""
-        value, ttl = self._headers.read(message)
-        return dedupe_key(value), ttl
+        return self._headers.read(message)
 
     def now(self) -> int:
         """Wall-clock ms, the window's time (read once per publish)."""

@@ -158,65 +158,80 @@ _LONGSTR = ord("S")
 _U32 = struct.Struct(">I")
 
 
+def _utf8(data: bytes) -> bool:
+    """A long string decodes as text (else ``field_table`` reads it as bytes)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class HeaderReader:
-    """Reads a few headers of a message from its raw properties, decoding only their values.
+    """Reads a message's key header, and optionally one more, from its raw properties.
 
     Decoding every property (pamqp) costs about 25 us a message, more than the rest of a
     deduplicated publish; this walks the headers table's keys, skips the other values by
-    their size and decodes the wanted ones with ``field_table``'s decoder, so a value reads
-    the same as in ``Message.headers``. The table was checked when the message was
-    published (``properties.py``); a malformed one reads as no headers.
+    their size, and reads only the wanted ones. A long-string key (the usual) becomes its
+    typed key straight from the wire bytes (text, or bytes if not UTF-8, as
+    ``field_table`` reads it); any other value is decoded by ``field_table``'s decoder, so
+    every key is the one ``Message.headers`` would give. The table was checked when the message
+    was published (``properties.py``); a malformed one reads as no headers.
     """
 
-    __slots__ = ("_count", "_wanted")
+    __slots__ = ("_key", "_other")
 
-    def __init__(self, *names: str) -> None:
-        self._wanted = {name.encode("utf-8"): i for i, name in enumerate(names)}
-        self._count = len(names)
+    def __init__(self, key: str, other: str | None = None) -> None:
+        self._key = key.encode("utf-8")
+        self._other = other.encode("utf-8") if other is not None else None
 
-    def read(self, message: Message) -> list[object]:
-        """The named headers' values, in the order named (None where absent)."""
-        out: list[object] = [None] * self._count
+    def read(self, message: Message) -> tuple[bytes | None, object]:
+        """(the typed key, ``dedupe_key``'s; the other header's value), None where absent."""
+        key: bytes | None = None
+        other: object = None
         at = message.headers_offset
         if at < 0:
-            return out
+            return key, other
         raw = message.raw_properties
-        wanted = self._wanted
+        want_key, want_other = self._key, self._other
+        left = 1 if want_other is None else 2
         try:
             pos = at + 4
             end = pos + _U32.unpack_from(raw, at)[0]
-            left = self._count
             while pos < end:
                 stop = pos + 1 + raw[pos]
-                index = wanted.get(raw[pos + 1:stop])
+                name = raw[pos + 1:stop]
                 pos = stop
-                if index is not None:
-                    if raw[pos] == _LONGSTR:  # the usual key: inline, as _decode_value reads it
+                if name == want_key:
+                    if raw[pos] == _LONGSTR:  # the usual: its bytes are the key's
                         stop = pos + 5 + _U32.unpack_from(raw, pos + 1)[0]
                         if stop > end:
                             raise ValueError("field value runs past its table")
                         data = raw[pos + 5:stop]
-                        try:
-                            out[index] = data.decode("utf-8")
-                        except UnicodeDecodeError:
-                            out[index] = data
+                        key = b"s" + data if data.isascii() or _utf8(data) else b"b" + data
+                        if len(key) > MAX_KEY_BYTES:
+                            key = b"h" + hashlib.blake2b(key, digest_size=32).digest()
                         pos = stop
                     else:
-                        pos, out[index] = _decode_value(memoryview(raw), pos, end, 1)
-                    left -= 1
-                    if not left:
-                        break
+                        pos, value = _decode_value(memoryview(raw), pos, end, 1)
+                        key = dedupe_key(value)
+                elif name == want_other:
+                    pos, other = _decode_value(memoryview(raw), pos, end, 1)
+                else:
+                    code = raw[pos]
+                    size = _FIXED.get(code)
+                    if size is None:
+                        if code not in _SIZED:
+                            raise ValueError(f"unknown field value type {code}")
+                        size = 4 + _U32.unpack_from(raw, pos + 1)[0]
+                    pos += 1 + size
                     continue
-                code = raw[pos]
-                size = _FIXED.get(code)
-                if size is None:
-                    if code not in _SIZED:
-                        raise ValueError(f"unknown field value type {code}")
-                    size = 4 + _U32.unpack_from(raw, pos + 1)[0]
-                pos += 1 + size
+                left -= 1
+                if not left:
+                    break
         except (IndexError, ValueError, struct.error):
-            return [None] * self._count
-        return out
+            return None, None
+        return key, other
 
 
 def message_ttl(value: object, default: int | None) -> int | None:

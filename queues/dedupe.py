@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.dedupe import HeaderReader, dedupe_key, queue_deduplicates, queue_header
+from leveret.model.dedupe import HeaderReader, queue_deduplicates, queue_header
 from leveret.model.message import Message
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class QueueDedupe:
         self.duplicates = 0  # publishes not taken because their key was in the queue
 
     def key_of(self, message: Message) -> bytes | None:
-        return dedupe_key(self._reader.read(message)[0])
+        return self._reader.read(message)[0]
 
     def holds(self, key: bytes) -> bool:
         """A duplicate: some entry of the queue carries ``key``."""

@@ -102,11 +102,18 @@ def test_header_reader_agrees_with_the_full_decode(headers: dict[str, object] | 
                                                    type_: str | None) -> None:
     message = Message("x", "", raw_properties(headers, content_type=type_, delivery_mode=2),
                       b"")
-    reader = HeaderReader("x-deduplication-header", "x-cache-ttl")
     decoded = message.headers or {}
-    expected = [decoded.get("x-deduplication-header"), decoded.get("x-cache-ttl")]
-    assert reader.read(message) == expected
-    assert [dedupe_key(v) for v in reader.read(message)] == [dedupe_key(v) for v in expected]
+    expected = (dedupe_key(decoded.get("x-deduplication-header")), decoded.get("x-cache-ttl"))
+    assert HeaderReader("x-deduplication-header", "x-cache-ttl").read(message) == expected
+    assert HeaderReader("x-deduplication-header").read(message) == (expected[0], None)
+
+
+def test_a_long_string_key_is_typed_by_its_wire_type() -> None:
+    for value in ("k", "é" * 300):  # short, and long enough to be a digest
+        message = Message("x", "", raw_properties({"h": value}), b"")
+        assert HeaderReader("h").read(message)[0] == dedupe_key(value)
+    assert HeaderReader("h").read(Message("x", "", raw_properties(None), b"")) == (None, None)
+    assert HeaderReader("h").read(Message("x", "", b"", b"")) == (None, None)
 
 
 # -- keys ----------------------------------------------------------------------------------
