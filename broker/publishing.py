@@ -52,7 +52,6 @@ __all__ = ["AwaitingOrigin", "Origin", "Published", "basic_publish"]
 
 _ACCEPTED = PublishResult.ACCEPTED
 _HELD = PublishResult.HELD
-_REFUSED = PublishResult.REFUSED
 
 
 class Origin(Protocol):
@@ -131,20 +130,14 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
             except KeyError:
                 counters.first_route(queue)
         dedupe = queue.dedupe
-        if dedupe is not None:
-            key = dedupe.key_of(message)
-            if key is not None:
-                if dedupe.holds(key):
-                    dedupe.duplicates += 1
-                    duplicate = True
-                    continue
-                result = queue.publish(message)
-                if result is not _REFUSED:
-                    dedupe.add(key)
-            else:
-                result = queue.publish(message)
-        else:
+        if dedupe is None:
             result = queue.publish(message)
+        else:
+            offered = dedupe.publish(queue, message)
+            if offered is None:  # its key is in the queue
+                duplicate = True
+                continue
+            result = offered
         if result is _ACCEPTED:
             stored = True
         elif result is _HELD:

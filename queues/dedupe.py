@@ -10,9 +10,11 @@ dropped by a length limit or dead-lettered (all ``Queue.drop``), purged or delet
 requeue keeps it. Keys are counted, not just present, so a queue recovered with two
 entries of one key (written before the mode was set) frees the key with the second.
 
-Unlike the plugin, a duplicate is not refused (the plugin's ``basic.nack`` makes confirming
-publishers, the very ones that retry, see a failure): the publish is confirmed with
-``basic.ack`` and counted in ``duplicates`` (``broker/publishing.py``).
+The broker's publish operation offers each message through ``publish`` (``broker/
+publishing.py``). Unlike the plugin, a duplicate is not refused (the plugin's ``basic.nack``
+makes confirming publishers, the very ones that retry, see a failure): the publish is
+confirmed with ``basic.ack`` and counted in ``duplicates``. A message the queue refuses
+(``reject-publish``) holds no key.
 
 A durable queue's keys survive a restart because its messages do: ``recover`` reads them
 back from the stored entries, so the set is exactly the messages the store kept.
@@ -30,9 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.dedupe import HeaderReader, queue_deduplicates, queue_header
 from leveret.model.message import Message
+from leveret.queues.entry import PublishResult
 
 if TYPE_CHECKING:
     from leveret.persistence.store import StoredEntry
+    from leveret.queues.queue import Queue
+
+_REFUSED = PublishResult.REFUSED
 
 # Entries read per store call while rebuilding a recovered queue's keys.
 RECOVER_CHUNK = 4096
@@ -51,6 +57,21 @@ class QueueDedupe:
 
     def key_of(self, message: Message) -> bytes | None:
         return self._reader.read(message)[0]
+
+    def publish(self, queue: Queue, message: Message) -> PublishResult | None:
+        """Offer ``message`` to ``queue`` unless its key is in it (None: a duplicate, counted);
+        a message the queue takes holds its key."""
+        key = self.key_of(message)
+        if key is None:
+            return queue.publish(message)
+        keys = self.keys
+        if key in keys:
+            self.duplicates += 1
+            return None
+        result = queue.publish(message)
+        if result is not _REFUSED:
+            keys[key] = keys.get(key, 0) + 1
+        return result
 
     def holds(self, key: bytes) -> bool:
         """A duplicate: some entry of the queue carries ``key``."""

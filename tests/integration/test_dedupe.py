@@ -430,3 +430,24 @@ def test_http_declare_import_and_publish(broker, api, qname):
             200, {"routed": True})
     assert api.get(f"/queues/%2F/{qname}")[2]["messages"] == 1
     assert api.get(f"/exchanges/%2F/{qname}.x")[2]["deduplication"]["duplicates"] == 1
+
+
+def test_a_copy_every_queue_refuses_leaves_no_key(broker, qname):
+    """reject-publish: the refused copy is nacked and holds no key, so its retry, once the
+    queue has room, is taken (at the exchange and in the queue mode alike)."""
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.exchange_declare(f"{qname}.x", "x-message-deduplication", arguments={"x-cache-size": 10})
+    ch.queue_declare(qname, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.queue_bind(qname, f"{qname}.x")
+    ch.queue_declare(f"{qname}.q", arguments={"x-max-length": 1, "x-overflow": "reject-publish",
+                                              "x-message-deduplication": True})
+    ch.confirm_delivery()
+    for exchange, queue in ((f"{qname}.x", qname), ("", f"{qname}.q")):
+        rk = "" if exchange else queue
+        assert confirmed_publishes(ch, exchange, rk, [(b"a", props("a")), (b"b", props("b"))]
+                                   ) == [True, False]
+        ch.basic_get(queue, auto_ack=True)
+        assert confirmed_publishes(ch, exchange, rk, [(b"b", props("b"))]) == [True]
+        assert count(ch, queue) == 1
+    conn.close()
