@@ -4,6 +4,7 @@ records in both stores (across a reopen) and on the replication wire."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pamqp.commands
@@ -28,9 +29,11 @@ from leveret.model.errors import ChannelError
 from leveret.model.message import Message
 from leveret.persistence.batch import Recorder
 from leveret.persistence.batch_codec import decode_batch, encode_batch
+from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.records import dedupe_scope
+from leveret.persistence.store import StoreError
 from leveret.queues.dedupe import QueueDedupe
 from leveret.queues.ttl import Timekeeping
 
@@ -236,3 +239,37 @@ def test_window_records_cross_the_wire() -> None:
     copy = decode_batch(wire)
     assert len(batch.ops) == 3
     assert copy.ops == batch.ops and encode_batch(copy) == wire
+
+
+# -- a failed write takes its keys back ------------------------------------------------------
+
+class _FailingStore(MemoryStore):
+    """Fails the writes whose numbers (1-based) are in ``failing``."""
+
+    def __init__(self, failing: set[int]) -> None:
+        super().__init__()
+        self.failing = failing
+        self.writes = 0
+
+    def write_batch(self, batch: object) -> None:
+        self.writes += 1
+        if self.writes in self.failing:
+            raise StoreError("disk full (simulated)")
+        super().write_batch(batch)  # type: ignore[arg-type]
+
+
+async def test_a_failed_write_takes_its_keys_out_of_the_window() -> None:
+    """The batch holding a key's first copy fails (that copy is nacked): the key leaves the
+    window, so the publisher's retry is admitted; keys of a batch that was written stay."""
+    store = _FailingStore({2})
+    log = GroupCommit(store, asyncio.get_running_loop())
+    window = ExchangeDedupe(DedupeSettings(10, None, "h", True), "/", "x", log, Timekeeping())
+    window.remember(b"skept", None, 0)
+    await log.drain()  # write 1
+    window.remember(b"slost", None, 0)
+    assert window.pending and window.duplicate(b"slost", 0)
+    await log.drain()  # write 2 fails
+    assert log.failures == 1 and not window.pending
+    assert not window.duplicate(b"slost", 0) and window.duplicate(b"skept", 0)
+    assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"skept"]
+    log.close()
