@@ -451,3 +451,35 @@ def test_a_copy_every_queue_refuses_leaves_no_key(broker, qname):
         assert confirmed_publishes(ch, exchange, rk, [(b"b", props("b"))]) == [True]
         assert count(ch, queue) == 1
     conn.close()
+
+
+async def test_aiopika_plugin_contract_and_queue_mode_acks(broker, qname):
+    """aio-pika: a bad window is 406 with the plugin's text; a queue-mode duplicate is
+    confirmed with basic.ack (the plugin nacks it)."""
+    conn = await aio_pika.connect(broker.url)
+    try:
+        channel = await conn.channel()
+        with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed) as err:
+            await channel.declare_exchange(f"{qname}.x", "x-message-deduplication",
+                                           arguments={"x-cache-size": 10,
+                                                      "x-cache-persistence": "bogus"})
+        assert "'x-cache-persistence' must be either 'disk' or 'memory'" in str(err.value)
+        channel = await conn.channel(publisher_confirms=True)
+        queue = await channel.declare_queue(qname, arguments={"x-message-deduplication": True})
+        confirms = [await channel.default_exchange.publish(
+            aio_pika.Message(b"m", headers={"x-deduplication-header": 42}),
+            routing_key=qname) for _ in range(3)]
+        assert all(isinstance(c, aiormq.spec.Basic.Ack) for c in confirms)
+        declared = await channel.declare_queue(qname, passive=True)
+        assert declared.declaration_result.message_count == 1
+        message = await queue.get(timeout=DEADLINE)
+        assert message.headers["x-deduplication-header"] == 42
+        await message.ack()
+        confirm = await channel.default_exchange.publish(
+            aio_pika.Message(b"m", headers={"x-deduplication-header": 42}),
+            routing_key=qname)
+        assert isinstance(confirm, aiormq.spec.Basic.Ack)
+        declared = await channel.declare_queue(qname, passive=True)
+        assert declared.declaration_result.message_count == 1  # acked: the key was freed
+    finally:
+        await conn.close()
