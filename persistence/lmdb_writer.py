@@ -280,13 +280,14 @@ class LmdbWriter:
             keys = [scope + U64.pack(first + i) for i in range(len(op.keys))]
             values = [U64.pack(e) + k for e, k in zip(op.expires, op.keys, strict=True)]
             _put_new_records(cursor, keys, values)
-        self.spend(len(op.keys))
+        # No page budget spent (``PageBudget``): a window's keys go to its last pages and
+        # leave from its first ones, so a batch maps a few pages whatever its size, and a
+        # release per thousand keys would fault every other page back in as well.
         floor = scope + U64.pack(op.floor)
         if cursor.set_range(scope):
             while cursor.key() < floor:
                 if not cursor.delete():
                     break
-                self.spend()
 
     def drop_dedupe(self, scope: bytes) -> None:
         cursor = self.txn.cursor(db=self.dedupe)
