@@ -95,8 +95,10 @@ class Broker:
                 if vhost is not None and ex.type not in EXCHANGE_TYPES:
                     log.warning("skipping stored exchange %r of unknown type %r", ex.name, ex.type)
                 continue
-            vhost.exchanges[ex.name] = Exchange(ex.name, ex.type, ex.durable, ex.auto_delete,
-                                                ex.internal, ex.arguments, vhost=ex.vhost)
+            exchange = vhost.exchanges[ex.name] = Exchange(ex.name, ex.type, ex.durable,
+                                                           ex.auto_delete, ex.internal,
+                                                           ex.arguments, vhost=ex.vhost)
+            vhost.recover_dedupe(exchange, self.store)
         messages = 0
         for q in defs.queues:
             vhost = self.vhosts.get(q.vhost)
@@ -107,6 +109,8 @@ class Broker:
             vhost.add_queue(queue, q.qid)
             stats = self.store.queue_stats(q.qid)
             queue.recover(stats.count, stats.first_seq, stats.next_seq, stats.bytes)
+            if queue.dedupe is not None and stats.count:  # its keys are its messages'
+                queue.dedupe.recover(self.store.read_queue, q.qid)
             messages += stats.count
         for b in defs.bindings:
             vhost = self.vhosts.get(b.vhost)

@@ -43,6 +43,7 @@ from leveret.broker.permissions import Permission, TopicPermission
 from leveret.broker.users import User
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES
+from leveret.model.dedupe import settings_for_exchange
 from leveret.model.errors import ChannelError
 from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
@@ -262,6 +263,8 @@ def plan_steps(broker: Broker, defs: dict[str, Any], only_vhost: str | None,
         try:
             if existing is not None:  # the same check a redeclare makes, without declaring
                 vhost._check_exchange_equivalent(existing, type_, *flags, args)
+            else:  # a deduplication window's arguments, as a declare checks them
+                settings_for_exchange(type_, args, flags[0])
         except ChannelError as exc:
             raise Invalid(exc.detail) from None
         new_exchanges[(vhost.name, name)] = (type_, flags, args)

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from leveret import __version__
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
+from leveret.broker.dedupe import ExchangeDedupe
 from leveret.broker.queue_bytes import HeldBytes, byte_fields
 from leveret.broker.sessions import ChannelSession, ClientSession
 from leveret.model.errors import CONNECTION_FORCED
@@ -84,6 +85,9 @@ def queue_record(queue: Any, held: HeldBytes | None) -> dict[str, Any]:
         "exclusive": queue.exclusive,
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
     }
+    if queue.dedupe is not None:  # Leveret's field, as the exchange's
+        out["deduplication"] = {"duplicates": queue.dedupe.duplicates,
+                                "entries": len(queue.dedupe.keys)}
     if held is None:
         return out
     policy = (select(vhost.policies, "queues", queue.name, out["type"])
@@ -138,12 +142,17 @@ def vhost_consumers(vhosts: Iterable[Any]) -> Iterator[Any]:
 # -- exchanges and bindings -----------------------------------------------------------------
 
 def exchange_record(exchange: Any) -> dict[str, Any]:
-    return {
+    out = {
         "name": exchange.name, "vhost": exchange.vhost, "type": exchange.type,
         "durable": exchange.durable, "auto_delete": exchange.auto_delete,
         "internal": exchange.internal, "arguments": jsonable(exchange.arguments),
         "user_who_performed_action": "",
     }
+    window = exchange.dedupe
+    if isinstance(window, ExchangeDedupe):  # Leveret's field: the plugin shows none
+        out["deduplication"] = {"duplicates": window.duplicates,
+                                "entries": len(window.window), "size": window.settings.size}
+    return out
 
 
 def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:

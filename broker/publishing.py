@@ -15,6 +15,11 @@ to every queue, and sum up the queues' ``PublishResult`` for the publisher:
   channel;
 * ``refused``: a ``reject-publish`` queue refused it: a confirm is a nack, HTTP says 400.
 
+Deduplication (``dedupe.py``, ``queues/dedupe.py``) hooks in here, so every front door
+gets it: a duplicate counts as routed (no basic.return: its first copy was delivered) and
+not stored, and is confirmed with an ack. Exchanges without a window cost one test of an
+empty dict; queues without one, one attribute test each.
+
 Every front door calls it: AMQP basic.publish (``amqp/publishing.py``), HTTP publish
 (``management_ui/basic.py``), redrive and move (``queue_messages.py``), dead-lettering
 (through the vhost, ``queues/dead_letter.py`` routes itself: its keys and cycles are its
@@ -37,6 +42,7 @@ from leveret.queues.entry import PublishResult
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from leveret.broker.dedupe import ExchangeDedupe
     from leveret.broker.vhost import VirtualHost
     from leveret.model.message import Message
     from leveret.model.object_stats import ExchangeCounters
@@ -77,6 +83,8 @@ class Published(NamedTuple):
 UNROUTED = Published(False, False, False, False)
 ACCEPTED = Published(True, True, False, False)
 HELD = Published(True, True, True, False)
+DUPLICATE = Published(True, False, False, False)
+DUPLICATE_HELD = Published(True, False, True, False)  # its first copy's commit is pending
 
 
 def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tuple[str, ...],
@@ -95,6 +103,10 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
         queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
             message.routing_key)
         queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
+        windows = vhost.dedupe
+        if windows and message.exchange in windows:
+            return _deduplicated(vhost, windows[message.exchange], message, extra_routing_keys,
+                                 mandatory, counters, origin, queues)
     tracer = vhost.tracer
     if tracer is not None and origin is not None:  # tracing off: this test is all it costs
         tracer.published(message, queues, origin.trace_user, origin.trace_channel, mandatory,
@@ -110,14 +122,22 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
             else:
                 counters.drop_unroutable += 1
         return UNROUTED
-    held = refused = stored = False
+    held = refused = stored = duplicate = False
     for queue in queues:
         if counters is not None:
             try:  # subscripts, not .get: no method call on the hot path
                 counters.queues[queue] += 1
             except KeyError:
                 counters.first_route(queue)
-        result = queue.publish(message)
+        dedupe = queue.dedupe
+        if dedupe is None:
+            result = queue.publish(message)
+        else:
+            offered = dedupe.publish(queue, message)
+            if offered is None:  # its key is in the queue
+                duplicate = True
+                continue
+            result = offered
         if result is _ACCEPTED:
             stored = True
         elif result is _HELD:
@@ -127,8 +147,32 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
         if origin is not None and queue.behind():
             origin.flow_wait(queue)
     if not refused:
+        if duplicate and not stored:
+            return DUPLICATE_HELD if vhost.log.busy else DUPLICATE
         return HELD if held else ACCEPTED
     return Published(True, stored, held, True)
+
+
+def _deduplicated(vhost: VirtualHost, window: ExchangeDedupe, message: Message,
+                  extra_routing_keys: tuple[str, ...], mandatory: bool,
+                  counters: ExchangeCounters | None, origin: Origin | None,
+                  queues: Sequence[Queue]) -> Published:
+    """A publish to an exchange with a window: a duplicate is counted and confirmed, a new
+    key is remembered once some queue took the message (``dedupe.py``)."""
+    key, ttl = window.read(message)
+    if key is None:
+        return basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
+                             queues)
+    now = window.now()
+    if window.duplicate(key, now):
+        if counters is not None:
+            counters.publish += 1
+        return DUPLICATE_HELD if window.pending else DUPLICATE
+    out = basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
+                        queues)
+    if out.stored:
+        window.remember(key, ttl, now)
+    return out
 
 
 class AwaitingOrigin:

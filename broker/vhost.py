@@ -18,11 +18,13 @@ from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from leveret.broker import limits, publishing
+from leveret.broker.dedupe import DedupeStore, ExchangeDedupe
 from leveret.broker.equivalence import check_arguments_equivalent, queue_equivalence_args
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange, route
 from leveret.exchanges.router import Step, explain
+from leveret.model.dedupe import settings_for_exchange
 from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -64,6 +66,8 @@ class VirtualHost:
         self.paging = paging if paging is not None else Paging()  # the broker's (paging.py)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # Deduplication windows of the exchanges that have one, by name (broker/dedupe.py).
+        self.dedupe: dict[str, ExchangeDedupe] = {}
         self.policies = PolicySet()
         # Metadata and limits (broker/accounts.py keeps them; RabbitMQ's vhost record).
         self.description = ""
@@ -117,8 +121,12 @@ class VirtualHost:
         if existing is not None:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)
             return existing
+        dedupe = settings_for_exchange(type_, arguments, durable)  # 406 for a bad window
         exchange = Exchange(name, type_, durable, auto_delete, internal, arguments, vhost=self.name)
         self.exchanges[name] = exchange
+        if dedupe is not None:
+            exchange.dedupe = self.dedupe[name] = ExchangeDedupe(dedupe, self.name, name,
+                                                                 self.log, self.time)
         if self.policies:
             exchange.policy_alternate_exchange = alternate_exchange(
                 self.policies.for_exchange(name))
@@ -127,6 +135,19 @@ class VirtualHost:
                                                 internal, dict(arguments)))
         log.debug("declared %s", exchange)
         return exchange
+
+    def recover_dedupe(self, exchange: Exchange, store: DedupeStore) -> None:
+        """A recovered exchange's window, with its stored keys if it is durable."""
+        try:
+            settings = settings_for_exchange(exchange.type, exchange.arguments, exchange.durable)
+        except ChannelError as exc:  # stored by an older version that did not check
+            log.warning("exchange %r: no deduplication window (%s)", exchange.name, exc)
+            return
+        if settings is not None:
+            window = exchange.dedupe = self.dedupe[exchange.name] = ExchangeDedupe(
+                settings, self.name, exchange.name, self.log, self.time)
+            if settings.persistent:
+                window.load(store)
 
     def _check_exchange_equivalent(
         self, ex: Exchange, type_: str, durable: bool, auto_delete: bool, internal: bool,
@@ -163,6 +184,9 @@ class VirtualHost:
         if self.exchanges.get(exchange.name) is not exchange:
             return
         del self.exchanges[exchange.name]
+        window = self.dedupe.pop(exchange.name, None)
+        if window is not None:
+            window.drop()
         # Bindings where it is the source vanish with it; where it is a destination, unbind.
         for dest, _, _ in list(exchange.matcher.bindings()):
             exchange.matcher.remove_destination(dest)

@@ -23,6 +23,9 @@ EXCHANGE_TYPES: dict[str, type] = {
     "fanout": FanoutMatcher,
     "topic": TopicMatcher,
     "headers": HeadersMatcher,
+    # The message-deduplication plugin's type routes as fanout; the window is the broker's
+    # (broker/dedupe.py), since it is kept in the store with the enqueue.
+    "x-message-deduplication": FanoutMatcher,
 }
 
 
@@ -32,6 +35,7 @@ class Exchange(Routable):
     __slots__ = (
         "arguments",
         "auto_delete",
+        "dedupe",
         "durable",
         "internal",
         "matcher",
@@ -65,6 +69,8 @@ class Exchange(Routable):
         self.vhost = vhost
         # Set by the vhost from the exchange's policy (``queues/policy.py``), if any.
         self.policy_alternate_exchange: str | None = None
+        # Its deduplication window, set by the vhost (broker/dedupe.py), if it has one.
+        self.dedupe: object | None = None
 
     @property
     def alternate_exchange(self) -> str | None:

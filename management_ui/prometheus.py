@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.api import Histogram
-from leveret.management_ui import prometheus_channels, prometheus_queues, views
+from leveret.management_ui import prometheus_channels, prometheus_dedupe, prometheus_queues, views
 from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
 
 if TYPE_CHECKING:
@@ -282,6 +282,7 @@ def render_metrics(w: Writer, state: State) -> Render:
     write_node(w, state)
     yield
     yield from write_queues_aggregated(w, state)
+    yield from prometheus_dedupe.write_aggregated(w, state)
 
 
 def render_per_object(w: Writer, state: State) -> Render:
@@ -289,6 +290,7 @@ def render_per_object(w: Writer, state: State) -> Render:
     write_node(w, state)
     yield
     yield from write_queues_per_object(w, state)
+    yield from prometheus_dedupe.write_per_object(w, state)
     yield from write_connections_channels(w, state)
 
 

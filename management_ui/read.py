@@ -25,6 +25,7 @@ EXCHANGE_TYPE_DESCRIPTIONS = {
     "fanout": "AMQP fanout exchange, as per the AMQP specification",
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
+    "x-message-deduplication": "Message Deduplication Exchange.",  # the plugin's text
 }
 # Above this many queues, /api/overview's queue totals come from the last sample (<= 5 s old,
 # like RabbitMQ's, which its stats emission delays too) instead of a walk over every queue.

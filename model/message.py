@@ -68,6 +68,12 @@ class Message:
         return peeked
 
     @property
+    def headers_offset(self) -> int:
+        """Where the headers table starts in ``raw_properties`` (-1: no headers), for readers
+        of one header that need not decode them all (``model/dedupe.py``)."""
+        return self._peek()[0]
+
+    @property
     def delivery_mode(self) -> int:
         return self._peek()[1]
 

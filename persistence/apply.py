@@ -17,10 +17,12 @@ from typing import Any, Protocol
 
 from leveret.persistence.batch import (
     Batch,
+    DedupeAppend,
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
     DeliveredBelow,
+    DropDedupe,
     Enqueue,
     MarkDelivered,
     Purge,
@@ -60,6 +62,12 @@ class Applier(Protocol):
     def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None: ...
 
     def bindings(self) -> Iterable[BindingDef]: ...
+
+    def append_dedupe(self, op: DedupeAppend) -> None:
+        """Add the op's keys to its window, and drop the window's keys placed below its floor."""
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        """Drop every key of the window."""
 
 
 def apply_batch(batch: Batch, store: Applier) -> None:
@@ -122,6 +130,14 @@ def _delete_definition(store: Applier, op: DeleteDefinition) -> None:
     store.delete_definition(op.kind, op.identity)
 
 
+def _append_dedupe(store: Applier, op: DedupeAppend) -> None:
+    store.append_dedupe(op)
+
+
+def _drop_dedupe(store: Applier, op: DropDedupe) -> None:
+    store.drop_dedupe(op.scope)
+
+
 _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     Enqueue: _enqueue,
     MarkDelivered: _mark_delivered,
@@ -132,4 +148,6 @@ _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     DeleteExchange: _delete_exchange,
     PutDefinition: _put_definition,
     DeleteDefinition: _delete_definition,
+    DedupeAppend: _append_dedupe,
+    DropDedupe: _drop_dedupe,
 }

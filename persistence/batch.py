@@ -123,8 +123,30 @@ class DeleteDefinition:
     identity: tuple[str, ...]
 
 
+@dataclass(slots=True)
+class DedupeAppend:
+    """A deduplication window's changes in one batch, folded into one operation: keys added
+    in order (the first has place ``first`` in the window, the next ``first + 1``, ...), each
+    with its expiry (wall-clock ms, 0: until evicted), and every key placed below ``floor``
+    gone (evicted: the window is FIFO, so its evictions are a range). ``scope`` names the
+    window (``records.dedupe_scope``)."""
+
+    scope: bytes
+    first: int
+    keys: list[bytes] = field(default_factory=list)
+    expires: list[int] = field(default_factory=list)
+    floor: int = 0
+
+
+@dataclass(slots=True)
+class DropDedupe:
+    """The window is gone (its exchange was deleted): every key of ``scope``."""
+
+    scope: bytes
+
+
 Op = (Enqueue | MarkDelivered | DeliveredBelow | Remove | Purge | DeleteQueue | DeleteExchange
-      | PutDefinition | DeleteDefinition)
+      | PutDefinition | DeleteDefinition | DedupeAppend | DropDedupe)
 
 
 @dataclass(slots=True)
@@ -164,6 +186,7 @@ class Recorder:
         # enqueued earlier), by (qid, seq), for folding: one dict, one lookup per call.
         self._pending: dict[tuple[int, int], Enqueue | MarkDelivered] = {}
         self._below: dict[int, DeliveredBelow] = {}  # this batch's, by qid
+        self._dedupe: dict[bytes, DedupeAppend] = {}  # this batch's, by window
 
     def _recorded(self, count: int = 1) -> None:
         """Called after each operation (or run of ``count``) added to the batch."""
@@ -180,6 +203,7 @@ class Recorder:
         self._live = 0
         self._pending = {}
         self._below = {}
+        self._dedupe = {}
         return batch
 
     def _add(self, op: Op) -> None:
@@ -293,6 +317,25 @@ class Recorder:
             below.cancelled = True
             self._live -= 1
         self._add(DeleteQueue(vhost, name, qid))
+
+    # -- deduplication windows -----------------------------------------------------------
+
+    def append_dedupe(self, scope: bytes, order: int, key: bytes, expires_at: int,
+                      floor: int) -> None:
+        """A durable window took ``key`` at place ``order`` and holds nothing below ``floor``
+        now; recorded in the batch of the enqueue it admitted, folded into one
+        ``DedupeAppend`` per window and batch (one list append per publish)."""
+        op = self._dedupe.get(scope)
+        if op is None or op.first + len(op.keys) != order:
+            op = self._dedupe[scope] = DedupeAppend(scope, order)
+            self._add(op)
+        op.keys.append(key)
+        op.expires.append(expires_at)
+        op.floor = floor
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        self._dedupe.pop(scope, None)  # applied in order: the drop comes after its appends
+        self._add(DropDedupe(scope))
 
     def delete_binding(self, binding: BindingDef) -> None:
         self._add(DeleteDefinition("b", binding_identity(binding)))

@@ -16,10 +16,12 @@ import struct
 from leveret.model.message import Message
 from leveret.persistence.batch import (
     Batch,
+    DedupeAppend,
     DeleteDefinition,
     DeleteExchange,
     DeleteQueue,
     DeliveredBelow,
+    DropDedupe,
     Enqueue,
     MarkDelivered,
     Op,
@@ -39,9 +41,11 @@ _ENQUEUE = struct.Struct(">IQQIBQ")  # qid, seq, msg id, delivery count, flags, 
 _ENTRY = struct.Struct(">IQ")  # qid, seq
 _DELIVERED = struct.Struct(">IQI")
 _LEN = struct.Struct(">I")
+_DEDUPE = struct.Struct(">QQI")  # first, floor, key count; then per key: blob, u64 expires
 _WITH_MESSAGE, _TRANSIENT = 1, 2
 (_T_ENQUEUE, _T_DELIVERED, _T_REMOVE, _T_PURGE, _T_DELETE_QUEUE, _T_DELETE_EXCHANGE,
- _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW) = range(1, 10)
+ _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW, _T_DEDUPE_APPEND, _T_DROP_DEDUPE) = range(1, 12)
+_U64 = struct.Struct(">Q")
 
 
 def _blob(data: bytes) -> bytes:
@@ -90,6 +94,13 @@ def encode_batch(batch: Batch) -> bytes:
             parts.append(bytes((_T_PUT_DEF,)) + _blob(encode_definition(op.definition)))
         elif isinstance(op, DeleteDefinition):
             parts.append(bytes((_T_DELETE_DEF,)) + _json([op.kind, list(op.identity)]))
+        elif isinstance(op, DedupeAppend):
+            parts.append(bytes((_T_DEDUPE_APPEND,)) + _blob(op.scope)
+                         + _DEDUPE.pack(op.first, op.floor, len(op.keys)))
+            parts.extend(_blob(key) + _U64.pack(expires)
+                         for key, expires in zip(op.keys, op.expires, strict=True))
+        elif isinstance(op, DropDedupe):
+            parts.append(bytes((_T_DROP_DEDUPE,)) + _blob(op.scope))
         else:
             raise TypeError(f"unknown store operation {op!r}")
         count += 1
@@ -154,6 +165,18 @@ def decode_batch(data: bytes) -> Batch:
         elif tag == _T_DELETE_DEF:
             kind, identity = doc()
             ops.append(DeleteDefinition(str(kind), tuple(identity)))  # type: ignore[arg-type]
+        elif tag == _T_DEDUPE_APPEND:
+            scope = bytes(blob())
+            first, floor, n = _DEDUPE.unpack_from(view, at)
+            at += _DEDUPE.size
+            op = DedupeAppend(scope, first, floor=floor)
+            for _ in range(n):
+                op.keys.append(bytes(blob()))
+                op.expires.append(_U64.unpack_from(view, at)[0])
+                at += _U64.size
+            ops.append(op)
+        elif tag == _T_DROP_DEDUPE:
+            ops.append(DropDedupe(bytes(blob())))
         else:
             raise ValueError(f"unknown batch operation tag {tag}")
     if at != len(view):

@@ -27,7 +27,10 @@ Named databases (``records.py`` has the byte layouts):
   page when their ids sort after it (``lmdb_writer._put_new_records``);
 * ``index``: (qid, seq) -> (message id, delivery count, flags[, expires_at]);
 * ``transient``: the index keys of transient entries (paged out, not meant to
-  survive), so dropping them at startup does not scan the index.
+  survive), so dropping them at startup does not scan the index;
+* ``dedupe``: the keys of durable deduplication windows, ``scope | order`` ->
+  ``expires_at | key``, written in the batch of the enqueue each key admitted (format 6;
+  created when a format 5 store is opened).
 
 Message and queue ids are handed out on the loop thread and persisted with
 each batch (the highest issued), so they never repeat after a restart.
@@ -95,16 +98,18 @@ FORMAT_MARKER = b"leveret-store"
 # 2: index values may carry expires_at (records.FLAG_EXPIRES); 3: and the body size
 # (records.FLAG_SIZED), and queue counters their byte totals; 4: a message with one
 # entry has no refs record (lmdb_writer.LmdbWriter.refcount); 5: a FIFO queue's counter
-# says which entries were delivered (batch.DeliveredBelow) instead of a mark per entry.
-FORMAT_VERSION = 5
+# says which entries were delivered (batch.DeliveredBelow) instead of a mark per entry;
+# 6: the ``dedupe`` database.
+FORMAT_VERSION = 6
 # Versions this code opens; an older one is upgraded in place (its marker is rewritten)
 # because each is a subset of the next: no entry of version 1 has FLAG_EXPIRES, none of
 # version 2 has FLAG_SIZED, a version 2 counter reads as "bytes not known"
 # (records.decode_counter) until its queue is next empty, and every message of version 3
 # has a refs record (which version 4 still reads: only absent records are new), and
 # version 4 counters read as "delivered below 0" (its entries carry their own counts).
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
-_DB_NAMES = (b"meta", b"defs", b"messages", b"refs", b"index", b"transient")
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+_DB_NAMES = (b"meta", b"defs", b"messages", b"refs", b"index", b"transient", b"dedupe")
+_ADDED_DBS = (b"dedupe",)  # created when an older store is opened (an empty one is its state)
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
 
 # Above this many queue entries, startup logs at INFO (else DEBUG).
@@ -211,10 +216,12 @@ class LmdbStore:
                                       f"supported (this Leveret reads version {FORMAT_VERSION})")
                 if U32.unpack(version)[0] != FORMAT_VERSION:
                     txn.put(META_VERSION, U32.pack(FORMAT_VERSION), db=meta)
-                missing = [n.decode() for n in _DB_NAMES if n not in names]
+                missing = [n.decode() for n in _DB_NAMES
+                           if n not in names and n not in _ADDED_DBS]
                 if missing:
                     raise self._error(f"store is incomplete (no {', '.join(missing)} database)")
-                return {name: env.open_db(name, txn=txn, create=False) for name in _DB_NAMES}
+                return {name: env.open_db(name, txn=txn, create=name in _ADDED_DBS)
+                        for name in _DB_NAMES}
         except lmdb.Error as exc:
             raise self._error("cannot read the store (corrupt?)", exc) from exc
 
@@ -295,6 +302,23 @@ class LmdbStore:
         except _DATA_ERRORS as exc:
             raise self._error("cannot read definitions", exc) from exc
         return result
+
+    def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
+        """A durable deduplication window's keys: (key, order, expires_at), by order."""
+        out: list[tuple[bytes, int, int]] = []
+        try:
+            with self._require_env().begin() as txn:
+                cursor = txn.cursor(db=self._dbs[b"dedupe"])
+                if cursor.set_range(scope):
+                    width = len(scope)
+                    for key, value in cursor.iternext():
+                        if key[:width] != scope:
+                            break
+                        out.append((value[8:], U64.unpack_from(key, width)[0],
+                                    U64.unpack_from(value, 0)[0]))
+        except _DATA_ERRORS as exc:
+            raise self._error("cannot read a deduplication window", exc) from exc
+        return out
 
     # -- reads (committed data only) --------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, Enqueue
+from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
 from leveret.persistence.mapped_memory import PageBudget
 from leveret.persistence.records import (
     COUNTER,
@@ -94,6 +94,7 @@ class LmdbWriter:
         self.meta, self.defs = dbs[b"meta"], dbs[b"defs"]
         self.messages, self.refs_db = dbs[b"messages"], dbs[b"refs"]
         self.index, self.transient = dbs[b"index"], dbs[b"transient"]
+        self.dedupe = dbs[b"dedupe"]
         self.refs: dict[int, int] = {}
         self.counted: set[int] = set()  # message ids whose refs record is on disk
         self._first_new = -1  # ids (counter part) from here on were never committed
@@ -268,6 +269,33 @@ class LmdbWriter:
                     break
                 out.append(decode_definition(value))  # type: ignore[arg-type]
         return out
+
+    # -- deduplication windows: scope | u64 order -> u64 expires_at | key (records.py) --
+
+    def append_dedupe(self, op: DedupeAppend) -> None:
+        scope = op.scope
+        cursor = self.txn.cursor(db=self.dedupe)
+        if op.keys:
+            first = op.first
+            keys = [scope + U64.pack(first + i) for i in range(len(op.keys))]
+            values = [U64.pack(e) + k for e, k in zip(op.expires, op.keys, strict=True)]
+            _put_new_records(cursor, keys, values)
+        # No page budget spent (``PageBudget``): a window's keys go to its last pages and
+        # leave from its first ones, so a batch maps a few pages whatever its size, and a
+        # release per thousand keys would fault every other page back in as well.
+        floor = scope + U64.pack(op.floor)
+        if cursor.set_range(scope):
+            while cursor.key() < floor:
+                if not cursor.delete():
+                    break
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        cursor = self.txn.cursor(db=self.dedupe)
+        if not cursor.set_range(scope):
+            return
+        while cursor.key()[:len(scope)] == scope:
+            if not cursor.delete():
+                break
 
     def _forget_entry(self, key: bytes, value: bytes, counter: list[int]) -> None:
         """The entry ``key`` (index value ``value``) leaves its queue's ``counter``."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from leveret.model.message import Message
 from leveret.persistence.apply import apply_batch
-from leveret.persistence.batch import SEQ_MASK, Batch, Enqueue
+from leveret.persistence.batch import SEQ_MASK, Batch, DedupeAppend, Enqueue
 from leveret.persistence.records import Definition
 from leveret.persistence.store import (
     AccessDef,
@@ -95,6 +95,8 @@ class MemoryStore:
         # Per queue: [body bytes, transient entries, their body bytes], as LMDB's counters.
         self._sizes: dict[int, list[int]] = {}
         self._below: dict[int, int] = {}  # qid -> delivered below (batch.DeliveredBelow)
+        # Deduplication windows: scope -> order -> (key, expires_at).
+        self._dedupe: dict[bytes, dict[int, tuple[bytes, int]]] = {}
         self._state = StoreState()
 
     def state(self) -> StoreState:
@@ -155,6 +157,11 @@ class MemoryStore:
                     deliveries = deliveries or int(seq < below)
                     out.append(StoredEntry(seq, deliveries, self._messages[msg_id], expires_at))
         return out
+
+    def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
+        with self._lock:
+            keys = self._dedupe.get(scope, {})
+            return [(keys[o][0], o, keys[o][1]) for o in sorted(keys)]
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -240,6 +247,16 @@ class MemoryStore:
 
     def delete_definition(self, kind: str, identity: tuple[str, ...]) -> None:
         self._defs.pop((kind, identity), None)
+
+    def append_dedupe(self, op: DedupeAppend) -> None:
+        window = self._dedupe.setdefault(op.scope, {})
+        for i, (key, expires) in enumerate(zip(op.keys, op.expires, strict=True)):
+            window[op.first + i] = (key, expires)
+        for order in [o for o in window if o < op.floor]:
+            del window[order]
+
+    def drop_dedupe(self, scope: bytes) -> None:
+        self._dedupe.pop(scope, None)
 
     def bindings(self) -> list[BindingDef]:
         return [d for (kind, _), d in self._defs.items() if kind == "b"]  # type: ignore[misc]

@@ -21,6 +21,11 @@ layouts (big-endian, so LMDB's byte order is numeric order):
   (``batch.DeliveredBelow``). Version 2 wrote only the first two fields,
   versions 3 and 4 the first five.
 
+* deduplication window entry: key ``scope`` (8 bytes, ``dedupe_scope``) then ``u64
+  order`` (the key's place in its FIFO window), so that a window's new keys are appended
+  and its evictions are a range at its start; value ``u64 expires_at`` (wall-clock ms, 0 =
+  until evicted) then the typed key (``model/dedupe.dedupe_key``).
+
 Definitions are rare and small, so they are JSON; field-table values (AMQP
 arguments) go through a tagged encoding that keeps every type pamqp decodes
 (bytes vs bytearray, Decimal, datetime with or without tz, float bit-exact).
@@ -58,6 +63,7 @@ COUNTER_V2 = struct.Struct(">QQ")  # format 2: entry count, next seq
 COUNTER_V3 = struct.Struct(">QQQQQ")  # formats 3 and 4: no delivered mark
 UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF  # a byte total that is not known
 _MESSAGE_HEAD = struct.Struct(">HHI")
+DEDUPE_SCOPE_BYTES = 8
 
 FLAG_TRANSIENT = 1
 FLAG_EXPIRES = 2  # a u64 expires_at follows the fixed part (and the size, if any)
@@ -109,6 +115,12 @@ def decode_counter(raw: bytes | memoryview) -> list[int]:
     if size == COUNTER_V3.size:
         return [*COUNTER_V3.unpack(raw), 0]
     return list(COUNTER.unpack(raw))
+
+
+def dedupe_scope(vhost: str, exchange: str) -> bytes:
+    """The key prefix of an exchange's deduplication window (a digest: names are long)."""
+    return hashlib.blake2b(json.dumps([vhost, exchange]).encode(),
+                           digest_size=DEDUPE_SCOPE_BYTES).digest()
 
 
 # -- messages -------------------------------------------------------------------

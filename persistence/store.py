@@ -175,6 +175,12 @@ class Store(Protocol):
         """The committed entries among ``seqs`` (in their order; absent ones left out)."""
         ...
 
+    def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
+        """A durable deduplication window's committed keys: (key, order, expires_at), oldest
+        first (``batch.DedupeAppend``). A key placed twice (added again after it expired)
+        is there twice: the newer place is the one that counts."""
+        ...
+
     # -- writes --
     def write_batch(self, batch: Any) -> None:
         """Apply ``batch`` in one transaction and sync it; raises StoreError (any thread)."""

@@ -39,7 +39,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.model.message import FLAG_EXPIRATION, Message
-from leveret.queues import dead_letter, limits, tracing, ttl
+from leveret.queues import dead_letter, dedupe, limits, tracing, ttl
 from leveret.queues.dispatch import Dispatcher
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
 from leveret.queues.featured_store import FeaturedStore
@@ -88,6 +88,7 @@ class Queue:
         "arguments",
         "auto_delete",
         "bound_exchanges",
+        "dedupe",
         "deleted",
         "dispatcher",
         "durable",
@@ -120,6 +121,8 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.settings: QueueSettings = from_arguments(self.arguments)
+        # Deduplication while in the queue (dedupe.py); None for almost every queue.
+        self.dedupe = dedupe.for_queue(self.arguments)
         self.time = ttl.timekeeping_of(vhost)
         # Ready entries the store keeps in memory before paging (paging.py).
         self.paging = vhost.paging if vhost is not None else Paging()
@@ -341,6 +344,8 @@ class Queue:
         """A delivered entry was acked: it is gone; its consumer may take another."""
         self.dispatcher.unacked -= 1
         self._acked += 1
+        if self.dedupe is not None:
+            self.dedupe.release(entry.message)
         if entry.stored and not self.deleted:
             log = self.log
             assert log is not None  # stored entries belong to durable queues
@@ -352,6 +357,9 @@ class Queue:
         resumes the consumers (``Channel._settle_many``)."""
         self.dispatcher.unacked -= len(entries)
         self._acked += len(entries)
+        if self.dedupe is not None:
+            for entry in entries:
+                self.dedupe.release(entry.message)
         if self.deleted:
             return
         stored = [entry.seq for entry in entries if entry.stored]
@@ -392,6 +400,8 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message; unacked ones are untouched (as RabbitMQ)."""
         count = self.ready.purge()
+        if self.dedupe is not None:
+            self.dedupe.clear()
         self.release_flow()
         return count
 
@@ -402,6 +412,8 @@ class Queue:
         turn: the group commit puts both in one store transaction.
         """
         self._dropped += 1
+        if self.dedupe is not None:
+            self.dedupe.release(entry.message)
         vhost = self.vhost
         if vhost is not None and vhost.tracer is not None:
             tracing.dropped(vhost.tracer, self.name, entry.message, reason,

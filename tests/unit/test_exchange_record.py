@@ -19,6 +19,7 @@ def test_registry_maps_the_builtin_types():
         "fanout": FanoutMatcher,
         "topic": TopicMatcher,
         "headers": HeadersMatcher,
+        "x-message-deduplication": FanoutMatcher,  # the plugin's type routes as fanout
     } == EXCHANGE_TYPES
     assert "x-consistent-hash" not in EXCHANGE_TYPES
 

@@ -230,7 +230,7 @@ def test_version_1_store_is_opened_and_upgraded(path: Path) -> None:
     env = lmdb.open(str(path), max_dbs=8)
     with env.begin() as txn:
         version = U32.unpack(txn.get(b"version", db=env.open_db(b"meta", txn=txn)))[0]
-        assert version == FORMAT_VERSION == 5
+        assert version == FORMAT_VERSION == 6
     env.close()
 
 

@@ -1,0 +1,275 @@
+"""Deduplication's pure parts and its store records: the window against a naive model, the
+typed keys, the declare-time arguments, the queue mode's key counts, and the window's
+records in both stores (across a reopen) and on the replication wire."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pamqp.commands
+import pamqp.frame
+import pamqp.header
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveret.broker.dedupe import ExchangeDedupe
+from leveret.model.dedupe import (
+    DEFAULT_SIZE,
+    MAX_KEY_BYTES,
+    DedupeSettings,
+    HeaderReader,
+    Window,
+    dedupe_key,
+    message_ttl,
+    settings_for_exchange,
+)
+from leveret.model.errors import ChannelError
+from leveret.model.message import Message
+from leveret.persistence.batch import Recorder
+from leveret.persistence.batch_codec import decode_batch, encode_batch
+from leveret.persistence.group_commit import GroupCommit
+from leveret.persistence.lmdb_store import LmdbStore
+from leveret.persistence.memory import MemoryStore
+from leveret.persistence.records import dedupe_scope
+from leveret.persistence.store import StoreError
+from leveret.queues.dedupe import QueueDedupe
+from leveret.queues.ttl import Timekeeping
+
+# -- the window against a naive model -----------------------------------------------------
+
+KEYS = st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"])
+OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KEYS,
+                         st.integers(0, 50)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 5), ops=OPS)
+def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, int]]) -> None:
+    """A list of (key, order, expires) in insertion order is the model: a re-added key
+    moves to the end, the oldest go beyond ``size``, an expired key is not seen, and the
+    floor is the oldest key's place."""
+    window = Window(size)
+    model: list[tuple[bytes, int, int]] = []
+    now = 1000
+    order = 0
+    for op, key, n in ops:
+        if op == "tick":
+            now += n
+        elif op == "add":
+            expires = now + n if n else 0
+            model = [e for e in model if e[0] != key] + [(key, order, expires)]
+            evicted = max(0, len(model) - size)
+            model = model[evicted:]
+            assert window.add(key, order, expires) == evicted
+            order += 1
+        elif op == "discard":
+            assert window.discard(key) == any(e[0] == key for e in model)
+            model = [e for e in model if e[0] != key]
+        else:
+            found = [e[2] for e in model if e[0] == key]
+            assert window.seen(key, now) == bool(found and (found[0] == 0 or now < found[0]))
+        assert window.items() == model
+        assert window.floor(order) == (model[0][1] if model else order)
+
+
+def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
+    window = Window(5, [(b"1", 0, 0), (b"2", 1, 0), (b"1", 2, 0), (b"3", 3, 0)])
+    assert window.items() == [(b"2", 1, 0), (b"1", 2, 0), (b"3", 3, 0)]
+    assert window.resize(1) == 2
+    assert window.items() == [(b"3", 3, 0)]
+
+
+# -- reading one header from the raw properties ---------------------------------------------
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20)
+    | st.binary(max_size=20) | st.floats(allow_nan=False),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3),
+    max_leaves=8)
+HEADERS = st.dictionaries(st.sampled_from(["a", "x-deduplication-header", "x-cache-ttl", "é"])
+                          | st.text(min_size=1, max_size=10), VALUES, max_size=6)
+
+
+def raw_properties(headers: dict[str, object] | None, **props: object) -> bytes:
+    encoded = pamqp.frame.marshal(pamqp.header.ContentHeader(
+        0, 0, pamqp.commands.Basic.Properties(headers=headers, **props)), 1)
+    return encoded[7 + 12:-1]  # frame header, class/weight/body size; frame end
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers=HEADERS | st.none(), type_=st.none() | st.text(max_size=5))
+def test_header_reader_agrees_with_the_full_decode(headers: dict[str, object] | None,
+                                                   type_: str | None) -> None:
+    message = Message("x", "", raw_properties(headers, content_type=type_, delivery_mode=2),
+                      b"")
+    decoded = message.headers or {}
+    expected = (dedupe_key(decoded.get("x-deduplication-header")), decoded.get("x-cache-ttl"))
+    assert HeaderReader("x-deduplication-header", "x-cache-ttl").read(message) == expected
+    assert HeaderReader("x-deduplication-header").read(message) == (expected[0], None)
+
+
+def test_a_long_string_key_is_typed_by_its_wire_type() -> None:
+    for value in ("k", "é" * 300):  # short, and long enough to be a digest
+        message = Message("x", "", raw_properties({"h": value}), b"")
+        assert HeaderReader("h").read(message)[0] == dedupe_key(value)
+    assert HeaderReader("h").read(Message("x", "", raw_properties(None), b"")) == (None, None)
+    assert HeaderReader("h").read(Message("x", "", b"", b"")) == (None, None)
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+def test_keys_are_typed() -> None:
+    keys = {dedupe_key(v) for v in ("1", 1, b"1", bytearray(b"1"), True, 1.0)}
+    assert len(keys) == 5  # bytes and bytearray are both bytes on the wire
+    assert dedupe_key(None) is None
+    assert dedupe_key("k") == b"sk"
+    long = dedupe_key("x" * 1000)
+    assert long is not None and len(long) <= MAX_KEY_BYTES and long == dedupe_key("x" * 1000)
+    assert long != dedupe_key("x" * 999 + "y")
+
+
+def test_message_ttl_header_overrides_only_when_positive() -> None:
+    assert message_ttl(100, 5000) == 100
+    assert message_ttl("100", 5000) == 100
+    assert message_ttl(-1, 5000) == 5000
+    assert message_ttl(None, None) is None
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+def test_plugin_exchange_arguments() -> None:
+    s = settings_for_exchange("x-message-deduplication",
+                              {"x-cache-size": "10", "x-cache-ttl": 500}, durable=True)
+    assert s == DedupeSettings(10, 500, "x-deduplication-header", True)
+    s = settings_for_exchange("x-message-deduplication",
+                              {"x-cache-size": 10, "x-cache-persistence": "memory"}, True)
+    assert s is not None and not s.persistent
+    s = settings_for_exchange("x-message-deduplication",
+                              {"x-cache-size": 10, "x-cache-persistence": "disk"}, False)
+    assert s is not None and not s.persistent  # a transient exchange's window is not stored
+    assert settings_for_exchange("direct", {"x-cache-size": 10}, True) is None
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({}, "'x-cache-size'"),
+    ({"x-cache-size": True}, "'x-cache-size'"),
+    ({"x-cache-size": -3}, "'x-cache-size'"),
+    ({"x-cache-size": 3, "x-cache-ttl": 0}, "'x-cache-ttl'"),
+    ({"x-cache-size": 3, "x-cache-ttl": "soon"}, "'x-cache-ttl'"),
+    ({"x-cache-size": 3, "x-cache-persistence": 1}, "'x-cache-persistence'"),
+])
+def test_bad_plugin_arguments(arguments: dict[str, object], text: str) -> None:
+    with pytest.raises(ChannelError) as err:
+        settings_for_exchange("x-message-deduplication", arguments, True)
+    assert err.value.code == 406 and text in str(err.value)
+
+
+def test_lavinmq_argument_defaults() -> None:
+    s = settings_for_exchange("topic", {"x-message-deduplication": True,
+                                        "x-deduplication-header": "id"}, durable=False)
+    assert s == DedupeSettings(DEFAULT_SIZE, None, "id", False)
+    assert settings_for_exchange("topic", {"x-message-deduplication": False}, True) is None
+
+
+# -- the queue mode ------------------------------------------------------------------------
+
+def test_queue_keys_are_counted() -> None:
+    dedupe = QueueDedupe("x-deduplication-header")
+    m = Message("", "q", b"", b"")
+    dedupe.add(b"sk")
+    dedupe.add(b"sk")
+    assert dedupe.holds(b"sk")
+    dedupe.release(m)  # no header: nothing
+    assert dedupe.keys == {b"sk": 2}
+    dedupe.keys[b"sk"] = 1
+    dedupe.clear()
+    assert not dedupe.holds(b"sk")
+
+
+# -- the window's records ------------------------------------------------------------------
+
+class _Log(Recorder):
+    deferred = False
+
+    def after_commit(self, callback: object) -> None:
+        raise AssertionError("not deferred: nothing waits for a commit")
+
+
+@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+def test_a_durable_window_is_reloaded_in_fifo_order(kind: str, tmp_path: Path) -> None:
+    def open_store() -> MemoryStore | LmdbStore:
+        return MemoryStore() if kind == "memory" else LmdbStore(tmp_path / "s")
+
+    store = open_store()
+    log = _Log(store.state())
+    settings_ = DedupeSettings(3, None, "h", True)
+    window = ExchangeDedupe(settings_, "/", "x", log, Timekeeping())
+    other = ExchangeDedupe(settings_, "/", "y", log, Timekeeping())
+    for key in (b"sa", b"sb", b"sc", b"sd"):  # sa is evicted
+        window.remember(key, None, 0)
+    other.remember(b"sa", None, 0)
+    store.write_batch(log.take_batch())
+    if kind == "lmdb":
+        store.close()
+        store = open_store()
+    reloaded = ExchangeDedupe(settings_, "/", "x", log, Timekeeping())
+    reloaded.load(store)
+    assert [k for k, _, _ in reloaded.window.items()] == [b"sb", b"sc", b"sd"]
+    reloaded.remember(b"se", None, 0)  # evicts sb, on disk too
+    other.drop()
+    store.write_batch(log.take_batch())
+    assert [k for k, _, _ in store.load_dedupe(dedupe_scope("/", "x"))] == [b"sc", b"sd",
+                                                                             b"se"]
+    assert store.load_dedupe(dedupe_scope("/", "y")) == []
+    store.close()
+
+
+def test_window_records_cross_the_wire() -> None:
+    recorder = Recorder()
+    scope = dedupe_scope("/", "x")
+    recorder.append_dedupe(scope, 7, b"sk", 123, 5)
+    recorder.append_dedupe(scope, 8, b"sl", 0, 6)
+    recorder.append_dedupe(scope, 10, b"sm", 0, 6)  # a failed batch's places are skipped
+    recorder.drop_dedupe(dedupe_scope("/", "y"))
+    batch = recorder.take_batch()
+    wire = encode_batch(batch)
+    copy = decode_batch(wire)
+    assert len(batch.ops) == 3
+    assert copy.ops == batch.ops and encode_batch(copy) == wire
+
+
+# -- a failed write takes its keys back ------------------------------------------------------
+
+class _FailingStore(MemoryStore):
+    """Fails the writes whose numbers (1-based) are in ``failing``."""
+
+    def __init__(self, failing: set[int]) -> None:
+        super().__init__()
+        self.failing = failing
+        self.writes = 0
+
+    def write_batch(self, batch: object) -> None:
+        self.writes += 1
+        if self.writes in self.failing:
+            raise StoreError("disk full (simulated)")
+        super().write_batch(batch)  # type: ignore[arg-type]
+
+
+async def test_a_failed_write_takes_its_keys_out_of_the_window() -> None:
+    """The batch holding a key's first copy fails (that copy is nacked): the key leaves the
+    window, so the publisher's retry is admitted; keys of a batch that was written stay."""
+    store = _FailingStore({2})
+    log = GroupCommit(store, asyncio.get_running_loop())
+    window = ExchangeDedupe(DedupeSettings(10, None, "h", True), "/", "x", log, Timekeeping())
+    window.remember(b"skept", None, 0)
+    await log.drain()  # write 1
+    window.remember(b"slost", None, 0)
+    assert window.pending and window.duplicate(b"slost", 0)
+    await log.drain()  # write 2 fails
+    assert log.failures == 1 and not window.pending
+    assert not window.duplicate(b"slost", 0) and window.duplicate(b"skept", 0)
+    assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"skept"]
+    log.close()
