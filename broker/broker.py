@@ -15,6 +15,7 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker import delayed
 from leveret.broker.accounts import Accounts
 from leveret.broker.sessions import Blockable, ClientSession
 from leveret.broker.vhost import VirtualHost
@@ -78,6 +79,7 @@ class Broker:
 
     def new_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts[name] = VirtualHost(name, self.log, self.paging)
+        vhost.delays.release_rate = self.config.delayed_release_rate
         return vhost
 
     def recover(self) -> None:
@@ -101,6 +103,9 @@ class Broker:
         for q in defs.queues:
             vhost = self.vhosts.get(q.vhost)
             if vhost is None:
+                continue
+            if delayed.is_store(q):  # a delayed exchange's schedule, not a queue
+                vhost.delays.recovered(q)
                 continue
             queue = Queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
                           arguments=dict(q.arguments))

@@ -94,7 +94,14 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
         # everything else (and every error) is VirtualHost.route's.
         queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
             message.routing_key)
-        queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
+        if queue is not None:
+            queues = (queue,)
+        else:
+            delays = vhost.delays.by_name
+            if delays and message.exchange in delays:  # a delayed exchange (broker/delayed.py)
+                return vhost.delays.publish(message, extra_routing_keys, mandatory, counters,
+                                            origin)
+            queues = vhost.route(message, extra_routing_keys)
     tracer = vhost.tracer
     if tracer is not None and origin is not None:  # tracing off: this test is all it costs
         tracer.published(message, queues, origin.trace_user, origin.trace_channel, mandatory,

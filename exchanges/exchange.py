@@ -9,9 +9,10 @@ caller's to refuse (503 ``unknown exchange type 'x'``) by checking
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from .binding import Matcher, Routable
+from .delayed import DELAYED_TYPE, routing_type
 from .direct import DirectMatcher
 from .fanout import FanoutMatcher
 from .headers import HeadersMatcher
@@ -24,6 +25,18 @@ EXCHANGE_TYPES: dict[str, type] = {
     "topic": TopicMatcher,
     "headers": HeadersMatcher,
 }
+#: The types that route by themselves (what ``x-delayed-type`` may name).
+ROUTING_TYPES = frozenset(EXCHANGE_TYPES)
+# The plugin's delayed type routes with its ``x-delayed-type``'s matcher (``delayed.py``).
+EXCHANGE_TYPES[DELAYED_TYPE] = DirectMatcher
+
+
+class Schedule(Protocol):
+    """What the exchange record shows of a delayed exchange's schedule."""
+
+    @property
+    def count(self) -> int:
+        """Messages scheduled (``messages_delayed``)."""
 
 
 class Exchange(Routable):
@@ -32,6 +45,7 @@ class Exchange(Routable):
     __slots__ = (
         "arguments",
         "auto_delete",
+        "delayed",
         "durable",
         "internal",
         "matcher",
@@ -53,6 +67,8 @@ class Exchange(Routable):
         vhost: str = "/",
     ) -> None:
         matcher_class = EXCHANGE_TYPES.get(type)
+        if type == DELAYED_TYPE:
+            matcher_class = EXCHANGE_TYPES[routing_type(type, arguments or {})]
         if matcher_class is None:
             raise ValueError(f"unknown exchange type {type!r}")
         self.name = name
@@ -65,6 +81,8 @@ class Exchange(Routable):
         self.vhost = vhost
         # Set by the vhost from the exchange's policy (``queues/policy.py``), if any.
         self.policy_alternate_exchange: str | None = None
+        # A delayed exchange's schedule (``broker/delayed.py``), set by the broker.
+        self.delayed: Schedule | None = None
 
     @property
     def alternate_exchange(self) -> str | None:
