@@ -228,3 +228,57 @@ def test_a_transient_exchanges_schedule_does_not_outlive_it(tmp_path: Path) -> N
     assert broker.store.load_definitions().queues == [
         d for d in broker.store.load_definitions().queues if not schedule.is_store(d)]
     broker.store.close()
+
+
+# -- x-delay read from the raw property list --------------------------------------------
+
+_VALUES = st.one_of(
+    st.integers(-(2**63), 2**63 - 1), st.text(max_size=12), st.binary(max_size=8),
+    st.booleans(), st.floats(allow_nan=False), st.none(),
+    st.sampled_from(["1500", " 42 ", "-3", "9" * 30]),
+    st.lists(st.integers(0, 5), max_size=3), st.dictionaries(st.text(max_size=3),
+                                                             st.integers(0, 9), max_size=2))
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=10), _VALUES, max_size=5), _VALUES,
+       st.booleans(), st.booleans())
+def test_the_raw_walk_reads_what_decoding_reads(others: dict[str, object], value: object,
+                                                with_delay: bool, content_type: bool) -> None:
+    headers = dict(others)
+    if with_delay:
+        headers["x-delay"] = value
+    props = commands.Basic.Properties(content_type="text/plain" if content_type else None,
+                                      headers=headers or None, delivery_mode=2)
+    raw = encode_properties(props)
+    walked = delayed.raw_delay(raw)
+    from leveret.model.properties import decode_properties
+    expected = delayed.delay_of(decode_properties(raw).headers)
+    assert walked is None or walked == expected
+
+
+def test_the_raw_walk_reads_the_usual_types() -> None:
+    for value, delay in ((1500, 1500), (2**40, 2**40), ("700", 700), (-5, -5), (True, 0)):
+        raw = encode_properties(commands.Basic.Properties(headers={"a": "x-delay",
+                                                                   "x-delay": value}))
+        assert delayed.raw_delay(raw) == delay
+    assert delayed.raw_delay(encode_properties(commands.Basic.Properties())) == 0
+    assert delayed.raw_delay(b"") == 0
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=10), _VALUES, max_size=4),
+       st.one_of(st.integers(1, 2**62), st.sampled_from(["1500", "70"])), st.booleans())
+def test_the_raw_rewrite_is_what_re_encoding_gives(others: dict[str, object], value: object,
+                                                    content_type: bool) -> None:
+    from leveret.model.properties import decode_properties
+    props = commands.Basic.Properties(content_type="text/plain" if content_type else None,
+                                      headers={**others, "x-delay": value}, delivery_mode=2,
+                                      correlation_id="c")
+    raw = encode_properties(props)
+    delay = delayed.delay_of({"x-delay": value})
+    rewritten = delayed.raw_released(raw, delay)
+    if rewritten is None:
+        return
+    decoded = decode_properties(rewritten)
+    assert decoded.headers == {**decode_properties(raw).headers, "x-delay": -delay}
+    assert (decoded.content_type, decoded.delivery_mode, decoded.correlation_id) == (
+        props.content_type, 2, "c")

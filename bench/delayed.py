@@ -1,0 +1,249 @@
+"""Delayed delivery at scale, on a broker of its own (one run, one JSON object at the end).
+
+    python bench/delayed.py --messages 1000000
+
+1. ``plain`` and ``delayed``, in ``--rounds`` alternating rounds of N/rounds each:
+   confirmed persistent publishes through a direct exchange to a durable queue (the
+   baseline; purged after each round), and with ``x-delay`` one hour to an
+   ``x-delayed-message`` exchange (the schedule grows to N): the median rates, and the
+   broker's RSS before, at its peak and after (growth: nothing of the schedule is indexed
+   in memory; the plain rounds' queue is purged, so its share is one round's at most);
+2. ``api``: ``GET /api/exchanges/%2F/dx`` (``messages_delayed``) and the first 100 of
+   ``…/delayed`` with N scheduled, 20 times each: median and worst answer;
+3. ``restart``: SIGTERM and start again with N scheduled: seconds until ready, and the
+   count it recovered;
+4. ``lateness``: with the N still scheduled, ``--due-rate`` messages fall due per second
+   for ``--due-seconds`` seconds on another delayed exchange, consumed with no-ack: each
+   arrival minus the due time the publisher computed just before writing the publish (its
+   clock: the broker's own due time is a little later, so this over-states lateness by the
+   transit time).
+
+Both publish phases use the load generator's pipelined confirm publisher (``loadgen_peers``,
+window 2,000) with 100-byte bodies; the lateness phase uses aiormq.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from base64 import b64encode
+from pathlib import Path
+
+import aiormq
+import pamqp.commands as cmd
+from loadgen_client import connect, open_channel
+from loadgen_peers import ConfirmPublisher, encode_publish
+from loadgen_proc import dir_size, vm_kib
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT.parent))
+from leveret.node import ready_file  # noqa: E402
+
+BODY = b"x" * 100
+HOUR_MS = 3_600_000
+
+
+class Broker:
+    def __init__(self, data_dir: Path, log: Path) -> None:
+        self.data_dir, self.log = data_dir, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = self.http = 0
+
+    def start(self) -> float:
+        ready = self.data_dir.parent / "ready.json"
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
+             "--management-host", "127.0.0.1", "--management-port", "0",
+             "--prometheus-port", "0", "--data-dir", str(self.data_dir),
+             "--log-level", "warning", "--ready-file", str(ready)],
+            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        doc = ready_file.wait(ready, self.proc, 600)
+        if doc is None:
+            raise RuntimeError("broker did not start: " + self.log.read_text()[-2000:])
+        self.port, self.http = doc["amqp"] or 0, doc["management"] or 0
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(600)
+
+    def rss_mib(self) -> float:
+        assert self.proc is not None
+        return round((vm_kib(self.proc.pid, "VmRSS") or 0) / 1024, 1)
+
+    def api(self, path: str, method: str = "GET") -> tuple[float, object]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}/api{path}", method=method)
+        req.add_header("Authorization", "Basic " + b64encode(b"guest:guest").decode())
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as answer:
+            body = answer.read()
+        return time.perf_counter() - t0, json.loads(body) if body else None
+
+
+class RssPeak:
+    """The broker's VmRSS sampled every 0.2 s on a thread, for the peak."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker, self.peak, self._stop = broker, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self.broker.rss_mib())
+
+    def __enter__(self) -> RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def declare(port: int, exchange: str, type_: str, args: dict, queue: str) -> None:
+    conn = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    ch = await conn.channel()
+    await ch.exchange_declare(exchange, exchange_type=type_, durable=True, arguments=args)
+    await ch.queue_declare(queue, durable=True)
+    await ch.queue_bind(queue, exchange, routing_key="k")
+    await conn.close()
+
+
+async def publish_confirmed(port: int, exchange: str, count: int, headers: dict | None
+                            ) -> float:
+    """Publish ``count`` persistent messages, every confirm awaited; messages per second."""
+    conn = await connect("127.0.0.1", port, "guest", "guest", "/", "bench-delayed")
+    await open_channel(conn, 1)
+    conn.send(cmd.Confirm.Select(), 1)
+    await conn.expect(cmd.Confirm.SelectOk)
+    one = encode_publish(exchange, "k", BODY,
+                         properties=cmd.Basic.Properties(delivery_mode=2, headers=headers))
+    pub = ConfirmPublisher(conn, one, 100, 2000, limit=count, stall_timeout=600)
+    t0 = time.perf_counter()
+    await pub.run()
+    await pub.wait_all()
+    wall = time.perf_counter() - t0
+    if pub.error or pub.confirmed != count:
+        raise RuntimeError(f"publish failed: {pub.error} ({pub.confirmed}/{count} confirmed)")
+    conn.transport.close()
+    return count / wall
+
+
+async def lateness(port: int, rate: int, seconds: int, lead_s: float) -> dict:
+    await declare(port, "lx", "x-delayed-message", {"x-delayed-type": "direct"}, "lq")
+    total = rate * seconds
+    arrivals: list[float] = []
+    conn = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    cch = await conn.channel()
+    await cch.basic_qos(prefetch_count=5000)
+    done = asyncio.get_running_loop().create_future()
+
+    async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+        arrivals.append(time.time() * 1000 - int(message.body))
+        if len(arrivals) == total and not done.done():
+            done.set_result(None)
+
+    await cch.basic_consume("lq", on_message, no_ack=True)
+    # No confirms on this channel: each publish is written when awaited, so the delay the
+    # client computes just before is measured from (almost) when it left.
+    pch = await conn.channel(publisher_confirms=False)
+    first_due = time.time() * 1000 + lead_s * 1000
+    for i in range(total):
+        due = int(first_due + i * 1000 / rate)
+        props = aiormq.spec.Basic.Properties(
+            delivery_mode=2, headers={"x-delay": max(1, due - int(time.time() * 1000))})
+        await pch.basic_publish(str(due).encode(), exchange="lx", routing_key="k",
+                                properties=props)
+    published_by = time.time() * 1000 - first_due  # < 0: all were out before the first due
+    await asyncio.wait_for(done, lead_s + seconds + 600)
+    await conn.close()
+    ordered = sorted(arrivals)
+    return {"due_per_s": rate, "seconds": seconds, "messages": total,
+            "published_ms_before_first_due": round(-published_by),
+            "lateness_ms_p50": round(ordered[len(ordered) // 2], 1),
+            "lateness_ms_p99": round(ordered[int(len(ordered) * 0.99)], 1),
+            "lateness_ms_max": round(ordered[-1], 1),
+            "early": sum(1 for a in ordered if a < 0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--due-rate", type=int, default=10_000)
+    ap.add_argument("--due-seconds", type=int, default=5)
+    ap.add_argument("--lead-seconds", type=float, default=20.0,
+                    help="first due time this far after the lateness phase starts publishing")
+    ap.add_argument("--dir", default=None, help="where the broker's data dir goes")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="leveret-delayed-", dir=args.dir))
+    broker = Broker(base / "data", base / "broker.log")
+    broker.start()
+    n = args.messages
+    out: dict = {"messages": n, "body_bytes": len(BODY), "data_dir": str(base)}
+    try:
+        asyncio.run(declare(broker.port, "px", "direct", {}, "pq"))
+        asyncio.run(declare(broker.port, "dx", "x-delayed-message",
+                            {"x-delayed-type": "direct"}, "dq"))
+        # Rounds of plain then delayed, so that a machine whose load changes (other work on
+        # a shared host) weighs on both alike; the schedule grows to N over the rounds.
+        plain, delayed, per_round = [], [], n // args.rounds
+        out["rss_before_mib"] = broker.rss_mib()
+        with RssPeak(broker) as peak:
+            for _ in range(args.rounds):
+                plain.append(asyncio.run(publish_confirmed(broker.port, "px", per_round, None)))
+                broker.api("/queues/%2F/pq/contents", "DELETE")
+                delayed.append(asyncio.run(publish_confirmed(
+                    broker.port, "dx", per_round, {"x-delay": HOUR_MS})))
+        out["plain_per_s_rounds"] = [round(r) for r in plain]
+        out["delayed_per_s_rounds"] = [round(r) for r in delayed]
+        out["plain_per_s"] = round(statistics.median(plain))
+        out["delayed_per_s"] = round(statistics.median(delayed))
+        out["delayed_vs_plain"] = round(out["delayed_per_s"] / out["plain_per_s"], 3)
+        time.sleep(2)
+        out["rss_after_mib"] = broker.rss_mib()
+        out["rss_peak_mib"] = peak.peak
+        out["rss_growth_mib"] = round(max(peak.peak, out["rss_after_mib"])
+                                      - out["rss_before_mib"], 1)
+        times = []
+        for _ in range(20):
+            took, doc = broker.api("/exchanges/%2F/dx")
+            times.append(took)
+        out["exchange_get_ms_median"] = round(statistics.median(times) * 1000, 2)
+        out["exchange_get_ms_max"] = round(max(times) * 1000, 2)
+        out["messages_delayed"] = doc["messages_delayed"]  # type: ignore[index]
+        times = [broker.api("/exchanges/%2F/dx/delayed?count=100")[0] for _ in range(20)]
+        out["listing_100_ms_median"] = round(statistics.median(times) * 1000, 2)
+        out["listing_100_ms_max"] = round(max(times) * 1000, 2)
+        out["data_dir_mib"] = round((dir_size(str(base / "data")) or {}).get("disk_bytes", 0)
+                                    / 2**20, 1)
+        broker.stop()
+        out["restart_s"] = round(broker.start(), 2)
+        out["messages_delayed_after_restart"] = broker.api("/exchanges/%2F/dx")[1][
+            "messages_delayed"]  # type: ignore[index]
+        out["rss_after_restart_mib"] = broker.rss_mib()
+        out["lateness"] = asyncio.run(lateness(broker.port, args.due_rate, args.due_seconds,
+                                               args.lead_seconds))
+    finally:
+        if broker.proc is not None and broker.proc.poll() is None:
+            broker.stop()
+    print(json.dumps(out))
+    if os.environ.get("KEEP_DATA") != "1":
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
