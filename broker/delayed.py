@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from leveret.broker import publishing
 from leveret.broker.publish_props import routing_keys
 from leveret.exchanges import delayed
+from leveret.exchanges.exchange import ROUTING_TYPES
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
 from leveret.model.properties import decode_properties, encode_properties
@@ -74,6 +75,12 @@ FIRE_GAP = 0.004
 #: Messages released per second per exchange at most (``Config.delayed_release_rate``):
 #: above the 10,000 due per second a busy schedule sees, below a flood after downtime.
 DEFAULT_RELEASE_RATE = 20_000
+
+
+def check_declaration(type_: str, arguments: dict[str, object]) -> None:
+    """A new delayed exchange's arguments, as the plugin checks them (every front door):
+    ``ChannelError`` 406, or ``ConnectionError_`` 503 for an unknown ``x-delayed-type``."""
+    delayed.validate(type_, arguments, ROUTING_TYPES)
 
 
 def is_store(definition: QueueDef) -> bool:

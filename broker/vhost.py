@@ -18,12 +18,11 @@ from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from leveret.broker import limits, publishing
-from leveret.broker.delayed import Delays
+from leveret.broker.delayed import Delays, check_declaration
 from leveret.broker.equivalence import check_arguments_equivalent, queue_equivalence_args
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
-from leveret.exchanges import Exchange, delayed, route
-from leveret.exchanges.exchange import ROUTING_TYPES
+from leveret.exchanges import Exchange, route
 from leveret.exchanges.headers import HeadersMatcher
 from leveret.exchanges.router import Step, explain
 from leveret.model.errors import (
@@ -121,7 +120,7 @@ class VirtualHost:
         if existing is not None:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)
             return existing
-        delayed.validate(type_, arguments, ROUTING_TYPES)
+        check_declaration(type_, arguments)
         exchange = Exchange(name, type_, durable, auto_delete, internal, arguments, vhost=self.name)
         self.exchanges[name] = exchange
         if self.policies:

@@ -213,6 +213,34 @@ def _metrics(broker: Any) -> str:
         return answer.read().decode()
 
 
+def test_over_http_declare_publish_and_import(broker, api: HttpApi, qname):
+    for arguments, reason in (
+        ({}, "Invalid argument, 'x-delayed-type' must be an existing exchange type"),
+        ({"x-delayed-type": "nope"}, "unknown exchange type 'nope'"),
+    ):
+        status, _, body = api.put(X + qname, {"type": "x-delayed-message",
+                                              "arguments": arguments})
+        assert (status, body["reason"]) == (400, reason)
+    assert api.put(X + qname, {"type": "x-delayed-message", "durable": True,
+                               "arguments": {"x-delayed-type": "fanout"}})[0] == 201
+    assert api.put("/queues/%2F/" + qname, {"durable": True})[0] == 201
+    assert api.post(f"/bindings/%2F/e/{qname}/q/{qname}", {"routing_key": ""})[0] == 201
+    status, _, body = api.post(X + qname + "/publish", {
+        "routing_key": "any", "payload": "x", "payload_encoding": "string",
+        "properties": {"headers": {"x-delay": 60_000}}})
+    assert (status, body) == (200, {"routed": True})
+    assert api.ok(X + qname)["messages_delayed"] == 1
+    assert api.ok("/queues/%2F/" + qname)["messages"] == 0
+    defs = {"exchanges": [{"name": qname + "-bad", "vhost": "/", "type": "x-delayed-message",
+                           "durable": True, "arguments": {}}]}
+    status, _, body = api.post("/definitions", defs)
+    assert status == 400 and "'x-delayed-type' must be an existing exchange type" in (
+        body["reason"])
+    defs["exchanges"][0]["arguments"] = {"x-delayed-type": "topic"}
+    assert api.post("/definitions", defs)[0] in (200, 201, 204)
+    assert api.ok(X + qname + "-bad")["messages_delayed"] == 0
+
+
 def test_deleting_the_exchange_drops_its_schedule(broker, api, qname):
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
