@@ -317,10 +317,11 @@ class Delays:
 
     # -- operators: list, cancel, release now ----------------------------------------------
 
-    def listing(self, dx: DelayedExchange, limit: int) -> list[Scheduled]:
-        """The first ``limit`` committed scheduled messages, by due time."""
+    def listing(self, dx: DelayedExchange, limit: int, after: int = -1) -> list[Scheduled]:
+        """The first ``limit`` committed scheduled messages by due time (those after the key
+        ``after``: the next page)."""
         out = []
-        start = min((dx.read_from, *dx.floors.values()))
+        start = max(after + 1, min((dx.read_from, *dx.floors.values())))
         for entry in self.log.read_queue(dx.qid, start, limit + len(dx.releasing)):
             if entry.seq not in dx.releasing:
                 out.append(Scheduled(entry.seq, delayed.due_of(entry.seq), entry.message))

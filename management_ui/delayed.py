@@ -1,7 +1,8 @@
 """What a delayed exchange has scheduled, and acting on it (beyond RabbitMQ's API).
 
 ``GET /api/exchanges/{vhost}/{name}/delayed`` lists the scheduled messages by due time
-(``?count=``, default 100: the list is read from the store, never held in memory);
+(``?count=``, default 100, at most 10,000: read from the store, never held in memory;
+``?after={id}``: the page after that message);
 ``DELETE …/delayed`` cancels them all; ``DELETE …/delayed/{id}`` cancels one and ``POST
 …/delayed/{id}/release`` releases one now, routed as it would have been when due. Listing
 needs ``read`` on the exchange (it shows message contents), the others ``configure`` (as
@@ -51,9 +52,13 @@ async def listing(req: Request) -> web.Response:
         raise bad_request("count must be an integer") from None
     if not 0 <= count <= MAX_COUNT:
         raise bad_request(f"count must be between 0 and {MAX_COUNT}")
+    try:
+        after = int(req.query.get("after", -1))
+    except ValueError:
+        raise bad_request("after must be a message id") from None
     now = vhost.delays.clock()
     out = []
-    for i, scheduled in enumerate(vhost.delays.listing(dx, count)):
+    for i, scheduled in enumerate(vhost.delays.listing(dx, count, after)):
         item = messages.message_json(i, scheduled.message, False, "auto")
         item.pop("redelivered")
         item.update(id=str(scheduled.key), due=scheduled.due_ms,

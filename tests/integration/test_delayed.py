@@ -191,6 +191,8 @@ def test_http_api_lists_cancels_and_releases(broker, api: HttpApi, qname):
     assert listed["messages"][0]["properties"]["headers"] == {"x-delay": 30_000}
     assert [m["due"] for m in listed["messages"]] == sorted(m["due"] for m in listed["messages"])
     first, second = listed["messages"][0]["id"], listed["messages"][1]["id"]
+    page = api.ok(X + qname + "/delayed?count=2&after=" + second)["messages"]
+    assert [m["payload"] for m in page] == ["m2", "m3"]
     assert api.delete(X + qname + "/delayed/" + first)[0] == 204
     assert api.delete(X + qname + "/delayed/" + first)[0] == 404
     assert api.post(X + qname + "/delayed/" + second + "/release")[0] == 204
