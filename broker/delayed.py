@@ -181,19 +181,22 @@ class Delays:
         """basic.publish to a delayed exchange (``publishing.basic_publish`` hands it here).
 
         Without a positive ``x-delay`` it is an ordinary publish; with one, the exchange's
-        checks (404, 403) and ``mandatory`` are judged now, against the bindings now.
+        checks (403 internal; it exists) are made now, and ``mandatory`` is judged against
+        the bindings now (routing only then: where it goes is decided at release).
         """
         dx = self.by_name[message.exchange]
         delay = delayed.raw_delay(message.raw_properties)
         if delay is None:  # a table the walk does not read: decode it
             delay = delayed.delay_of(message.headers)  # ValueError: the caller's to map
-        queues = self.vhost.route(message, extra_routing_keys)
         if delay <= 0:
             return publishing.basic_publish(self.vhost, message, extra_routing_keys, mandatory,
-                                            counters, origin, queues)
+                                            counters, origin,
+                                            self.vhost.route(message, extra_routing_keys))
+        if dx.exchange.internal:
+            self.vhost.check_not_internal(dx.exchange)
         if counters is not None:
             counters.publish += 1
-        if not queues and mandatory:
+        if mandatory and not self.vhost.route(message, extra_routing_keys):
             if counters is not None:
                 counters.return_unroutable += 1
             return publishing.UNROUTED
@@ -370,13 +373,14 @@ def released_message(stored: Message) -> tuple[Message, tuple[str, ...]]:
     if b"\x02CC" in raw:  # CC keys are routing keys again (publish_props)
         headers = stored.headers or {}
         extra = routing_keys(headers) if "CC" in headers else ()
-    delay = delayed.raw_delay(raw)
-    if delay is None:
-        delay = delayed.delay_of(stored.headers)
+    found = delayed.find_delay(raw)
+    if found is not None:
+        delay, released = found
+    else:  # a table the walk does not read: the slow way
+        delay, released = delayed.delay_of(stored.headers), None
     if delay <= 0:
         return stored, extra
-    released = delayed.raw_released(raw, delay)
-    if released is None:  # a table the walk does not read: the slow way
+    if released is None:
         props = decode_properties(raw)
         props.headers = delayed.released_headers(props.headers or {}, delay)
         released = encode_properties(props)

@@ -47,6 +47,7 @@ DELAY_HEADER = "x-delay"
 COUNTER_BITS = 20
 COUNTER_MASK = (1 << COUNTER_BITS) - 1
 MAX_DUE_MS = (1 << (64 - COUNTER_BITS)) - 1
+MAX_DELAY = (1 << 63) - 1
 
 
 def validate(type_: str, arguments: dict[str, Any], routing_types: set[str] | frozenset[str]
@@ -82,7 +83,12 @@ def is_delayed(type_: str, arguments: dict[str, Any]) -> bool:
 
 
 def delay_of(headers: dict[str, Any] | None) -> int:
-    """The message's delay in ms; 0 or less means none (see the module docstring)."""
+    """The message's delay in ms; 0 or less means none (see the module docstring); at most
+    ``MAX_DELAY`` (what a released message's ``x-delay``, a signed 64-bit integer, holds)."""
+    return min(_delay_of(headers), MAX_DELAY)
+
+
+def _delay_of(headers: dict[str, Any] | None) -> int:
     if not headers:
         return 0
     value = headers.get(DELAY_HEADER)
@@ -140,12 +146,30 @@ def raw_delay(raw: bytes) -> int | None:
     return _value(raw[kind_at], raw, kind_at + 1, size)
 
 
+def find_delay(raw: bytes) -> tuple[int, bytes | None] | None:
+    """(``raw_delay``, ``raw_released`` of it when positive), walking the list once; None
+    when the walk cannot tell."""
+    found = _find(raw) if len(raw) >= 2 and _KEY in raw else ()
+    if found is None:
+        return None
+    if not found:
+        return 0, None
+    delay = _value(raw[found[1]], raw, found[1] + 1, found[2])
+    if delay is None:
+        return None
+    return delay, _released(raw, found, delay) if delay > 0 else None
+
+
 def raw_released(raw: bytes, delay: int) -> bytes | None:
     """The raw property list with ``x-delay`` replaced by ``-delay`` (a signed 64-bit
     integer), other bytes untouched; None when the walk cannot tell (then re-encode)."""
     found = _find(raw) if _KEY in raw else None
     if not found:
         return None
+    return _released(raw, found, delay)
+
+
+def _released(raw: bytes, found: tuple[int, int, int], delay: int) -> bytes:
     table_at, kind_at, size = found
     grown = 9 - (1 + size)
     table_len = _U32.unpack_from(raw, table_at)[0] + grown

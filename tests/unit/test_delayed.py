@@ -254,6 +254,8 @@ def test_the_raw_walk_reads_what_decoding_reads(others: dict[str, object], value
     from leveret.model.properties import decode_properties
     expected = delayed.delay_of(decode_properties(raw).headers)
     assert walked is None or walked == expected
+    found = delayed.find_delay(raw)
+    assert found is None or found[0] == expected
 
 
 def test_the_raw_walk_reads_the_usual_types() -> None:
@@ -276,6 +278,8 @@ def test_the_raw_rewrite_is_what_re_encoding_gives(others: dict[str, object], va
     raw = encode_properties(props)
     delay = delayed.delay_of({"x-delay": value})
     rewritten = delayed.raw_released(raw, delay)
+    found = delayed.find_delay(raw)
+    assert found is None or found == (delay, rewritten)
     if rewritten is None:
         return
     decoded = decode_properties(rewritten)
