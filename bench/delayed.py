@@ -80,6 +80,13 @@ class Broker:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(600)
 
+    def cpu_s(self) -> float:
+        """The broker's CPU seconds so far (user + system, all threads)."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mib(self) -> float:
         assert self.proc is not None
         return round((vm_kib(self.proc.pid, "VmRSS") or 0) / 1024, 1)
@@ -160,12 +167,13 @@ async def publish_confirmed(port: int, exchange: str, count: int, headers: dict 
 
 async def lateness(broker: Broker, rate: int, seconds: int, lead_s: float) -> dict:
     port = broker.port
-    await declare(port, "lx", "x-delayed-message", {"x-delayed-type": "direct"}, "lq")
+    ex, queue = f"lx{rate}", f"lq{rate}"
+    await declare(port, ex, "x-delayed-message", {"x-delayed-type": "direct"}, queue)
     total = rate * seconds
     # Pre-encoded, each with its own delay, written by the pipelined confirm publisher: the
     # schedule is in place well before the first due time even on a slow client.
     first_due = time.time() * 1000 + lead_s * 1000
-    frames = [encode_publish("lx", "k", b"%d" % i, properties=cmd.Basic.Properties(
+    frames = [encode_publish(ex, "k", b"%d" % i, properties=cmd.Basic.Properties(
         delivery_mode=2, headers={"x-delay": int(first_due + i * 1000 / rate
                                                  - time.time() * 1000)}))
               for i in range(total)]
@@ -182,7 +190,7 @@ async def lateness(broker: Broker, rate: int, seconds: int, lead_s: float) -> di
     due: dict[bytes, int] = {}
     after = -1
     while len(due) < total:
-        page = broker.api(f"/exchanges/%2F/lx/delayed?count=10000&after={after}")[1]
+        page = broker.api(f"/exchanges/%2F/{ex}/delayed?count=10000&after={after}")[1]
         messages = page["messages"]  # type: ignore[index]
         if not messages:
             break
@@ -201,8 +209,11 @@ async def lateness(broker: Broker, rate: int, seconds: int, lead_s: float) -> di
         if len(arrivals) == total and not done.done():
             done.set_result(None)
 
-    await cch.basic_consume("lq", on_message, no_ack=True)  # type: ignore[arg-type]
+    await cch.basic_consume(queue, on_message, no_ack=True)  # type: ignore[arg-type]
+    await asyncio.sleep(max(0.0, (min(due.values()) - time.time() * 1000) / 1000 - 1))
+    cpu0, t0 = broker.cpu_s(), time.perf_counter()
     await asyncio.wait_for(done, lead_s + seconds + 600)
+    cpu, wall = broker.cpu_s() - cpu0, time.perf_counter() - t0
     await consumer.close()
     ordered = sorted(arrivals)
     return {"due_per_s": rate, "seconds": seconds, "messages": total,
@@ -211,7 +222,9 @@ async def lateness(broker: Broker, rate: int, seconds: int, lead_s: float) -> di
             "lateness_ms_p50": round(ordered[len(ordered) // 2], 1),
             "lateness_ms_p99": round(ordered[int(len(ordered) * 0.99)], 1),
             "lateness_ms_max": round(ordered[-1], 1),
-            "early": sum(1 for a in ordered if a < 0)}
+            "early": sum(1 for a in ordered if a < 0),
+            "broker_cpu_us_per_release": round(cpu / total * 1e6, 1),
+            "broker_cpu_share": round(cpu / wall, 2)}
 
 
 def main() -> None:
@@ -220,7 +233,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--no-plain", action="store_true",
                     help="delayed rounds only (RSS growth of the schedule alone)")
-    ap.add_argument("--due-rate", type=int, default=10_000)
+    ap.add_argument("--due-rate", type=int, nargs="+", default=[10_000, 2_000],
+                    help="one lateness phase per rate (messages falling due per second)")
     ap.add_argument("--due-seconds", type=int, default=5)
     ap.add_argument("--lead-seconds", type=float, default=20.0,
                     help="first due time this far after the lateness phase starts publishing")
@@ -238,15 +252,22 @@ def main() -> None:
         # Rounds of plain then delayed, so that a machine whose load changes (other work on
         # a shared host) weighs on both alike; the schedule grows to N over the rounds.
         plain, delayed, per_round = [], [], n // args.rounds
+        cpu = {"plain": 0.0, "delayed": 0.0}
         out["rss_before_mib"] = broker.rss_mib()
         with RssPeak(broker) as peak:
             for _ in range(args.rounds):
                 if not args.no_plain:
+                    before = broker.cpu_s()
                     plain.append(asyncio.run(publish_confirmed(broker.port, "px", per_round,
                                                                None)))
+                    cpu["plain"] += broker.cpu_s() - before
                     broker.api("/queues/%2F/pq/contents", "DELETE")
+                before = broker.cpu_s()
                 delayed.append(asyncio.run(publish_confirmed(
                     broker.port, "dx", per_round, {"x-delay": HOUR_MS})))
+                cpu["delayed"] += broker.cpu_s() - before
+        out["broker_cpu_us_per_publish"] = {
+            k: round(v / n * 1e6, 1) for k, v in cpu.items() if v}
         out["plain_per_s_rounds"] = [round(r) for r in plain]
         out["delayed_per_s_rounds"] = [round(r) for r in delayed]
         out["delayed_per_s"] = round(statistics.median(delayed))
@@ -275,8 +296,9 @@ def main() -> None:
         out["messages_delayed_after_restart"] = broker.api("/exchanges/%2F/dx")[1][
             "messages_delayed"]  # type: ignore[index]
         out["rss_after_restart_mib"] = broker.rss_mib()
-        out["lateness"] = asyncio.run(lateness(broker, args.due_rate, args.due_seconds,
-                                               args.lead_seconds))
+        out["lateness"] = [asyncio.run(lateness(broker, rate, args.due_seconds,
+                                                args.lead_seconds))
+                           for rate in args.due_rate]
     finally:
         if broker.proc is not None and broker.proc.poll() is None:
             broker.stop()
