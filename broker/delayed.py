@@ -46,6 +46,7 @@ from leveret.exchanges.exchange import ROUTING_TYPES
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
 from leveret.model.properties import decode_properties, encode_properties
+from leveret.persistence.commit_stats import Histogram
 from leveret.persistence.store import QueueDef, StoredEntry
 
 if TYPE_CHECKING:
@@ -75,6 +76,10 @@ FIRE_GAP = 0.004
 #: Messages released per second per exchange at most (``Config.delayed_release_rate``):
 #: above the 10,000 due per second a busy schedule sees, below a flood after downtime.
 DEFAULT_RELEASE_RATE = 20_000
+#: Seconds a message was released after its due time (Prometheus): milliseconds when all is
+#: well, up to hours for what fell due while the node was down.
+LATENESS_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0, 60.0, 300.0, 3600.0)
 
 
 def check_declaration(type_: str, arguments: dict[str, object]) -> None:
@@ -98,6 +103,7 @@ class DelayedExchange:
 
     exchange: Exchange
     qid: int
+    delays: Delays
     count: int = 0  # messages scheduled (messages_delayed)
     released: int = 0  # messages released since start
     timer: asyncio.TimerHandle | None = None
@@ -112,6 +118,16 @@ class DelayedExchange:
     @property
     def durable(self) -> bool:
         return self.exchange.durable
+
+    def take_dead_letter(self, message: Message) -> bool:
+        """A message dead-lettered to this exchange: scheduled if its ``x-delay`` is
+        positive (a released one's is negative, so it is not delayed twice)."""
+        found = delayed.find_delay(message.raw_properties)
+        delay = found[0] if found is not None else delayed.delay_of(message.headers)
+        if delay <= 0 or self.delays.by_name.get(self.exchange.name) is not self:
+            return False
+        self.delays.schedule(self, message, delay)
+        return True
 
 
 @dataclass(frozen=True)
@@ -132,6 +148,8 @@ class Delays:
         self.log = log
         self.clock = clock
         self.release_rate = DEFAULT_RELEASE_RATE
+        # Release lateness; the broker gives every vhost's schedule the same one.
+        self.lateness = Histogram(LATENESS_BOUNDS)
         self.by_name: dict[str, DelayedExchange] = {}
         # Low bits of the keys; starting at the next message id keeps them from repeating
         # the keys of messages stored before a restart (each scheduled message takes an id).
@@ -145,7 +163,7 @@ class Delays:
             return
         qid = self.log.put_queue(QueueDef(self.vhost.name, STORE_PREFIX + exchange.name, True,
                                           False, {STORE_MARK: True}))
-        exchange.delayed = self.by_name[exchange.name] = DelayedExchange(exchange, qid)
+        exchange.delayed = self.by_name[exchange.name] = DelayedExchange(exchange, qid, self)
 
     def recovered(self, definition: QueueDef) -> int:
         """A store found at startup: back to its exchange (or dropped with it); its count."""
@@ -154,7 +172,8 @@ class Delays:
         if exchange is None or not delayed.is_delayed(exchange.type, exchange.arguments):
             self.log.delete_queue(self.vhost.name, definition.name, definition.qid)
             return 0
-        dx = exchange.delayed = self.by_name[name] = DelayedExchange(exchange, definition.qid)
+        dx = exchange.delayed = self.by_name[name] = DelayedExchange(exchange, definition.qid,
+                                                                     self)
         dx.count = self.log.queue_stats(definition.qid).count
         if dx.count:
             self._arm(dx, self.clock())  # the first read finds when the head is due
@@ -309,6 +328,7 @@ class Delays:
         dx.count -= 1
         dx.released += 1
         self.log.remove(dx.qid, entry.seq)
+        self.lateness.observe(max(0, self.clock() - delayed.due_of(entry.seq)) / 1000)
         try:
             message, extra = released_message(entry.message)
             queues = self.vhost.route(message, extra)

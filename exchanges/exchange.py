@@ -9,7 +9,7 @@ caller's to refuse (503 ``unknown exchange type 'x'``) by checking
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .binding import Matcher, Routable
 from .delayed import DELAYED_TYPE, routing_type
@@ -17,6 +17,9 @@ from .direct import DirectMatcher
 from .fanout import FanoutMatcher
 from .headers import HeadersMatcher
 from .topic import TopicMatcher
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
 
 #: Exchange type name -> matcher class, for the built-in types.
 EXCHANGE_TYPES: dict[str, type] = {
@@ -37,6 +40,10 @@ class Schedule(Protocol):
     @property
     def count(self) -> int:
         """Messages scheduled (``messages_delayed``)."""
+
+    def take_dead_letter(self, message: Message) -> bool:
+        """Schedule a message dead-lettered to this exchange if it carries a positive
+        ``x-delay`` (true), as the plugin delays whatever its exchange routes."""
 
 
 class Exchange(Routable):

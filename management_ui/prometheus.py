@@ -271,6 +271,9 @@ def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
     w.family("leveret_exchange_messages_delay_released_total", "counter",
              "Messages a delayed exchange released since the node started",
              [(labels, dx.released) for labels, dx in delayed])
+    w.histogram("leveret_delayed_release_lateness_seconds",
+                "How long after its due time a delayed message was released",
+                state.broker.delayed_lateness)
 
 
 def write_queues_aggregated(w: Writer, state: State) -> Render:

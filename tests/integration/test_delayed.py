@@ -143,6 +143,28 @@ def test_release_routes_through_the_bindings_of_release_time(broker, qname):
     conn.close()
 
 
+def test_dead_lettering_into_a_delayed_exchange_delays(broker, qname):
+    """A retry queue's rejects go to a delayed exchange: delayed by their x-delay, as the
+    plugin delays whatever reaches its exchange; once released (x-delay negative) a
+    second dead-lettering routes at once."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    _declare(ch, qname, qname)
+    work = qname + "-work"
+    ch.queue_declare(work, durable=True, arguments={"x-dead-letter-exchange": qname,
+                                                     "x-dead-letter-routing-key": "k"})
+    sent = time.time()
+    ch.basic_publish("", work, b"retry me", _props(700))
+    method, _, _ = ch.basic_get(work)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    assert ch.basic_get(qname)[0] is None
+    (body, arrived, headers), = _consume(ch, qname, 1)
+    assert body == b"retry me" and arrived >= sent + 0.7
+    assert headers["x-delay"] == -700 and headers["x-death"][0]["queue"] == work
+    conn.close()
+
+
 def test_lavinmq_style_delayed_topic_exchange(broker, qname):
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
@@ -202,6 +224,9 @@ def test_http_api_lists_cancels_and_releases(broker, api: HttpApi, qname):
     metrics = _metrics(broker)
     assert (f'leveret_exchange_messages_delayed{{vhost="/",exchange="{qname}"}} 2'
             in metrics)
+    released = [line for line in metrics.splitlines()
+                if line.startswith("leveret_delayed_release_lateness_seconds_count ")]
+    assert released and int(released[0].split()[1]) >= 1  # the release-now above
     assert api.delete(X + qname + "/delayed")[0] == 204
     assert api.ok(X + qname)["messages_delayed"] == 0
     assert api.get(X + qname + "/delayed")[2]["messages"] == []
