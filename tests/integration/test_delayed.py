@@ -207,7 +207,7 @@ def test_http_api_lists_cancels_and_releases(broker, api: HttpApi, qname):
     _declare(ch, qname, qname)
     for i, delay in enumerate((60_000, 30_000, 90_000, 120_000)):
         ch.basic_publish(qname, "k", b"m%d" % i, _props(delay))
-    status, _, listed = api.get(X + qname + "/delayed")
+    status, _, listed = api.get(f"/exchanges/%2F/{qname}/delayed")
     assert status == 200 and listed["messages_delayed"] == 4
     assert [m["payload"] for m in listed["messages"]] == ["m1", "m0", "m2", "m3"]
     assert listed["messages"][0]["properties"]["headers"] == {"x-delay": 30_000}
@@ -215,9 +215,9 @@ def test_http_api_lists_cancels_and_releases(broker, api: HttpApi, qname):
     first, second = listed["messages"][0]["id"], listed["messages"][1]["id"]
     page = api.ok(X + qname + "/delayed?count=2&after=" + second)["messages"]
     assert [m["payload"] for m in page] == ["m2", "m3"]
-    assert api.delete(X + qname + "/delayed/" + first)[0] == 204
-    assert api.delete(X + qname + "/delayed/" + first)[0] == 404
-    assert api.post(X + qname + "/delayed/" + second + "/release")[0] == 204
+    assert api.delete(f"/exchanges/%2F/{qname}/delayed/{first}")[0] == 204
+    assert api.delete(f"/exchanges/%2F/{qname}/delayed/{first}")[0] == 404
+    assert api.post(f"/exchanges/%2F/{qname}/delayed/{second}/release")[0] == 204
     _, _, body = ch.basic_get(qname, auto_ack=True)
     assert body == b"m0"
     assert api.ok(X + qname)["messages_delayed"] == 2
@@ -227,9 +227,9 @@ def test_http_api_lists_cancels_and_releases(broker, api: HttpApi, qname):
     released = [line for line in metrics.splitlines()
                 if line.startswith("leveret_delayed_release_lateness_seconds_count ")]
     assert released and int(released[0].split()[1]) >= 1  # the release-now above
-    assert api.delete(X + qname + "/delayed")[0] == 204
+    assert api.delete(f"/exchanges/%2F/{qname}/delayed")[0] == 204
     assert api.ok(X + qname)["messages_delayed"] == 0
-    assert api.get(X + qname + "/delayed")[2]["messages"] == []
+    assert api.get(f"/exchanges/%2F/{qname}/delayed")[2]["messages"] == []
     assert api.get(X + "amq.direct/delayed")[0] == 404
     conn.close()
 
