@@ -234,6 +234,24 @@ def test_http_api_lists_cancels_and_releases(broker, api: HttpApi, qname):
     conn.close()
 
 
+def test_the_schedule_routes_need_read_or_configure_on_the_exchange(broker, api, qname):
+    user = qname + "-user"
+    assert api.put(f"/users/{user}", {"password": "pw", "tags": "management"})[0] in (201, 204)
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    _declare(ch, qname, qname)
+    ch.basic_publish(qname, "k", b"m", _props(60_000))
+    conn.close()
+    as_user = HttpApi(broker.api_url + "/api", user, "pw")
+    for configure, read, listing, cancel in ((".*", "^$", 401, 204), ("^$", ".*", 200, 401)):
+        assert api.put(f"/permissions/%2F/{user}", {"configure": configure, "write": ".*",
+                                                     "read": read})[0] in (201, 204)
+        assert as_user.get(f"/exchanges/%2F/{qname}/delayed")[0] == listing
+        assert as_user.delete(f"/exchanges/%2F/{qname}/delayed")[0] == cancel
+    assert api.delete(f"/users/{user}")[0] == 204
+
+
 def _metrics(broker: Any) -> str:
     import urllib.request
     with urllib.request.urlopen(broker.metrics_url + "/metrics", timeout=WAIT) as answer:
