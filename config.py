@@ -126,6 +126,9 @@ class Config:
     handshake_timeout: float = 10.0
     # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
     connection_max: int = 0
+    # Most delayed messages one delayed exchange releases per second (broker/delayed.py):
+    # a backlog due at once, e.g. after downtime, goes out at this rate, not in one burst.
+    delayed_release_rate: int = 20_000
     # AMQPS (node/tls.py): a listener on tls_port when tls_certfile is set (0 = any free port).
     tls_port: int = 5671
     tls_certfile: Path | None = None
@@ -350,6 +353,7 @@ _FIELDS: dict[str, _Field] = {
     "log_level": _Field("str", _log_level),
     "handshake_timeout": _Field("float", _positive_float),
     "connection_max": _Field("int", _int_range(0, 2**31 - 1, " (0 = no limit)")),
+    "delayed_release_rate": _Field("int", _int_range(1, 2**31 - 1)),
     "tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "tls_certfile": _Field("path"),
     "tls_keyfile": _Field("path"),

@@ -15,11 +15,13 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker import delayed
 from leveret.broker.accounts import Accounts
 from leveret.broker.sessions import Blockable, ClientSession
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
 from leveret.model.stats import Churn, MessageStats
+from leveret.persistence.commit_stats import Histogram
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
@@ -40,6 +42,8 @@ class Broker:
         self.store: Store = store if store is not None else MemoryStore()
         self.log = GroupCommit(self.store, loop)
         self.paging = Paging()  # memory pressure, as durable queues page by it (paging.py)
+        # How late delayed messages were released, every vhost's (broker/delayed.py).
+        self.delayed_lateness = Histogram(delayed.LATENESS_BOUNDS)
         self.cluster_name = f"leveret@{socket.gethostname()}"
         self.vhosts: dict[str, VirtualHost] = {}
         self.new_vhost(config.default_vhost)
@@ -78,6 +82,8 @@ class Broker:
 
     def new_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts[name] = VirtualHost(name, self.log, self.paging)
+        vhost.delays.release_rate = self.config.delayed_release_rate
+        vhost.delays.lateness = self.delayed_lateness
         return vhost
 
     def recover(self) -> None:
@@ -103,6 +109,9 @@ class Broker:
         for q in defs.queues:
             vhost = self.vhosts.get(q.vhost)
             if vhost is None:
+                continue
+            if delayed.is_store(q):  # a delayed exchange's schedule, not a queue
+                vhost.delays.recovered(q)
                 continue
             queue = Queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
                           arguments=dict(q.arguments))

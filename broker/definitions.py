@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from leveret import __version__
+from leveret.broker.delayed import check_declaration
 from leveret.broker.inventory import (
     PRODUCT_NAME,
     RABBITMQ_VERSION,
@@ -44,7 +45,7 @@ from leveret.broker.users import User
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES
 from leveret.model.dedupe import settings_for_exchange
-from leveret.model.errors import ChannelError
+from leveret.model.errors import ChannelError, ConnectionError_
 from leveret.queues import queue_types
 from leveret.queues.arguments import validate_queue_arguments
 from leveret.queues.policy import PolicyError, validate
@@ -263,9 +264,10 @@ def plan_steps(broker: Broker, defs: dict[str, Any], only_vhost: str | None,
         try:
             if existing is not None:  # the same check a redeclare makes, without declaring
                 vhost._check_exchange_equivalent(existing, type_, *flags, args)
-            else:  # a deduplication window's arguments, as a declare checks them
+            else:  # a delayed exchange's and a deduplication window's arguments
+                check_declaration(type_, args)
                 settings_for_exchange(type_, args, flags[0])
-        except ChannelError as exc:
+        except (ChannelError, ConnectionError_) as exc:
             raise Invalid(exc.detail) from None
         new_exchanges[(vhost.name, name)] = (type_, flags, args)
         ops.append(_op(what, lambda v=vhost, n=name, t=type_, f=flags, a=args:

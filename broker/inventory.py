@@ -147,6 +147,7 @@ def exchange_record(exchange: Any) -> dict[str, Any]:
         "durable": exchange.durable, "auto_delete": exchange.auto_delete,
         "internal": exchange.internal, "arguments": jsonable(exchange.arguments),
         "user_who_performed_action": "",
+        **({"messages_delayed": exchange.delayed.count} if exchange.delayed is not None else {}),
     }
     window = exchange.dedupe
     if isinstance(window, ExchangeDedupe):  # Leveret's field: the plugin shows none

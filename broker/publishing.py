@@ -102,7 +102,14 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
         # everything else (and every error) is VirtualHost.route's.
         queue = None if message.exchange or extra_routing_keys else vhost.queues.get(
             message.routing_key)
-        queues = (queue,) if queue is not None else vhost.route(message, extra_routing_keys)
+        if queue is not None:
+            queues = (queue,)
+        else:
+            delays = vhost.delays.by_name
+            if delays and message.exchange in delays:  # a delayed exchange (broker/delayed.py)
+                return vhost.delays.publish(message, extra_routing_keys, mandatory, counters,
+                                            origin)
+            queues = vhost.route(message, extra_routing_keys)
         windows = vhost.dedupe
         if windows and message.exchange in windows:
             return _deduplicated(vhost, windows[message.exchange], message, extra_routing_keys,

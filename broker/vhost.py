@@ -19,10 +19,12 @@ from typing import Any, cast
 
 from leveret.broker import limits, publishing
 from leveret.broker.dedupe import DedupeStore, ExchangeDedupe
+from leveret.broker.delayed import Delays, check_declaration
 from leveret.broker.equivalence import check_arguments_equivalent, queue_equivalence_args
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange, route
+from leveret.exchanges.headers import HeadersMatcher
 from leveret.exchanges.router import Step, explain
 from leveret.model.dedupe import settings_for_exchange
 from leveret.model.errors import (
@@ -81,6 +83,7 @@ class VirtualHost:
         self.churn = Churn()
         # Clocks and timers of its queues (TTL, x-expires); the server sets the scheduler.
         self.time = Timekeeping(scheduler=log.loop)
+        self.delays = Delays(self, log)  # delayed exchanges' schedules (broker/delayed.py)
         self.default_exchange = Exchange("", "direct", durable=True, vhost=name)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in DEFAULT_EXCHANGES:
@@ -121,6 +124,7 @@ class VirtualHost:
         if existing is not None:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)
             return existing
+        check_declaration(type_, arguments)
         dedupe = settings_for_exchange(type_, arguments, durable)  # 406 for a bad window
         exchange = Exchange(name, type_, durable, auto_delete, internal, arguments, vhost=self.name)
         self.exchanges[name] = exchange
@@ -133,6 +137,7 @@ class VirtualHost:
         if durable:
             self.log.put_definition(ExchangeDef(self.name, name, type_, durable, auto_delete,
                                                 internal, dict(arguments)))
+        self.delays.declared(exchange)
         log.debug("declared %s", exchange)
         return exchange
 
@@ -195,6 +200,7 @@ class VirtualHost:
                 self._maybe_auto_delete(ex)
         if exchange.durable:
             self.log.delete_exchange(self.name, exchange.name)
+        self.delays.deleted(exchange)
         log.debug("deleted %s", exchange)
 
     def _maybe_auto_delete(self, exchange: Exchange) -> None:
@@ -459,7 +465,7 @@ class VirtualHost:
 def _routing_headers(exchange: Exchange, message: Message) -> dict[str, Any] | None:
     """The message's headers when an exchange on the way may match on them, else None:
     decoding them is work the commonest routes don't need."""
-    if (exchange.type == "headers" or exchange.matcher.exchange_bindings
+    if (type(exchange.matcher) is HeadersMatcher or exchange.matcher.exchange_bindings
             or "alternate-exchange" in exchange.arguments
             or exchange.policy_alternate_exchange is not None):
         return message.headers

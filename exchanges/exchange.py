@@ -9,13 +9,17 @@ caller's to refuse (503 ``unknown exchange type 'x'``) by checking
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .binding import Matcher, Routable
+from .delayed import DELAYED_TYPE, routing_type
 from .direct import DirectMatcher
 from .fanout import FanoutMatcher
 from .headers import HeadersMatcher
 from .topic import TopicMatcher
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
 
 #: Exchange type name -> matcher class, for the built-in types.
 EXCHANGE_TYPES: dict[str, type] = {
@@ -27,6 +31,22 @@ EXCHANGE_TYPES: dict[str, type] = {
     # (broker/dedupe.py), since it is kept in the store with the enqueue.
     "x-message-deduplication": FanoutMatcher,
 }
+#: The types that route by themselves (what ``x-delayed-type`` may name).
+ROUTING_TYPES = frozenset(EXCHANGE_TYPES)
+# The plugin's delayed type routes with its ``x-delayed-type``'s matcher (``delayed.py``).
+EXCHANGE_TYPES[DELAYED_TYPE] = DirectMatcher
+
+
+class Schedule(Protocol):
+    """What the exchange record shows of a delayed exchange's schedule."""
+
+    @property
+    def count(self) -> int:
+        """Messages scheduled (``messages_delayed``)."""
+
+    def take_dead_letter(self, message: Message) -> bool:
+        """Schedule a message dead-lettered to this exchange if it carries a positive
+        ``x-delay`` (true), as the plugin delays whatever its exchange routes."""
 
 
 class Exchange(Routable):
@@ -36,6 +56,7 @@ class Exchange(Routable):
         "arguments",
         "auto_delete",
         "dedupe",
+        "delayed",
         "durable",
         "internal",
         "matcher",
@@ -57,6 +78,8 @@ class Exchange(Routable):
         vhost: str = "/",
     ) -> None:
         matcher_class = EXCHANGE_TYPES.get(type)
+        if type == DELAYED_TYPE:
+            matcher_class = EXCHANGE_TYPES[routing_type(type, arguments or {})]
         if matcher_class is None:
             raise ValueError(f"unknown exchange type {type!r}")
         self.name = name
@@ -71,6 +94,8 @@ class Exchange(Routable):
         self.policy_alternate_exchange: str | None = None
         # Its deduplication window, set by the vhost (broker/dedupe.py), if it has one.
         self.dedupe: object | None = None
+        # A delayed exchange's schedule (``broker/delayed.py``), set by the broker.
+        self.delayed: Schedule | None = None
 
     @property
     def alternate_exchange(self) -> str | None:

@@ -262,6 +262,18 @@ def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
     w.one("leveret_queue_messages_paged_out", "gauge",
           "Ready messages held only in the store, not in memory (all queues)",
           sum(q.paged_out for q in queues))
+    delayed = [((("vhost", vh.name), ("exchange", name)), dx)
+               for vh in list(state.broker.vhosts.values())
+               for name, dx in list(vh.delays.by_name.items())]
+    w.family("leveret_exchange_messages_delayed", "gauge",
+             "Messages a delayed exchange holds until they are due",
+             [(labels, dx.count) for labels, dx in delayed])
+    w.family("leveret_exchange_messages_delay_released_total", "counter",
+             "Messages a delayed exchange released since the node started",
+             [(labels, dx.released) for labels, dx in delayed])
+    w.histogram("leveret_delayed_release_lateness_seconds",
+                "How long after its due time a delayed message was released",
+                state.broker.delayed_lateness)
 
 
 def write_queues_aggregated(w: Writer, state: State) -> Render:

@@ -17,10 +17,11 @@ from aiohttp import web
 
 from leveret.broker import inventory
 from leveret.broker.api import EXCHANGE_TYPES, PolicyError, validate_policy
+from leveret.broker.delayed import check_declaration
 from leveret.broker.inventory import truthy
 from leveret.management_ui import read, rights, views
 from leveret.management_ui.router import ApiError, Request, bad_request, not_found
-from leveret.model.errors import ChannelError
+from leveret.model.errors import ChannelError, ConnectionError_
 
 # RabbitMQ's default text when a connection is closed from the management UI.
 CLOSED_VIA_MANAGEMENT = "Closed via management plugin"
@@ -59,6 +60,11 @@ async def put_exchange(req: Request) -> web.Response:
         raise bad_request(f"unknown exchange type '{type_}'")
     arguments = _dict_arg(body, "arguments")
     existed = name in vhost.exchanges
+    if not existed:
+        try:
+            check_declaration(type_, arguments)
+        except ConnectionError_ as exc:  # over AMQP a connection error; here a bad request
+            raise bad_request(exc.detail) from None
     rights.check_declare(req, vhost, "exchange", name, arguments.get("alternate-exchange"),
                          existed)
     if name.startswith("amq.") and not existed:

@@ -226,6 +226,8 @@ def _dead_letter(queue: Queue, message: Message, reason: str) -> None:
         dead, keys, headers = make_message(message, queue.name, reason, dlx_name,
                                            settings.dead_letter_routing_key, when,
                                            keep_headers=False)
+    if exchange.delayed is not None and exchange.delayed.take_dead_letter(dead):
+        return  # a delayed exchange keeps it until due (broker/delayed.py)
     if dlx_name:
         targets = cast("list[Queue]", route(exchange, keys[0], headers, exchanges.get, keys[1:]))
     else:  # the default exchange: every routing key names a queue (no bindings to walk)

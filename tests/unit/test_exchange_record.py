@@ -11,6 +11,7 @@ from leveret.exchanges import (
     HeadersMatcher,
     TopicMatcher,
 )
+from leveret.exchanges.exchange import ROUTING_TYPES
 
 
 def test_registry_maps_the_builtin_types():
@@ -20,12 +21,21 @@ def test_registry_maps_the_builtin_types():
         "topic": TopicMatcher,
         "headers": HeadersMatcher,
         "x-message-deduplication": FanoutMatcher,  # the plugin's type routes as fanout
-    } == EXCHANGE_TYPES
+    } == {name: EXCHANGE_TYPES[name] for name in ROUTING_TYPES}
+    assert set(EXCHANGE_TYPES) == {*ROUTING_TYPES, "x-delayed-message"}
     assert "x-consistent-hash" not in EXCHANGE_TYPES
 
 
+def test_a_delayed_exchange_routes_with_its_delayed_types_matcher():
+    for type_name in ROUTING_TYPES:
+        x = Exchange("x", "x-delayed-message", arguments={"x-delayed-type": type_name})
+        assert type(x.matcher) is EXCHANGE_TYPES[type_name]
+        assert x.type == "x-delayed-message"
+
+
 def test_defaults_and_matcher_per_type():
-    for type_name, cls in EXCHANGE_TYPES.items():
+    for type_name in ROUTING_TYPES:
+        cls = EXCHANGE_TYPES[type_name]
         x = Exchange("x", type_name)
         assert (x.name, x.type, x.durable, x.auto_delete, x.internal) == (
             "x",

@@ -1,0 +1,90 @@
+"""What a delayed exchange has scheduled, and acting on it (beyond RabbitMQ's API).
+
+``GET /api/exchanges/{vhost}/{name}/delayed`` lists the scheduled messages by due time
+(``?count=``, default 100, at most 10,000: read from the store, never held in memory;
+``?after={id}``: the page after that message);
+``DELETE …/delayed`` cancels them all; ``DELETE …/delayed/{id}`` cancels one and ``POST
+…/delayed/{id}/release`` releases one now, routed as it would have been when due. Listing
+needs ``read`` on the exchange (it shows message contents), the others ``configure`` (as
+deleting it would). 404 for an exchange that does not delay, or an id that is not (or no
+longer) scheduled. ``messages_delayed`` on the exchange itself is the count, O(1).
+
+Message shape: the queue peek's (``messages.message_json``) plus ``id`` (opaque, stable
+while scheduled), ``due`` (ms since the epoch) and ``due_in_ms``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from leveret.broker.delayed import DelayedExchange
+from leveret.broker.permissions import READ
+from leveret.management_ui import messages, read, rights
+from leveret.management_ui.router import Request, bad_request, json_response, not_found
+
+DEFAULT_COUNT = 100
+MAX_COUNT = 10_000
+
+
+def _target(req: Request) -> tuple[Any, DelayedExchange]:
+    vhost = read.vhost_of(req)
+    dx = vhost.delays.by_name.get(req.params["name"])
+    if dx is None:
+        raise not_found()
+    return vhost, dx
+
+
+def _key(req: Request) -> int:
+    try:
+        return int(req.params["id"])
+    except ValueError:
+        raise not_found() from None
+
+
+async def listing(req: Request) -> web.Response:
+    vhost, dx = _target(req)
+    rights.access_of(req, vhost.name).check(READ, "exchange", dx.exchange.name)
+    try:
+        count = int(req.query.get("count", DEFAULT_COUNT))
+    except ValueError:
+        raise bad_request("count must be an integer") from None
+    if not 0 <= count <= MAX_COUNT:
+        raise bad_request(f"count must be between 0 and {MAX_COUNT}")
+    try:
+        after = int(req.query.get("after", -1))
+    except ValueError:
+        raise bad_request("after must be a message id") from None
+    now = vhost.delays.clock()
+    out = []
+    for i, scheduled in enumerate(vhost.delays.listing(dx, count, after)):
+        item = messages.message_json(i, scheduled.message, False, "auto")
+        item.pop("redelivered")
+        item.update(id=str(scheduled.key), due=scheduled.due_ms,
+                    due_in_ms=scheduled.due_ms - now)
+        out.append(item)
+    return json_response({"messages_delayed": dx.count, "messages": out})
+
+
+async def cancel_all(req: Request) -> web.Response:
+    vhost, dx = _target(req)
+    rights.check_configure(req, vhost, "exchange", dx.exchange.name)
+    vhost.delays.cancel_all(dx)
+    return web.Response(status=204)
+
+
+async def cancel(req: Request) -> web.Response:
+    vhost, dx = _target(req)
+    rights.check_configure(req, vhost, "exchange", dx.exchange.name)
+    if not vhost.delays.cancel(dx, _key(req)):
+        raise not_found()
+    return web.Response(status=204)
+
+
+async def release(req: Request) -> web.Response:
+    vhost, dx = _target(req)
+    rights.check_configure(req, vhost, "exchange", dx.exchange.name)
+    if not vhost.delays.release_now(dx, _key(req)):
+        raise not_found()
+    return web.Response(status=204)
