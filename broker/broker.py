@@ -23,9 +23,9 @@ from leveret.model.stats import Churn, MessageStats
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
+from leveret.queues.flavours import new_queue
 from leveret.queues.paging import Paging
 from leveret.queues.policy import Policy
-from leveret.queues.queue import Queue
 
 if TYPE_CHECKING:
     from leveret.config import Config
@@ -102,8 +102,8 @@ class Broker:
             vhost = self.vhosts.get(q.vhost)
             if vhost is None:
                 continue
-            queue = Queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
-                          arguments=dict(q.arguments))
+            queue = new_queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
+                              arguments=dict(q.arguments))
             vhost.add_queue(queue, q.qid)
             stats = self.store.queue_stats(q.qid)
             queue.recover(stats.count, stats.first_seq, stats.next_seq, stats.bytes)
