@@ -147,6 +147,11 @@ class Stream(Queue):
         return self._index.next_offset
 
     @property
+    def log_index(self) -> StreamIndex:
+        """The log's segments (read-only use: the management plane)."""
+        return self._index
+
+    @property
     def log_bytes(self) -> int:
         return self._index.total_bytes
 

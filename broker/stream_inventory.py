@@ -1,0 +1,37 @@
+"""What the management plane shows of a stream, beside a queue's usual fields.
+
+RabbitMQ's management API shows a stream as a queue with ``type: stream`` and
+``messages`` = the messages in its log (readers never take any, so none is
+"unacknowledged" in its count). Leveret adds the log's shape (first and last
+offset and arrival time, segments, bytes) and, per consumer, the offset it
+reads next and how far it is behind the end of the log (its lag).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leveret.queues.stream import Stream
+
+
+def stream_fields(stream: Stream) -> dict[str, Any]:
+    count = stream.message_count
+    index = stream.log_index
+    return {
+        "messages": count, "messages_ready": count,
+        "stream": {
+            "first_offset": stream.first_offset,
+            "last_offset": stream.next_offset - 1 if count else None,
+            "first_timestamp": index.segments[0].first_ts if index.segments else None,
+            "last_timestamp": index.last_ts or None,
+            "segments": stream.segment_count,
+            "bytes": stream.log_bytes,
+        },
+    }
+
+
+def consumer_fields(stream: Stream, consumer: Any) -> dict[str, Any]:
+    offset = stream.consumer_offset(consumer)
+    if offset is None:
+        return {}
+    return {"stream_offset": offset, "stream_lag": max(stream.next_offset - offset, 0)}
