@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from leveret.queues.consumer import Consumer
 from leveret.queues.stream import Stream
 
 
@@ -30,7 +31,7 @@ def stream_fields(stream: Stream) -> dict[str, Any]:
     }
 
 
-def consumer_fields(stream: Stream, consumer: Any) -> dict[str, Any]:
+def consumer_fields(stream: Stream, consumer: Consumer) -> dict[str, Any]:
     offset = stream.consumer_offset(consumer)
     if offset is None:
         return {}
