@@ -26,6 +26,7 @@ from leveret.persistence.store import Store
 from leveret.queues.flavours import new_queue
 from leveret.queues.paging import Paging
 from leveret.queues.policy import Policy
+from leveret.queues.stream import restore_tracked_offsets
 
 if TYPE_CHECKING:
     from leveret.config import Config
@@ -108,6 +109,7 @@ class Broker:
             stats = self.store.queue_stats(q.qid)
             queue.recover(stats.count, stats.first_seq, stats.next_seq, stats.bytes)
             messages += stats.count
+        restore_tracked_offsets(self.vhosts, defs.access)
         for b in defs.bindings:
             vhost = self.vhosts.get(b.vhost)
             if vhost is None:

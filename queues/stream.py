@@ -27,6 +27,10 @@ change nothing else (RabbitMQ 3.11+; 3.10 closes the connection with 540 on a
 nack or reject: Leveret keeps the consumer going and says so in
 docs/differences.md). Nothing is ever redelivered.
 
+Offset tracking (``stream_tracking.py``, consumer argument
+``x-stream-offset-tracking: true``) keeps, per consumer tag, the highest offset
+up to which every delivery was settled, so a consumer resumes after it.
+
 Retention drops whole segments (``stream_log.py``) when a segment opens and
 when a policy changes; the entries go in the same batch as the publish that
 opened the segment.
@@ -36,11 +40,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from leveret.model.message import Message
-from leveret.queues import stream_arguments, ttl
+from leveret.persistence.store import AccessDef
+from leveret.queues import stream_arguments, stream_tracking, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.queue import Queue
 from leveret.queues.stream_arguments import (
@@ -54,6 +59,7 @@ from leveret.queues.stream_arguments import (
 )
 from leveret.queues.stream_header import with_stream_offset
 from leveret.queues.stream_log import StreamIndex
+from leveret.queues.stream_tracking import AckWindow
 
 if TYPE_CHECKING:
     from leveret.persistence.store import StoredEntry
@@ -71,14 +77,28 @@ RECOVER_PAGE = 4096
 FILTER_VALUE = "x-stream-filter-value"
 
 
+class OffsetLog(Protocol):
+    """The group commit, as offset tracking records through it."""
+
+    @property
+    def batch(self) -> int: ...
+
+    def put_definition(self, definition: AccessDef) -> None: ...
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None: ...
+
+
 class Reader:
     """One consumer's place in the log."""
 
-    __slots__ = ("ahead", "consumer", "filters", "match_unfiltered", "min_ts", "position")
+    __slots__ = ("ahead", "consumer", "filters", "match_unfiltered", "min_ts", "position",
+                 "window")
 
     def __init__(self, consumer: Consumer, position: int, min_ts: int = 0,
-                 filters: frozenset[str] | None = None, match_unfiltered: bool = False) -> None:
+                 filters: frozenset[str] | None = None, match_unfiltered: bool = False,
+                 window: AckWindow | None = None) -> None:
         self.consumer = consumer
+        self.window = window  # offset tracking on: what it settled (stream_tracking.py)
         self.position = position  # the next offset to deliver
         self.ahead: deque[StoredEntry] = deque()  # read from the store, not yet delivered
         self.min_ts = min_ts  # a timestamp seek: skip chunks that arrived before it
@@ -109,7 +129,7 @@ def _headers(message: Message) -> Mapping[str, object] | None:
 class Stream(Queue):
     """A stream queue: see the module docstring."""
 
-    __slots__ = ("_chunk_ts", "_committed", "_index", "_readers")
+    __slots__ = ("_chunk_ts", "_committed", "_index", "_readers", "_tracked", "_tracking_ops")
 
     def __init__(self, vhost: QueueHost | None, name: str, durable: bool = True,
                  exclusive_owner: object | None = None, auto_delete: bool = False,
@@ -120,6 +140,10 @@ class Stream(Queue):
             segment, bool) else DEFAULT_SEGMENT_BYTES)
         self._committed = 0  # offsets below it are committed: readers may deliver them
         self._chunk_ts = 0  # arrival ms of the last chunk (strictly increasing)
+        # Offset tracking: each tracked consumer tag's settled floor, and the record of it
+        # pending in the current commit batch (updated in place until the batch is taken).
+        self._tracked: dict[str, int] = {}
+        self._tracking_ops: dict[str, tuple[int, dict[str, int]]] = {}
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
 
     def __repr__(self) -> str:
@@ -249,8 +273,12 @@ class Stream(Queue):
         if not self.deleted:
             raise stream_arguments.refused_operation("queue.purge", self.what, (50, 30))
         count = self._index.count
-        for consumer in list(self._readers):
-            self._readers.pop(consumer, None)
+        self._readers.clear()
+        offsets = cast("OffsetLog | None", self.log)
+        if offsets is not None:
+            for tag in self._tracked:
+                offsets.delete_access(stream_tracking.RECORD_KIND, self._record_key(tag))
+        self._tracked.clear()
         return count
 
     def close(self) -> None:
@@ -288,13 +316,19 @@ class Stream(Queue):
         spec = stream_arguments.parse_offset(arguments.get("x-stream-offset"),
                                              ttl.now_ms(self.time), self.what)
         position, min_ts = self._start(spec)
+        window = None
+        if arguments.get(stream_tracking.ARGUMENT) is True:
+            floor = self._tracked.get(consumer.tag)
+            if floor is not None:  # resume after what it settled, whatever x-stream-offset says
+                position, min_ts = max(floor + 1, self._index.first_offset), 0
+            window = AckWindow(position - 1)
         filters, match_unfiltered = stream_arguments.parse_filter(arguments)
         self.had_consumer = True
         self._ring.add(consumer, False)
         if consumer.exclusive:
             self.exclusive_consumer = True
         reader = self._readers[consumer] = Reader(consumer, position, min_ts, filters,
-                                                  match_unfiltered)
+                                                  match_unfiltered, window)
         self._pump(reader)
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -336,7 +370,11 @@ class Stream(Queue):
             stored = ahead.popleft()
             reader.position = stored.seq + 1
             if not reader.wants(stored):
+                if reader.window is not None:
+                    reader.window.skipped(stored.seq)
                 continue
+            if reader.window is not None:
+                reader.window.delivered(stored.seq)
             self._deliver(consumer, stored)
 
     def _deliver(self, consumer: Consumer, stored: StoredEntry) -> None:
@@ -357,16 +395,52 @@ class Stream(Queue):
     def settle(self, entry: QueueEntry) -> None:
         self._unacked -= 1
         self._acked += 1
+        self._track(entry)
         self.resume(entry.holder)
 
     def settle_many(self, entries: list[QueueEntry]) -> None:
         self._unacked -= len(entries)
         self._acked += len(entries)
+        for entry in entries:
+            self._track(entry)
 
     def reject(self, entry: QueueEntry, resume: bool = True) -> None:
         self._unacked -= 1
+        self._track(entry)
         if resume:
             self.resume(entry.holder)
+
+    # -- offset tracking (stream_tracking.py) ----------------------------------------------
+
+    def _track(self, entry: QueueEntry) -> None:
+        """A delivery was settled for good: move its consumer's tracked offset, if tracked."""
+        reader = self._readers.get(entry.holder)
+        if reader is None or reader.window is None or not reader.window.settled(entry.seq):
+            return
+        tag = reader.consumer.tag
+        floor = self._tracked[tag] = reader.window.floor
+        offsets = cast("OffsetLog | None", self.log)
+        if offsets is None or self.deleted:
+            return
+        pending = self._tracking_ops.get(tag)
+        if pending is not None and pending[0] == offsets.batch:
+            pending[1]["offset"] = floor  # still in the batch being recorded
+            return
+        record = {"offset": floor}
+        self._tracking_ops[tag] = (offsets.batch, record)
+        offsets.put_definition(AccessDef(stream_tracking.RECORD_KIND, self._record_key(tag),
+                                         record))
+
+    def _record_key(self, tag: str) -> tuple[str, ...]:
+        vhost = self.vhost.name if self.vhost is not None else "/"
+        return stream_tracking.record_key(vhost, self.name, tag)
+
+    def restore_offset(self, tag: str, floor: int) -> None:
+        """A tracked offset read back from the store at startup."""
+        self._tracked[tag] = floor
+
+    def tracked_offsets(self) -> dict[str, int]:
+        return dict(self._tracked)
 
     def requeue(self, entry: QueueEntry) -> None:
         """A nack or reject with requeue, or a closed channel's unacked delivery: credit
@@ -375,3 +449,17 @@ class Stream(Queue):
 
     def deliver_ready(self) -> None:
         self._dispatch()
+
+
+def restore_tracked_offsets(vhosts: Mapping[str, QueueHost],
+                            records: Iterable[AccessDef]) -> None:
+    """Give recovered streams the tracked offsets stored for them (at startup)."""
+    for record in records:
+        if record.kind != stream_tracking.RECORD_KIND or len(record.key) != 3:
+            continue
+        vhost_name, name, tag = record.key
+        vhost = vhosts.get(vhost_name)
+        stream = vhost.queues.get(name) if vhost is not None else None
+        offset = record.record.get("offset")
+        if isinstance(stream, Stream) and isinstance(offset, int):
+            stream.restore_offset(tag, offset)

@@ -218,3 +218,42 @@ async def test_aio_pika_reads_from_first_and_get_closes_with_540(broker: Any) ->
 async def _closed(conn: Any) -> None:
     while not conn.is_closed:
         await asyncio.sleep(0.02)
+
+
+def test_offset_tracking_resumes_after_the_highest_contiguous_ack_across_kill(
+        make_broker: Any) -> None:
+    """QoS 5, a named consumer with tracking on: 5 delivered, offsets 0, 1, 2 and 4 acked
+    (3 not). After kill -9 and a restart the same tag resumes at 3, the first it did not
+    settle, not at 5 where it had read to; a tag without a stored offset starts where its
+    x-stream-offset says."""
+    b = make_broker()
+    conn = connect(b)
+    conn.channel().queue_declare("s", durable=True, arguments=STREAM)
+    publish(conn, "s", [b"m%d" % i for i in range(10)])
+    tracked = {"x-stream-offset": "first", "x-stream-offset-tracking": True}
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=5)
+    got: list[tuple[int, int]] = []
+    ch.basic_consume("s", lambda c, m, p, body: got.append((p.headers["x-stream-offset"],
+                                                            m.delivery_tag)),
+                     consumer_tag="reader-1", arguments=tracked)
+    pump(conn, lambda: len(got) == 5)
+    for offset, tag in got:
+        if offset != 3:
+            ch.basic_ack(tag)
+    publish(conn, "s", [b"m10"])  # its confirm: the acks' records are committed too
+    b.stop(kill=True)
+    b.start()
+    conn = connect(b)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=5)
+    resumed: list[int] = []
+    fresh: list[int] = []
+    ch.basic_consume("s", lambda c, m, p, body: resumed.append(p.headers["x-stream-offset"]),
+                     consumer_tag="reader-1", arguments=tracked)
+    ch.basic_consume("s", lambda c, m, p, body: fresh.append(p.headers["x-stream-offset"]),
+                     consumer_tag="reader-2", arguments={**tracked, "x-stream-offset": 8})
+    pump(conn, lambda: len(resumed) == 5 and len(fresh) == 3)
+    assert resumed == [3, 4, 5, 6, 7]
+    assert fresh == [8, 9, 10]
+    conn.close()

@@ -27,6 +27,7 @@ from leveret.queues.stream_arguments import (
 )
 from leveret.queues.stream_header import with_stream_offset
 from leveret.queues.stream_log import StreamIndex
+from leveret.queues.stream_tracking import AckWindow
 
 WHAT = "queue 's' in vhost '/'"
 
@@ -158,3 +159,17 @@ def test_filters() -> None:
     assert parse_filter({"x-stream-filter": "a"}) == (frozenset({"a"}), False)
     assert parse_filter({"x-stream-filter": ["a", b"b", 3],
                          "x-stream-match-unfiltered": True}) == (frozenset({"a", "b"}), True)
+
+
+def test_ack_window_keeps_the_highest_contiguously_settled_offset() -> None:
+    window = AckWindow(floor=-1)
+    for offset in (0, 1, 2, 5, 6):
+        window.delivered(offset)
+    assert window.settled(1) is False and window.floor == -1  # 0 still out
+    assert window.settled(0) is True and window.floor == 1
+    assert window.settled(5) is False and window.floor == 1
+    assert window.settled(2) is True and window.floor == 5  # 2, then the settled 5
+    assert window.settled(6) is True and window.floor == 6
+    window.skipped(9)  # filtered out with nothing pending: passed
+    assert window.floor == 9
+    assert window.settled(3) is False  # never delivered (or long settled): no change
