@@ -400,3 +400,24 @@ def test_a_stream_is_a_dead_letter_target(target: Any, stream: str) -> None:
             assert reader.got == []
     finally:
         conn.channel().queue_delete(source)
+
+
+@pytest.mark.parametrize("side", ["leveret", "rabbitmq"])
+def test_http_get_and_purge_are_refused(request: pytest.FixtureRequest, side: str) -> None:
+    """The management API's get and purge of a stream: 400 with RabbitMQ's reasons."""
+    http = request.getfixturevalue("api" if side == "leveret" else "rabbitmq_http")
+    name = f"stream-{uuid.uuid4().hex[:10]}"
+    status, _, _ = http.put(f"/queues/%2F/{name}", {"durable": True, "arguments": STREAM})
+    assert status == 201
+    try:
+        got = http.post(f"/queues/%2F/{name}/get", {"count": 1, "ackmode": "ack_requeue_true",
+                                                    "encoding": "auto"})
+        assert (got[0], got[2]) == (400, {
+            "error": "bad_request",
+            "reason": f"540 basic.get not supported by stream queues queue '{name}' in vhost '/'"})
+        got = http.delete(f"/queues/%2F/{name}/contents")
+        assert (got[0], got[2]) == (400, {
+            "error": "bad_request",
+            "reason": f"queue.purge not supported by stream queues queue '{name}' in vhost '/'"})
+    finally:
+        http.delete(f"/queues/%2F/{name}")
