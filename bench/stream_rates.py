@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -50,11 +51,30 @@ def start_leveret(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"amqp://guest:guest@127.0.0.1:{document['amqp']}/%2F"
 
 
-def peak_rss_mib(pid: int) -> float:
+def memory_mib(pid: int) -> dict[str, float]:
+    """VmHWM (peak RSS), VmRSS, RssAnon (heap: what the broker holds, not page cache)."""
+    out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+        name, _, value = line.partition(":")
+        if name in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+            out[name] = int(value.split()[0]) / 1024
+    return out
+
+
+class Sampler(threading.Thread):
+    """Peak RssAnon and VmRSS of ``pid``, sampled every 0.2 s until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peaks = {"RssAnon": 0.0, "VmRSS": 0.0}
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.2):
+            now = memory_mib(self.pid)
+            for key in self.peaks:
+                self.peaks[key] = max(self.peaks[key], now.get(key, 0.0))
 
 
 async def publish(url: str, name: str, count: int, size: int) -> float:
@@ -131,9 +151,12 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_leveret(Path(tmp))
+        sampler = Sampler(proc.pid)
+        sampler.start()
         try:
             results["leveret"] = asyncio.run(run(url, args.messages, args.size))
-            rss = peak_rss_mib(proc.pid)
+            sampler.stopped.set()
+            memory = memory_mib(proc.pid)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -145,7 +168,9 @@ def main() -> None:
     if "rabbitmq" in results:
         ratios = {k: results["leveret"][k] / results["rabbitmq"][k] for k in results["leveret"]}
         print("  ratio    " + "".join(f"  {k} {v:>9.2f}" for k, v in ratios.items()))
-    print(f"  Leveret peak RSS {rss:.0f} MiB")
+    print(f"  Leveret peak RSS (VmHWM) {memory.get('VmHWM', 0):.0f} MiB; sampled peaks: "
+          f"RSS {sampler.peaks['VmRSS']:.0f} MiB, heap (RssAnon) "
+          f"{sampler.peaks['RssAnon']:.0f} MiB (the rest is the store's mapped page cache)")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from leveret.persistence.batch import (
     Purge,
     PutDefinition,
     Remove,
+    Truncate,
 )
 from leveret.persistence.records import (
     decode_definition,
@@ -41,7 +42,7 @@ _DELIVERED = struct.Struct(">IQI")
 _LEN = struct.Struct(">I")
 _WITH_MESSAGE, _TRANSIENT = 1, 2
 (_T_ENQUEUE, _T_DELIVERED, _T_REMOVE, _T_PURGE, _T_DELETE_QUEUE, _T_DELETE_EXCHANGE,
- _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW) = range(1, 10)
+ _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW, _T_TRUNCATE) = range(1, 11)
 
 
 def _blob(data: bytes) -> bytes:
@@ -82,6 +83,8 @@ def encode_batch(batch: Batch) -> bytes:
             parts.append(bytes((_T_REMOVE,)) + _ENTRY.pack(op.qid, op.seq))
         elif isinstance(op, Purge):
             parts.append(bytes((_T_PURGE,)) + _ENTRY.pack(op.qid, op.from_seq))
+        elif isinstance(op, Truncate):
+            parts.append(bytes((_T_TRUNCATE,)) + _ENTRY.pack(op.qid, op.below))
         elif isinstance(op, DeleteQueue):
             parts.append(bytes((_T_DELETE_QUEUE,)) + _json([op.vhost, op.name, op.qid]))
         elif isinstance(op, DeleteExchange):
@@ -138,11 +141,12 @@ def decode_batch(data: bytes) -> Batch:
             qid, entry_seq, deliveries = _DELIVERED.unpack_from(view, at)
             at += _DELIVERED.size
             ops.append(MarkDelivered(qid, entry_seq, deliveries))
-        elif tag in (_T_REMOVE, _T_PURGE, _T_DELIVERED_BELOW):
+        elif tag in (_T_REMOVE, _T_PURGE, _T_DELIVERED_BELOW, _T_TRUNCATE):
             qid, entry_seq = _ENTRY.unpack_from(view, at)
             at += _ENTRY.size
             ops.append(Remove(qid, entry_seq) if tag == _T_REMOVE else Purge(qid, entry_seq)
-                       if tag == _T_PURGE else DeliveredBelow(qid, entry_seq))
+                       if tag == _T_PURGE else Truncate(qid, entry_seq) if tag == _T_TRUNCATE
+                       else DeliveredBelow(qid, entry_seq))
         elif tag == _T_DELETE_QUEUE:
             vhost, name, qid = doc()
             ops.append(DeleteQueue(str(vhost), str(name), int(qid)))  # type: ignore[call-overload]

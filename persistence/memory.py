@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from itertools import takewhile
 
 from leveret.model.message import Message
 from leveret.persistence.apply import apply_batch
@@ -221,6 +222,15 @@ class MemoryStore:
         if entries is None:
             return
         for seq in list(entries.seqs_from(from_seq)):
+            entry = entries.pop(seq)
+            assert entry is not None
+            self._forget(qid, entry)
+
+    def remove_entries_below(self, qid: int, below: int) -> None:
+        entries = self._entries.get(qid)
+        if entries is None:
+            return
+        for seq in list(takewhile(lambda s: s < below, entries.seqs_from(0))):
             entry = entries.pop(seq)
             assert entry is not None
             self._forget(qid, entry)

@@ -77,11 +77,13 @@ RECOVER_PAGE = 4096
 FILTER_VALUE = "x-stream-filter-value"
 
 
-class OffsetLog(Protocol):
-    """The group commit, as offset tracking records through it."""
+class StreamLog(Protocol):
+    """The group commit, as retention and offset tracking record through it."""
 
     @property
     def batch(self) -> int: ...
+
+    def truncate(self, qid: int, below: int) -> None: ...
 
     def put_definition(self, definition: AccessDef) -> None: ...
 
@@ -199,10 +201,10 @@ class Stream(Queue):
     def _retain(self, now: int) -> None:
         s = self.settings
         dropped = self._index.expired(s.max_length_bytes, parse_max_age(s.max_age), now)
-        if not dropped or self.log is None:
+        stream_log = cast("StreamLog | None", self.log)
+        if not dropped or stream_log is None:
             return
-        for segment in dropped:
-            self.log.remove_many(self.qid, list(range(segment.first, segment.next)))
+        stream_log.truncate(self.qid, dropped[-1].next)  # one operation, whole segments
         log.debug("stream %r: retention dropped %d segment(s), first offset now %d",
                   self.name, len(dropped), self._index.first_offset)
 
@@ -274,7 +276,7 @@ class Stream(Queue):
             raise stream_arguments.refused_operation("queue.purge", self.what, (50, 30))
         count = self._index.count
         self._readers.clear()
-        offsets = cast("OffsetLog | None", self.log)
+        offsets = cast("StreamLog | None", self.log)
         if offsets is not None:
             for tag in self._tracked:
                 offsets.delete_access(stream_tracking.RECORD_KIND, self._record_key(tag))
@@ -419,7 +421,7 @@ class Stream(Queue):
             return
         tag = reader.consumer.tag
         floor = self._tracked[tag] = reader.window.floor
-        offsets = cast("OffsetLog | None", self.log)
+        offsets = cast("StreamLog | None", self.log)
         if offsets is None or self.deleted:
             return
         pending = self._tracking_ops.get(tag)
