@@ -142,6 +142,19 @@ class MemoryStore:
                     break
         return out
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
+        out: list[tuple[int, int, int]] = []
+        with self._lock:
+            entries = self._entries.get(qid)
+            if entries is None or limit <= 0:
+                return out
+            for seq in entries.seqs_from(from_seq):
+                msg_id, _, _, expires_at = entries.by_seq[seq]
+                out.append((seq, expires_at, len(self._messages[msg_id].body)))
+                if len(out) >= limit:
+                    break
+        return out
+
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         out: list[StoredEntry] = []
         with self._lock:

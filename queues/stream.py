@@ -85,6 +85,8 @@ class StreamLog(Protocol):
 
     def truncate(self, qid: int, below: int) -> None: ...
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]: ...
+
     def put_definition(self, definition: AccessDef) -> None: ...
 
     def delete_access(self, kind: str, key: tuple[str, ...]) -> None: ...
@@ -245,22 +247,22 @@ class Stream(Queue):
 
     def recover(self, count: int, first_seq: int, next_seq: int,
                 size: int | None = None) -> None:
-        """After a restart: rebuild the index from the entries on disk (one pass, in pages;
-        chunks are the runs of equal arrival times)."""
-        queue_log = self.log
-        assert queue_log is not None
+        """After a restart: rebuild the index from the entries on disk (one pass over the
+        store's index in pages, no message read; chunks are the runs of equal arrival
+        times)."""
+        stream_log = cast("StreamLog | None", self.log)
+        assert stream_log is not None
         index = self._index
         index.next_offset = index.last_chunk = first_seq
         position, last_ts = first_seq, -1
         while count:
-            page = queue_log.read_queue(self.qid, position, RECOVER_PAGE)
+            page = stream_log.read_stamps(self.qid, position, RECOVER_PAGE)
             if not page:
                 break
-            for entry in page:
-                index.append(entry.seq, len(entry.message.body), entry.expires_at,
-                             entry.expires_at != last_ts)
-                last_ts = entry.expires_at
-            position = page[-1].seq + 1
+            for seq, ts, size in page:
+                index.append(seq, size, ts, ts != last_ts)
+                last_ts = ts
+            position = page[-1][0] + 1
         index.next_offset = max(index.next_offset, next_seq)
         self._next_seq = self._committed = index.next_offset
         self._chunk_ts = max(last_ts, 0)

@@ -257,3 +257,41 @@ def test_offset_tracking_resumes_after_the_highest_contiguous_ack_across_kill(
     assert resumed == [3, 4, 5, 6, 7]
     assert fresh == [8, 9, 10]
     conn.close()
+
+
+def test_retention_and_last_survive_a_restart(make_broker: Any) -> None:
+    """The index is rebuilt from the store (arrival times are stored per entry): after kill -9
+    the same first offset, count and 'last' chunk, and retention goes on from there."""
+    b = make_broker()
+    conn = connect(b)
+    args = {**STREAM, "x-max-length-bytes": 2_000, "x-stream-max-segment-size-bytes": 1_000}
+    conn.channel().queue_declare("r", durable=True, arguments=args)
+    for i in range(10):  # one publish per commit: one chunk each, two per segment
+        publish(conn, "r", [bytes([i]) * 500])
+    before = conn.channel().queue_declare("r", durable=True, arguments=args).method
+    first = read(conn, "r", 1)[0][0]
+
+    def last_offsets(c: pika.BlockingConnection) -> list[int]:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=10)
+        got: list[int] = []
+        ch.basic_consume("r", lambda c_, m, p, body: got.append(p.headers["x-stream-offset"]),
+                         arguments={"x-stream-offset": "last"})
+        pump(c, lambda: bool(got) and got[-1] == 9)
+        ch.close()
+        return got
+
+    assert last_offsets(conn) == [9]
+    b.stop(kill=True)
+    b.start()
+    conn = connect(b)
+    after = conn.channel().queue_declare("r", durable=True, arguments=args).method
+    assert after.message_count == before.message_count
+    assert read(conn, "r", 1)[0][0] == first
+    assert last_offsets(conn) == [9]
+    for i in range(10, 14):
+        publish(conn, "r", [bytes([i]) * 500])
+    count = conn.channel().queue_declare("r", durable=True, arguments=args).method.message_count
+    offsets = [o for o, _, _ in read(conn, "r", count)]
+    assert offsets[0] > first and offsets[-1] == 13
+    conn.close()

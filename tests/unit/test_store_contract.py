@@ -419,6 +419,7 @@ def test_truncate_drops_the_entries_below_and_survives_restart(stores: Stores) -
     assert [(e.seq, e.expires_at) for e in store.read_queue(qid, 0, 100)] == [
         (5, 1005), (6, 1006), (7, 1007), (8, 0)]
     assert store.queue_stats(qid) == QueueStats(4, 5, 9, 4)
+    assert store.read_stamps(qid, 6, 2) == [(6, 1006, 1), (7, 1007, 1)]
     assert [e.message.body for e in store.read_queue(other, 0, 10)] == [b"shared"]
     assert message_count(store) == 5
 
