@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -176,6 +177,12 @@ def test_management_shows_the_log_and_each_consumer_offset(broker: Any, api: Any
     mine = [c for c in consumers if c["queue"]["name"] == name]
     assert mine[0]["arguments"] == {"x-stream-offset": 2}
     assert (mine[0]["stream_offset"], mine[0]["stream_lag"]) == (5, 5)  # 2, 3, 4 in flight
+    with urllib.request.urlopen(broker.metrics_url + "/metrics", timeout=60) as response:
+        metrics = response.read().decode()
+    labels = f'vhost="/",queue="{name}"'
+    assert f"leveret_stream_next_offset{{{labels}}} 10\n" in metrics
+    assert f"leveret_stream_first_offset{{{labels}}} 0\n" in metrics
+    assert f'leveret_stream_consumer_lag{{{labels},consumer_tag="c1"}} 5\n' in metrics
     conn.channel().queue_delete(name)
     conn.close()
 
