@@ -70,7 +70,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _HELD = PublishResult.HELD
-# Entries a reader reads from the store at once: its memory bound.
+# Entries a reader reads from the store at once, at most (and no more than its consumer's
+# credit): its memory bound.
 READ_AHEAD = 128
 # Entries per read when the index is rebuilt at startup.
 RECOVER_PAGE = 4096
@@ -110,8 +111,10 @@ class Reader:
         self.match_unfiltered = match_unfiltered
 
     def wants(self, entry: StoredEntry) -> bool:
-        if entry.expires_at < self.min_ts:
-            return False
+        if self.min_ts:
+            if entry.expires_at < self.min_ts:
+                return False
+            self.min_ts = 0  # arrival times grow with offsets: the seek is over
         if self.filters is None:
             return True
         headers = _headers(entry.message)
@@ -367,7 +370,12 @@ class Stream(Queue):
             if not ahead:
                 if reader.position >= self._committed or queue_log is None:
                     return
-                ahead.extend(queue_log.read_queue(self.qid, reader.position, READ_AHEAD))
+                # No more than its credit (what is read ahead is what it is about to get),
+                # unless it skips entries (a filter, a timestamp seek).
+                limit = READ_AHEAD
+                if reader.filters is None and not reader.min_ts:
+                    limit = min(limit, max(consumer.prefetch - consumer.unacked, 1))
+                ahead.extend(queue_log.read_queue(self.qid, reader.position, limit))
                 if not ahead:  # a gap up to the end (a failed write): nothing to read
                     reader.position = self._committed
                     return
