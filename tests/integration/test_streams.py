@@ -302,3 +302,24 @@ def test_retention_and_last_survive_a_restart(make_broker: Any) -> None:
     offsets = [o for o, _, _ in read(conn, "r", count)]
     assert offsets[0] > first and offsets[-1] == 13
     conn.close()
+
+
+def test_consumers_at_different_offsets_on_one_channel(broker: Any) -> None:
+    name = f"multi-{uuid.uuid4().hex[:8]}"
+    conn = connect(broker)
+    conn.channel().queue_declare(name, durable=True, arguments=STREAM)
+    publish(conn, name, [b"m%d" % i for i in range(100)])
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=7)
+    got: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+
+    def on(ch_: Any, method: Any, props: Any, body: bytes) -> None:
+        got[method.consumer_tag].append(props.headers["x-stream-offset"])
+        ch_.basic_ack(method.delivery_tag)
+
+    for tag, offset in (("a", "first"), ("b", 50), ("c", 99)):
+        ch.basic_consume(name, on, consumer_tag=tag, arguments={"x-stream-offset": offset})
+    pump(conn, lambda: len(got["a"]) == 100 and len(got["b"]) == 50 and len(got["c"]) == 1)
+    assert got == {"a": list(range(100)), "b": list(range(50, 100)), "c": [99]}
+    conn.channel().queue_delete(name)
+    conn.close()
