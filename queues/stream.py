@@ -370,11 +370,12 @@ class Stream(Queue):
             if not ahead:
                 if reader.position >= self._committed or queue_log is None:
                     return
-                # No more than its credit (what is read ahead is what it is about to get),
-                # unless it skips entries (a filter, a timestamp seek).
+                # A page of its prefetch at most (memory follows the consumer's window;
+                # a page of its remaining credit would be a read per ack), unless it
+                # skips entries (a filter, a timestamp seek).
                 limit = READ_AHEAD
                 if reader.filters is None and not reader.min_ts:
-                    limit = min(limit, max(consumer.prefetch - consumer.unacked, 1))
+                    limit = min(limit, max(consumer.prefetch, 1))
                 ahead.extend(queue_log.read_queue(self.qid, reader.position, limit))
                 if not ahead:  # a gap up to the end (a failed write): nothing to read
                     reader.position = self._committed
