@@ -14,36 +14,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from leveret.queues.stream import Stream
+from leveret.broker.stream_inventory import stream_metrics
 
 if TYPE_CHECKING:
     from leveret.management_ui.prometheus import Writer
-    from leveret.queues.queue import Queue
+
+LOG_SERIES = (
+    ("leveret_stream_first_offset", "first_offset", "First offset still in the stream's log"),
+    ("leveret_stream_next_offset", "next_offset", "Offset the stream's next message gets"),
+    ("leveret_stream_bytes", "bytes", "Body bytes in the stream's log"),
+    ("leveret_stream_segments", "segments", "Segments of the stream's log"),
+)
 
 
-def write_streams(w: Writer, queues: Iterable[Queue]) -> None:
-    streams = [q for q in queues if isinstance(q, Stream)]
-    if not streams:
+def write_streams(w: Writer, queues: Iterable[object]) -> None:
+    logs, lags = stream_metrics(queues)
+    if not logs:
         return
-
-    def labels(stream: Stream) -> tuple[tuple[str, str], ...]:
-        vhost = stream.vhost.name if stream.vhost is not None else "/"
-        return (("vhost", vhost), ("queue", stream.name))
-
-    w.family("leveret_stream_first_offset", "gauge", "First offset still in the stream's log",
-             [(labels(s), s.first_offset) for s in streams])
-    w.family("leveret_stream_next_offset", "gauge", "Offset the stream's next message gets",
-             [(labels(s), s.next_offset) for s in streams])
-    w.family("leveret_stream_bytes", "gauge", "Body bytes in the stream's log",
-             [(labels(s), s.log_bytes) for s in streams])
-    w.family("leveret_stream_segments", "gauge", "Segments of the stream's log",
-             [(labels(s), s.segment_count) for s in streams])
-    lag = []
-    for stream in streams:
-        for consumer in stream.all_consumers():
-            offset = stream.consumer_offset(consumer)
-            if offset is not None:
-                lag.append(((*labels(stream), ("consumer_tag", consumer.tag)),
-                            max(stream.next_offset - offset, 0)))
+    for name, key, help_ in LOG_SERIES:
+        w.family(name, "gauge", help_, [(labels, figures[key]) for labels, figures in logs])
     w.family("leveret_stream_consumer_lag", "gauge",
-             "Messages between a stream consumer's next offset and the end of the log", lag)
+             "Messages between a stream consumer's next offset and the end of the log", lags)
