@@ -25,9 +25,10 @@ from leveret.persistence.commit_stats import Histogram
 from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
+from leveret.queues.flavours import new_queue
 from leveret.queues.paging import Paging
 from leveret.queues.policy import Policy
-from leveret.queues.queue import Queue
+from leveret.queues.stream import restore_tracked_offsets
 
 if TYPE_CHECKING:
     from leveret.config import Config
@@ -113,14 +114,15 @@ class Broker:
             if delayed.is_store(q):  # a delayed exchange's schedule, not a queue
                 vhost.delays.recovered(q)
                 continue
-            queue = Queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
-                          arguments=dict(q.arguments))
+            queue = new_queue(vhost, q.name, durable=True, auto_delete=q.auto_delete,
+                              arguments=dict(q.arguments))
             vhost.add_queue(queue, q.qid)
             stats = self.store.queue_stats(q.qid)
             queue.recover(stats.count, stats.first_seq, stats.next_seq, stats.bytes)
             if queue.dedupe is not None and stats.count:  # its keys are its messages'
                 queue.dedupe.recover(self.store.read_queue, q.qid)
             messages += stats.count
+        restore_tracked_offsets(self.vhosts, defs.access)
         for b in defs.bindings:
             vhost = self.vhosts.get(b.vhost)
             if vhost is None:

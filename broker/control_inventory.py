@@ -22,7 +22,7 @@ from typing import Any
 from leveret.broker import definitions, inventory
 from leveret.broker.accounts import AccountError
 from leveret.broker.queue_bytes import HeldBytes
-from leveret.model.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
+from leveret.model.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError, ConnectionError_
 
 Command = Callable[[dict[str, Any]], Any]
 EX_USAGE, EX_DATAERR, EX_UNAVAILABLE = 64, 65, 69
@@ -157,7 +157,10 @@ def commands(broker: Any) -> dict[str, Command]:
 
     def purge_queue(r: dict[str, Any]) -> int:
         vhost, queue = queue_named(r, "not_found")
-        return int(vhost.purge_queue(queue))
+        try:
+            return int(vhost.purge_queue(queue))
+        except ConnectionError_ as exc:  # a stream: AMQP's 540, an error here
+            raise AccountError(exc.detail, EX_USAGE) from None
 
     def delete_queue(r: dict[str, Any]) -> int:
         vhost, queue = queue_named(r, "Queue not found")

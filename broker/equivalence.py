@@ -39,6 +39,11 @@ QUORUM_EQUIVALENCE_ARGS: tuple[str, ...] = (
     "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
     "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl", "x-queue-leader-locator",
 )
+# rabbit_stream_queue's (capabilities().queue_arguments; the filter size is 3.13's).
+STREAM_EQUIVALENCE_ARGS: tuple[str, ...] = (
+    "x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size", "x-queue-leader-locator", "x-stream-filter-size-bytes",
+)
 
 _INTEGER_TYPES = frozenset(("byte", "unsignedbyte", "short", "unsignedshort", "signedint",
                             "unsignedint", "long"))
@@ -46,6 +51,8 @@ _INTEGER_TYPES = frozenset(("byte", "unsignedbyte", "short", "unsignedshort", "s
 
 def queue_equivalence_args(queue_type: str) -> tuple[str, ...]:
     """The arguments compared for an existing queue of ``queue_type``, in order."""
+    if queue_type == "stream":
+        return STREAM_EQUIVALENCE_ARGS
     return QUORUM_EQUIVALENCE_ARGS if queue_type == "quorum" else CLASSIC_EQUIVALENCE_ARGS
 
 

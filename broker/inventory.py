@@ -32,9 +32,11 @@ from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.dedupe import ExchangeDedupe
 from leveret.broker.queue_bytes import HeldBytes, byte_fields
 from leveret.broker.sessions import ChannelSession, ClientSession
+from leveret.broker.stream_inventory import consumer_fields, stream_fields
 from leveret.model.errors import CONNECTION_FORCED
 from leveret.queues import queue_types
 from leveret.queues.policy import select
+from leveret.queues.stream import Stream
 
 # RabbitMQ's version is reported where clients (rabbitmqadmin, the UI, dashboards,
 # definitions files) parse it.
@@ -88,6 +90,8 @@ def queue_record(queue: Any, held: HeldBytes | None) -> dict[str, Any]:
     if queue.dedupe is not None:  # Leveret's field, as the exchange's
         out["deduplication"] = {"duplicates": queue.dedupe.duplicates,
                                 "entries": len(queue.dedupe.keys)}
+    if isinstance(queue, Stream):
+        out.update(stream_fields(queue))
     if held is None:
         return out
     policy = (select(vhost.policies, "queues", queue.name, out["type"])
@@ -120,7 +124,9 @@ def consumer_record(consumer: Any) -> dict[str, Any]:
     channel = consumer.channel
     conn = channel.connection
     host, port = peer(conn)
+    extra = consumer_fields(consumer.queue, consumer) if isinstance(consumer.queue, Stream) else {}
     return {
+        **extra,
         "consumer_tag": consumer.tag, "ack_required": not consumer.no_ack,
         "active": consumer in consumer.queue.consumers, "activity_status": "up",
         "arguments": jsonable(consumer.arguments), "exclusive": consumer.exclusive,

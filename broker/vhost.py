@@ -40,6 +40,7 @@ from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.store import BindingDef, ExchangeDef, PolicyDef, QueueDef
 from leveret.queues import queue_types
 from leveret.queues.arguments import check_alternate_exchange, validate_queue_arguments
+from leveret.queues.flavours import new_queue
 from leveret.queues.paging import Paging
 from leveret.queues.policy import Policy, PolicySet, alternate_exchange
 from leveret.queues.queue import Queue
@@ -333,9 +334,9 @@ class VirtualHost:
         queue_types.check_declare(queue_types.queue_type(arguments), server_named=server_named,
                                   durable=durable, exclusive=exclusive, auto_delete=auto_delete,
                                   arguments=arguments, what=self.describe_queue(name))
-        queue = Queue(self, name, durable=durable and not exclusive,
-                      exclusive_owner=owner if exclusive else None,
-                      auto_delete=auto_delete, arguments=arguments)
+        queue = new_queue(self, name, durable=durable and not exclusive,
+                          exclusive_owner=owner if exclusive else None,
+                          auto_delete=auto_delete, arguments=arguments)
         self.add_queue(queue)
         self.churn.queue_created += 1
         return queue, True

@@ -79,7 +79,7 @@ from leveret.management_ui.router import (
     json_response,
 )
 from leveret.management_ui.views import jsonable
-from leveret.model.errors import NOT_FOUND, ChannelError
+from leveret.model.errors import NOT_FOUND, ChannelError, ConnectionError_
 from leveret.model.message import Message
 from leveret.model.object_stats import (
     ExchangeCounters,
@@ -261,7 +261,10 @@ async def get(req: Request) -> web.Response:
     taken = []
     out = []
     for _ in range(max(count, 0)):
-        got = basic_get(queue, False, counters, vhost.tracer, req.user, None)
+        try:
+            got = basic_get(queue, False, counters, vhost.tracer, req.user, None)
+        except ConnectionError_ as exc:  # a stream: RabbitMQ 3.10's text carries the code
+            raise ApiError(400, "bad_request", f"{int(exc.code)} {exc.detail}") from None
         if got is None:
             break
         taken.append(got.entry)

@@ -37,6 +37,7 @@ from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.api import Histogram
 from leveret.management_ui import prometheus_channels, prometheus_dedupe, prometheus_queues, views
 from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
+from leveret.management_ui.prometheus_streams import write_streams
 
 if TYPE_CHECKING:
     from leveret.management_ui.service import State
@@ -242,7 +243,7 @@ def write_node(w: Writer, state: State) -> None:
 
 
 def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
-    """Leveret-only series: the group commit, the store, paging."""
+    """Leveret-only series: the group commit, the store, paging, streams."""
     log = state.broker.log
     w.one("leveret_store_backlogged", "gauge",
           "1 while the store writer is behind and publishers are paused", int(log.backlogged))
@@ -274,6 +275,7 @@ def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
     w.histogram("leveret_delayed_release_lateness_seconds",
                 "How long after its due time a delayed message was released",
                 state.broker.delayed_lateness)
+    write_streams(w, queues)
 
 
 def write_queues_aggregated(w: Writer, state: State) -> Render:

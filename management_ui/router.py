@@ -49,7 +49,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from leveret.management_ui import auth
-from leveret.model.errors import ACCESS_REFUSED, NOT_FOUND, ChannelError
+from leveret.model.errors import ACCESS_REFUSED, NOT_FOUND, ChannelError, ConnectionError_
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +251,8 @@ async def _dispatch(route: Route, req: Request, raw: str) -> web.StreamResponse:
             return error_response(404, "Object Not Found", "Not Found")
         if exc.code == ACCESS_REFUSED:  # as RabbitMQ 3.10 ("amq.x", permissions)
             return error_response(401, auth.NOT_AUTHORISED, "Access refused.")
+        return error_response(400, "bad_request", exc.detail)
+    except ConnectionError_ as exc:  # what AMQP refuses by closing (a stream's purge): 400
         return error_response(400, "bad_request", exc.detail)
     except Exception as exc:  # a bug: the client still gets RabbitMQ's JSON shape
         log.exception("management API %s %s failed", req.http.method, raw)

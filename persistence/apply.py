@@ -28,6 +28,7 @@ from leveret.persistence.batch import (
     Purge,
     PutDefinition,
     Remove,
+    Truncate,
 )
 from leveret.persistence.records import Definition, binding_identity, definition_identity
 from leveret.persistence.store import BindingDef
@@ -50,6 +51,9 @@ class Applier(Protocol):
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
         """Drop the queue's entries with seq >= from_seq."""
+
+    def remove_entries_below(self, qid: int, below: int) -> None:
+        """Drop the queue's entries with seq < below."""
 
     def forget_queue(self, qid: int) -> None:
         """The queue is gone (its entries already are): drop its counters."""
@@ -99,6 +103,10 @@ def _purge(store: Applier, op: Purge) -> None:
     store.remove_entries(op.qid, op.from_seq)
 
 
+def _truncate(store: Applier, op: Truncate) -> None:
+    store.remove_entries_below(op.qid, op.below)
+
+
 def _delete_queue(store: Applier, op: DeleteQueue) -> None:
     store.remove_entries(op.qid, 0)
     store.forget_queue(op.qid)
@@ -144,6 +152,7 @@ _APPLY: dict[type, Callable[[Applier, Any], None]] = {
     DeliveredBelow: _delivered_below,
     Remove: _remove,
     Purge: _purge,
+    Truncate: _truncate,
     DeleteQueue: _delete_queue,
     DeleteExchange: _delete_exchange,
     PutDefinition: _put_definition,

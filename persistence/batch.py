@@ -94,6 +94,15 @@ class Purge:
 
 
 @dataclass(slots=True)
+class Truncate:
+    """Remove the queue's entries with seq < ``below`` (a stream's retention: whole
+    segments, one operation however many entries)."""
+
+    qid: int
+    below: int
+
+
+@dataclass(slots=True)
 class DeleteQueue:
     """Drop the queue's definition (if it still has this qid), its entries and the bindings to it."""
 
@@ -145,8 +154,8 @@ class DropDedupe:
     scope: bytes
 
 
-Op = (Enqueue | MarkDelivered | DeliveredBelow | Remove | Purge | DeleteQueue | DeleteExchange
-      | PutDefinition | DeleteDefinition | DedupeAppend | DropDedupe)
+Op = (Enqueue | MarkDelivered | DeliveredBelow | Remove | Purge | Truncate | DeleteQueue
+      | DeleteExchange | PutDefinition | DeleteDefinition | DedupeAppend | DropDedupe)
 
 
 @dataclass(slots=True)
@@ -284,6 +293,13 @@ class Recorder:
         entries of unacked deliveries, which are older, stay until settled)."""
         self._cancel_queue(qid, from_seq)
         self._add(Purge(qid, from_seq))
+
+    def truncate(self, qid: int, below: int) -> None:
+        """Remove the queue's entries with seq < ``below`` (``Truncate``)."""
+        keys = [k for k in self._pending if k[0] == qid and k[1] < below]
+        for key in keys:
+            self._cancel(key)
+        self._add(Truncate(qid, below))
 
     # -- definitions ---------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from leveret.persistence.batch import (
     Purge,
     PutDefinition,
     Remove,
+    Truncate,
 )
 from leveret.persistence.records import (
     decode_definition,
@@ -44,7 +45,8 @@ _LEN = struct.Struct(">I")
 _DEDUPE = struct.Struct(">QQI")  # first, floor, key count; then per key: blob, u64 expires
 _WITH_MESSAGE, _TRANSIENT = 1, 2
 (_T_ENQUEUE, _T_DELIVERED, _T_REMOVE, _T_PURGE, _T_DELETE_QUEUE, _T_DELETE_EXCHANGE,
- _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW, _T_DEDUPE_APPEND, _T_DROP_DEDUPE) = range(1, 12)
+ _T_PUT_DEF, _T_DELETE_DEF, _T_DELIVERED_BELOW, _T_DEDUPE_APPEND, _T_DROP_DEDUPE,
+ _T_TRUNCATE) = range(1, 13)
 _U64 = struct.Struct(">Q")
 
 
@@ -86,6 +88,8 @@ def encode_batch(batch: Batch) -> bytes:
             parts.append(bytes((_T_REMOVE,)) + _ENTRY.pack(op.qid, op.seq))
         elif isinstance(op, Purge):
             parts.append(bytes((_T_PURGE,)) + _ENTRY.pack(op.qid, op.from_seq))
+        elif isinstance(op, Truncate):
+            parts.append(bytes((_T_TRUNCATE,)) + _ENTRY.pack(op.qid, op.below))
         elif isinstance(op, DeleteQueue):
             parts.append(bytes((_T_DELETE_QUEUE,)) + _json([op.vhost, op.name, op.qid]))
         elif isinstance(op, DeleteExchange):
@@ -149,11 +153,12 @@ def decode_batch(data: bytes) -> Batch:
             qid, entry_seq, deliveries = _DELIVERED.unpack_from(view, at)
             at += _DELIVERED.size
             ops.append(MarkDelivered(qid, entry_seq, deliveries))
-        elif tag in (_T_REMOVE, _T_PURGE, _T_DELIVERED_BELOW):
+        elif tag in (_T_REMOVE, _T_PURGE, _T_DELIVERED_BELOW, _T_TRUNCATE):
             qid, entry_seq = _ENTRY.unpack_from(view, at)
             at += _ENTRY.size
             ops.append(Remove(qid, entry_seq) if tag == _T_REMOVE else Purge(qid, entry_seq)
-                       if tag == _T_PURGE else DeliveredBelow(qid, entry_seq))
+                       if tag == _T_PURGE else Truncate(qid, entry_seq) if tag == _T_TRUNCATE
+                       else DeliveredBelow(qid, entry_seq))
         elif tag == _T_DELETE_QUEUE:
             vhost, name, qid = doc()
             ops.append(DeleteQueue(str(vhost), str(name), int(qid)))  # type: ignore[call-overload]

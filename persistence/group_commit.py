@@ -110,6 +110,11 @@ class GroupCommit(Recorder):
         """Committed entries by sequence number (a priority queue's paged tails)."""
         return self.store.read_entries(qid, seqs)
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
+        """Committed entries' (seq, expires_at, body bytes), no message read (a stream's
+        recovery)."""
+        return self.store.read_stamps(qid, from_seq, limit)
+
     def queue_stats(self, qid: int) -> QueueStats:
         """Committed counts and byte totals of a queue's entries (the management plane's
         persistent messages and bytes)."""

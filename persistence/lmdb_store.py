@@ -363,6 +363,27 @@ class LmdbStore:
             raise self._error(f"cannot read queue {qid}", exc) from exc
         return out
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
+        out: list[tuple[int, int, int]] = []
+        if limit <= 0:
+            return out
+        try:
+            with self._require_env().begin(buffers=True) as txn:
+                cursor = txn.cursor(db=self._dbs[b"index"])
+                if not cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
+                    return out
+                for key, value in cursor.iternext():
+                    key_qid, seq = INDEX_KEY.unpack(key)
+                    if key_qid != qid:
+                        break
+                    _, _, _, expires_at, size = decode_index_value(value)
+                    out.append((seq, expires_at, size or 0))
+                    if len(out) >= limit:
+                        break
+        except _DATA_ERRORS as exc:
+            raise self._error(f"cannot read queue {qid}", exc) from exc
+        return out
+
     def _delivered_below(self, txn: Any, qid: int) -> int:
         raw = txn.get(COUNTER_PREFIX + U32.pack(qid), db=self._dbs[b"meta"])
         return decode_counter(raw)[5] if raw is not None else 0

@@ -246,6 +246,25 @@ class LmdbWriter:
                 if not cursor.delete():  # deletes and moves to the next entry
                     break
 
+    def remove_entries_below(self, qid: int, below: int) -> None:
+        self._write_fresh()
+        cursor = self._index()
+        counter: list[int] | None = None
+        if cursor.set_range(INDEX_KEY.pack(qid, 0)):
+            while True:
+                key = cursor.key()
+                if len(key) != INDEX_KEY.size:
+                    break
+                key_qid, seq = INDEX_KEY.unpack(key)
+                if key_qid != qid or seq >= below:
+                    break
+                if counter is None:
+                    counter = self.counter(qid)
+                self._forget_entry(key, cursor.value(), counter)
+                self.spend()
+                if not cursor.delete():  # deletes and moves to the next entry
+                    break
+
     def forget_queue(self, qid: int) -> None:
         self.counters[qid] = None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from itertools import takewhile
 
 from leveret.model.message import Message
 from leveret.persistence.apply import apply_batch
@@ -143,6 +144,19 @@ class MemoryStore:
                     break
         return out
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
+        out: list[tuple[int, int, int]] = []
+        with self._lock:
+            entries = self._entries.get(qid)
+            if entries is None or limit <= 0:
+                return out
+            for seq in entries.seqs_from(from_seq):
+                msg_id, _, _, expires_at = entries.by_seq[seq]
+                out.append((seq, expires_at, len(self._messages[msg_id].body)))
+                if len(out) >= limit:
+                    break
+        return out
+
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         out: list[StoredEntry] = []
         with self._lock:
@@ -228,6 +242,15 @@ class MemoryStore:
         if entries is None:
             return
         for seq in list(entries.seqs_from(from_seq)):
+            entry = entries.pop(seq)
+            assert entry is not None
+            self._forget(qid, entry)
+
+    def remove_entries_below(self, qid: int, below: int) -> None:
+        entries = self._entries.get(qid)
+        if entries is None:
+            return
+        for seq in list(takewhile(lambda s: s < below, entries.seqs_from(0))):
             entry = entries.pop(seq)
             assert entry is not None
             self._forget(qid, entry)

@@ -181,6 +181,12 @@ class Store(Protocol):
         is there twice: the newer place is the one that counts."""
         ...
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
+        """Up to ``limit`` committed entries with seq >= from_seq as (seq, expires_at, body
+        bytes or 0 if unknown), reading the index alone: a stream rebuilds its segment index
+        from these at startup without reading its messages."""
+        ...
+
     # -- writes --
     def write_batch(self, batch: Any) -> None:
         """Apply ``batch`` in one transaction and sync it; raises StoreError (any thread)."""

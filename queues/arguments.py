@@ -19,7 +19,8 @@ from typing import Any
 
 from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.model.field_table import type_name
-from leveret.queues.queue_types import check_type_argument
+from leveret.queues import stream_arguments
+from leveret.queues.queue_types import STREAM, check_type_argument, queue_type
 
 MAX_EXPIRY = 315_360_000_000  # ms (ten years): the largest TTL RabbitMQ 3.10 accepts, found by probing it
 MAX_PRIORITY = 255
@@ -119,11 +120,21 @@ CHECKS: dict[str, Check] = {
     "x-delivery-limit": _non_negative,
 }
 
+# A stream's: the arguments it takes (the others it refuses, or ignores if unknown).
+STREAM_CHECKS: dict[str, Check] = {
+    **{name: CHECKS[name] for name in stream_arguments.STREAM_ARGUMENTS if name in CHECKS},
+    **stream_arguments.CHECKS,
+}
+
 
 def validate_queue_arguments(arguments: dict[str, Any], what: str) -> None:
     """Raise 406 for the first invalid argument; ``what`` is "queue 'q' in vhost '/'"."""
+    checks = CHECKS
+    if queue_type(arguments) == STREAM:  # its refusals come first, by name alone
+        stream_arguments.check_refused_arguments(arguments, what)
+        checks = STREAM_CHECKS
     for name, value in arguments.items():
-        check = CHECKS.get(name)
+        check = checks.get(name)
         if check is None:
             continue
         error = check(value)

@@ -29,6 +29,9 @@ dead-letter-routing-key
 overflow                     argument     **policy**
 ==========================  ===========  ============
 
+A stream (``stream.py``) reads only ``max-length-bytes`` and ``max-age``, and for
+both the policy wins over the argument, as in RabbitMQ.
+
 The result is a ``QueueSettings`` (``settings.py``); queue features read only
 that, so applying a policy is ``queue.apply_settings(...)``. Keys that
 policies cannot set (``max-priority``, ``queue-type``, single active
@@ -56,6 +59,7 @@ from leveret.queues.settings import (
     QueueSettings,
     from_arguments,
 )
+from leveret.queues.stream_arguments import parse_max_age
 
 APPLY_TO = ("queues", "exchanges", "all")
 OVERFLOW_VALUES = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
@@ -70,6 +74,7 @@ QUEUE_KEYS = {
     "dead-letter-exchange": "dead_letter_exchange",
     "dead-letter-routing-key": "dead_letter_routing_key",
     "delivery-limit": "delivery_limit",
+    "max-age": "max_age",
 }
 EXCHANGE_KEYS = ("alternate-exchange",)
 
@@ -81,10 +86,13 @@ RESOLUTION: dict[str, dict[str, str]] = {
     "classic": {
         "message-ttl": MIN, "expires": MIN, "max-length": MIN, "max-length-bytes": MIN,
         "delivery-limit": MIN, "dead-letter-exchange": ARGUMENT,
-        "dead-letter-routing-key": ARGUMENT, "overflow": ARGUMENT,
+        "dead-letter-routing-key": ARGUMENT, "overflow": ARGUMENT, "max-age": ARGUMENT,
     },
 }
 RESOLUTION["quorum"] = {**RESOLUTION["classic"], "overflow": POLICY}
+# A stream reads only its retention, where the policy wins (rabbit_stream_queue
+# ``policy_precedence``); the other keys do not apply to it.
+RESOLUTION["stream"] = {**RESOLUTION["classic"], "max-length-bytes": POLICY, "max-age": POLICY}
 
 # Keys that make a policy inapplicable to a quorum queue (RabbitMQ 3.10's list,
 # restricted to keys Leveret knows: currently none of them, see the header).
@@ -140,6 +148,8 @@ def _validate_key(key: str, value: Any) -> None:
         _check(_is_int(value) and value >= 0, value, "maximum length")
     elif key == "max-length-bytes":
         _check(_is_int(value) and value >= 0, value, "maximum length in bytes")
+    elif key == "max-age":
+        _check(parse_max_age(value) is not None, value, "max-age")
     elif key == "delivery-limit":
         _check(_is_int(value) and value >= 0, value, "delivery limit")
     elif key == "overflow":

@@ -9,8 +9,8 @@ durable only, no exclusive, no auto-delete, no server-named queues, and no
 the same; replication and Raft are not emulated. Per-type feature semantics
 (delivery limit, overflow resolution) read ``QueueSettings.queue_type``.
 
-``stream`` is refused with 406 until stream queues exist (RabbitMQ 3.10 has
-them; this is a Leveret difference). Texts were checked against RabbitMQ 3.10.
+``stream`` is its own queue (``stream.py``), with its own declare-time
+contract (``stream_arguments.py``). Texts were checked against RabbitMQ 3.10.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from typing import Any
 
 from leveret.model.errors import PRECONDITION_FAILED, ChannelError
 from leveret.model.field_table import type_name
+from leveret.queues import stream_arguments
 
 CLASSIC = "classic"
 QUORUM = "quorum"
 STREAM = "stream"
-SUPPORTED = (CLASSIC, QUORUM)
+SUPPORTED = (CLASSIC, QUORUM, STREAM)
 
 # Arguments a quorum queue refuses (RabbitMQ 3.10's quorum queue capabilities).
 QUORUM_UNSUPPORTED_ARGS = ("x-max-priority", "x-queue-mode", "x-queue-version",
@@ -42,8 +43,6 @@ def check_type_argument(value: Any) -> str | None:
     """``arguments.py`` check: RabbitMQ's error term for a bad ``x-queue-type``."""
     if not isinstance(value, str):
         return f"{{unacceptable_type,{type_name(value)}}}"
-    if value == STREAM:
-        return f"\"unsupported queue type '{value}'\" (stream queues are not implemented in Leveret)"
     if value not in SUPPORTED:
         return f"\"unsupported queue type '{value}'\""
     return None
@@ -52,6 +51,11 @@ def check_type_argument(value: Any) -> str | None:
 def check_declare(type_: str, *, server_named: bool, durable: bool, exclusive: bool,
                   auto_delete: bool, arguments: dict[str, Any], what: str) -> None:
     """Type-specific refusals when a queue of ``type_`` is declared (406, RabbitMQ's texts)."""
+    if type_ == STREAM:
+        stream_arguments.check_declare(server_named=server_named, durable=durable,
+                                       exclusive=exclusive, auto_delete=auto_delete,
+                                       arguments=arguments, what=what)
+        return
     if type_ != QUORUM:
         return
     if server_named:

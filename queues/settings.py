@@ -31,6 +31,7 @@ class QueueSettings:
     single_active_consumer: bool = False  # arguments only
     queue_type: str = "classic"  # arguments only
     lazy: bool = False  # x-queue-mode "lazy" (arguments only): pages at once (paging.py)
+    max_age: str | None = None  # a stream's retention, "<int><unit>" (stream_arguments.py)
 
 
 def _text(value: Any) -> str | None:
@@ -59,4 +60,5 @@ def from_arguments(arguments: dict[str, Any]) -> QueueSettings:
         single_active_consumer=get("x-single-active-consumer") is True,
         queue_type=_text(get("x-queue-type")) or "classic",
         lazy=_text(get("x-queue-mode")) == "lazy",
+        max_age=_text(get("x-max-age")),
     )

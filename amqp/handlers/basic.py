@@ -21,6 +21,7 @@ from leveret.model.errors import (
 )
 from leveret.queues.arguments import check_integer_argument
 from leveret.queues.consumer import Consumer
+from leveret.queues.stream import Stream
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -55,6 +56,8 @@ def consume(ch: Channel, m: commands.Basic.Consume) -> None:
             f"queue '{queue.name}' in vhost '{ch.vhost.name}' in exclusive use",
         )
     arguments = dict(m.arguments or {})
+    if isinstance(queue, Stream):  # its refusals (406/540) come before any other check
+        queue.check_consumer(m.no_ack, ch.consumer_prefetch, ch.global_prefetch, arguments)
     priority = check_integer_argument("x-priority", arguments.get("x-priority", 0),
                                       ch.vhost.describe_queue(queue.name))
     consumer = Consumer(tag, ch, queue, m.no_ack, m.exclusive, ch.consumer_prefetch, priority,

@@ -277,14 +277,6 @@ def test_unknown_queue_type_is_refused(amqp, qname):
                     f"vhost '/': \"unsupported queue type 'bogus'\"")
 
 
-def test_stream_queue_is_refused_until_implemented(amqp, qname):
-    if amqp.is_rabbitmq:
-        pytest.skip("RabbitMQ 3.10 has stream queues")
-    text = _declare_fails(amqp, 406, qname, durable=True, arguments={"x-queue-type": "stream"})
-    assert text.startswith(f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{qname}'")
-    assert "stream queues are not implemented" in text
-
-
 def test_lazy_mode_is_accepted_and_compared(amqp, qname):
     ch = amqp.channel()
     ch.queue_declare(qname, auto_delete=True, arguments={"x-queue-mode": "lazy"})

@@ -37,6 +37,7 @@ def record_some(recorder: Recorder) -> list[Batch]:
     recorder.mark_delivered_below(q1, 4)  # raises the same operation
     recorder.mark_delivered_below(q2, 1)  # cancelled with its queue
     recorder.remove(q1, 2, shared)
+    recorder.truncate(q1, 2)  # a stream's retention: the entries below 2 (seq 1)
     recorder.purge(q1, 4)
     recorder.delete_binding(BindingDef("/", "x", "q1", "queue", "a.#"))
     recorder.delete_policy("/", "p")

@@ -401,6 +401,29 @@ def test_purge_cancels_pending_enqueues(stores: Stores) -> None:
     assert message_count(store) == 1
 
 
+def test_truncate_drops_the_entries_below_and_survives_restart(stores: Stores) -> None:
+    """A stream's retention: one operation removes every entry below an offset (and the
+    messages only they held); an enqueue below it pending in the same batch is cancelled."""
+    store = stores.open()
+    qid = store.put_queue(QueueDef("/", "s", arguments={"x-queue-type": "stream"}))
+    other = store.put_queue(QueueDef("/", "q"))
+    shared = msg(b"shared")
+    store.enqueue(other, 0, shared)
+    for seq in range(8):
+        store.enqueue(qid, seq, shared if seq == 1 else msg(b"%d" % seq), expires_at=1000 + seq)
+    commit(store)
+    store.enqueue(qid, 8, msg(b"8"))
+    store.truncate(qid, 5)
+    commit(store)
+    store = stores.reopen(store)
+    assert [(e.seq, e.expires_at) for e in store.read_queue(qid, 0, 100)] == [
+        (5, 1005), (6, 1006), (7, 1007), (8, 0)]
+    assert store.queue_stats(qid) == QueueStats(4, 5, 9, 4)
+    assert store.read_stamps(qid, 6, 2) == [(6, 1006, 1), (7, 1007, 1)]
+    assert [e.message.body for e in store.read_queue(other, 0, 10)] == [b"shared"]
+    assert message_count(store) == 5
+
+
 def test_reads_see_only_written_batches(stores: Stores) -> None:
     store = stores.open()
     qid = store.put_queue(QueueDef("/", "q"))

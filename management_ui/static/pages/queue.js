@@ -42,6 +42,7 @@ export async function render(page, vhost, name) {
   const rates = liveChart("Message rates", RATES.map(([label, key]) => ({
     label, kind: "rate", details: (q) => (q.message_stats || {})[`${key}_details`] })));
   const actions = h("div");
+  const purgeButton = h("button.danger", { type: "button", onclick: () => purge(vhost, name, actions) }, "Purge messages");
   const bindings = loadedTable(`${path}/bindings`, [
     { title: "From", cell: (b) => h("a", { href: `#/exchanges/${enc(b.vhost)}/${enc(b.source || "amq.default")}` },
       b.source || "(AMQP default)") },
@@ -65,7 +66,7 @@ export async function render(page, vhost, name) {
     inspector(vhost, name),
     h("section.panel.danger-zone", h("h2", "Purge or delete"), actions,
       h("div.toolbar",
-        h("button.danger", { type: "button", onclick: () => purge(vhost, name, actions) }, "Purge messages"),
+        purgeButton,
         h("button.danger", { type: "button", onclick: () => remove(vhost, name, actions) }, "Delete queue"))));
 
   every(0, async () => {
@@ -76,6 +77,7 @@ export async function render(page, vhost, name) {
     markRefreshed();
     chart.push(q);
     rates.push(q);
+    purgeButton.hidden = q.type === "stream"; // a stream's log is never purged (RabbitMQ: 540)
     clear(counts,
       card("Ready", num(q.messages_ready)), card("Unacked", num(q.messages_unacknowledged)),
       card("Total", num(q.messages)), card("Consumers", num(q.consumers)),
@@ -87,13 +89,21 @@ export async function render(page, vhost, name) {
       h("dt", "Type"), h("dd", q.type), h("dt", "Durable"), h("dd", yesNo(q.durable)),
       h("dt", "Auto-delete"), h("dd", yesNo(q.auto_delete)), h("dt", "Exclusive"), h("dd", yesNo(q.exclusive)),
       h("dt", "Arguments"), h("dd", args(q.arguments) || "none"),
-      h("dt", "Policy"), h("dd", q.policy ? `${q.policy}: ${args(q.effective_policy_definition)}` : "none")));
+      h("dt", "Policy"), h("dd", q.policy ? `${q.policy}: ${args(q.effective_policy_definition)}` : "none"),
+      ...(q.stream ? [
+        h("dt", "Offsets"), h("dd", `${num(q.stream.first_offset)} to ${q.stream.last_offset === null ? "(empty)" : num(q.stream.last_offset)}`),
+        h("dt", "Segments"), h("dd", `${num(q.stream.segments)} (${num(q.stream.bytes)} bytes)`),
+      ] : [])));
     clear(consumers, table(q.consumer_details || [], [
       { title: "Consumer tag", cell: (c) => c.consumer_tag },
       { title: "Channel", cell: (c) => channelLink(c.channel_details || {}, names) },
       { title: "Ack required", cell: (c) => yesNo(c.ack_required) },
       { title: "Prefetch", cell: (c) => num(c.prefetch_count), className: "num" },
       { title: "Exclusive", cell: (c) => yesNo(c.exclusive) },
+      ...(q.stream ? [
+        { title: "Next offset", cell: (c) => num(c.stream_offset), className: "num" },
+        { title: "Lag", cell: (c) => num(c.stream_lag), className: "num" },
+      ] : []),
     ], "No consumers on this queue."));
   });
 }

@@ -125,7 +125,7 @@ function createForm(reload, vhosts) {
   const out = h("div");
   const vhost = select("vhost", vhosts, "/");
   const name = h("input", { name: "name", required: true });
-  const type = select("x-queue-type", ["classic", "quorum"], "classic");
+  const type = select("x-queue-type", ["classic", "quorum", "stream"], "classic");
   const durable = select("durable", [["true", "durable"], ["false", "transient"]], "true");
   const autoDelete = select("auto_delete", [["false", "no"], ["true", "yes"]], "false");
   const inputs = ARGUMENTS.map(([arg, label, kind]) => [arg, kind, Array.isArray(kind)

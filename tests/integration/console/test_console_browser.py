@@ -336,3 +336,27 @@ def test_exchange_create_bind_and_delete_from_the_ui(ui: Console, channel, broke
     ui.confirm("Delete")
     ui.wait(lambda d: d.current_url.endswith("#/exchanges"), "back to the list")
     assert exchange not in json.dumps(_get(broker, "exchanges"))
+
+
+def test_a_stream_page_shows_its_offsets_and_consumer_lag_and_offers_no_purge(
+        ui: Console, channel) -> None:
+    stream = _name("ui-stream")
+    channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    channel.confirm_delivery()
+    for i in range(4):
+        channel.basic_publish("", stream, b"m%d" % i)
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume(stream, lambda *a: None, consumer_tag="reader",
+                          arguments={"x-stream-offset": "first"})
+    try:
+        ui.login()
+        ui.go(f"/queues/%2F/{stream}")
+        ui.wait_text("0 to 3")
+        ui.wait_text("Lag")
+        row = ui.wait(lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "tr")
+                                 if "reader" in r.text], "the consumer's row")[0]
+        assert row.text.split()[-2:] == ["1", "3"]  # next offset 1, 3 behind the end
+        assert "Purge messages" not in ui.text()
+        assert "Delete queue" in ui.text()
+    finally:
+        channel.queue_delete(stream)
