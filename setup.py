@@ -66,9 +66,15 @@ def extensions() -> list[Extension]:
     except ImportError:
         say("Cython is not installed: pure Python build")
         return []
-    names = runpy.run_path(str(ROOT / "node" / "compiled.py"))["COMPILED_MODULES"]
-    return [Extension(name, [name.removeprefix("leveret.").replace(".", "/") + ".py"])
-            for name in names]
+    build = runpy.run_path(str(ROOT / "node" / "compiled.py"))
+    modules = []
+    for name in build["COMPILED_MODULES"]:
+        ext = Extension(name, [name.removeprefix("leveret.").replace(".", "/") + ".py"])
+        # A module's annotations stay hints unless it is one whose callers the oracle
+        # tests cover with every argument type they pass (BuildExt reads this).
+        ext.annotation_typing = name in build["TYPED_BY_ANNOTATIONS"]  # type: ignore[attr-defined]
+        modules.append(ext)
+    return modules
 
 
 class BuildExt(build_ext):
@@ -81,15 +87,33 @@ class BuildExt(build_ext):
         try:
             from Cython.Build import cythonize
 
-            generated = {ext.name: ext.sources for ext in cythonize(
-                self.extensions, compiler_directives={"language_level": "3"},
-                build_dir=os.path.join(self.build_temp, "cython"), quiet=True,
-                include_path=[self._pxd_tree()])}
+            generated = {}
+            pxd_tree = self._pxd_tree()
+            for typed in (True, False):
+                group = [ext for ext in self.extensions
+                         if getattr(ext, "annotation_typing", True) is typed]
+                generated.update({ext.name: ext.sources for ext in cythonize(
+                    group, compiler_directives={"language_level": "3",
+                                                "annotation_typing": typed},
+                    build_dir=os.path.join(self.build_temp, "cython" if typed else "cython-hints"),
+                    quiet=True, include_path=[pxd_tree])} if group else {})
             for ext in self.extensions:  # the same objects: setuptools annotated them
                 ext.sources = generated[ext.name]
             super().run()
+            if self.inplace:
+                self._stamp()
         except Exception as exc:  # Cython's errors, no compiler at all, a broken toolchain
             say(f"compiling failed ({exc}): pure Python build")
+
+    def _stamp(self) -> None:
+        """Beside each module compiled in place, the digest of the source it came from:
+        ``node/compiled.py`` runs the ``.py`` of a module edited since (a stale extension
+        module would otherwise hide the edit)."""
+        build = runpy.run_path(str(ROOT / "node" / "compiled.py"))
+        for ext in self.extensions:
+            source = ROOT / (ext.name.removeprefix("leveret.").replace(".", "/") + ".py")
+            if Path(self.get_ext_fullpath(ext.name)).exists():
+                build["stamp_of"](source).write_text(build["source_digest"](source) + "\n")
 
     def _pxd_tree(self) -> str:
         """The ``.pxd`` files laid out under their package names: Cython looks a module's

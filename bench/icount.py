@@ -15,6 +15,8 @@ handshakes and shutdown cancel out.
     python bench/icount.py --scenario transient --messages 20000
     PYTHONPATH=/tmp/pkg-base python bench/icount.py ...   # another build of leveret
     python bench/icount.py --scenario transient --trace   # with message tracing on
+    python bench/icount.py --keep /tmp/cg    # callgrind outputs kept: diff the two runs'
+                                             # callgrind_annotate listings to profile
 
 The broker is started as ``python -m leveret serve`` with this process's environment,
 so ``PYTHONPATH`` chooses the build. ``--trace`` turns message tracing on for vhost
@@ -193,8 +195,13 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true",
                         help="message tracing on for vhost / during the workload")
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (N, 2N)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep the callgrind outputs in DIR (for callgrind_annotate)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="leveret-icount-") as tmp:
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = str(args.keep)
         per_message = []
         for _ in range(args.repeat):
             small = run_once(args.messages, args.scenario, Path(tmp), args.trace)

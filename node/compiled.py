@@ -12,12 +12,18 @@ can be compared on one installation.
 What it buys so far (``bench/icount.py``, instructions per message): these two modules
 compiled untyped took the transient path from 100.3k to 96.1k and a relayed row from 259.7k
 to 257.5k; after the pure-Python trims that both builds share, 91.7k compiled against
-91.7-94.3k pure, and 251.3k against 252.2k. The rest is spread over the connection, channel
-and queue modules, the next ones to compile.
+91.7-94.3k pure, and 251.3k against 252.2k. Compiling the connection, codec, assembler,
+field-table and property codecs, the consumer ring, the plain store and the broker's publish
+as well (annotations as hints, but for the codecs) left the transient path about where it was
+(90.1-90.6k at 5,000 messages): Cython keeps a Python class's attribute access, allocation and
+calls as they are, and that is where the profile's time goes. Halving it needs ``.pxd``
+declarations that make the hot classes extension types with C fields, which changes what
+their instances allow (no new attributes, no monkeypatching): the next step.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -30,8 +36,22 @@ from types import ModuleType
 from typing import Final, Literal
 
 # The modules setup.py compiles (it reads this tuple); each is ``leveret/<path>.py``.
-COMPILED_MODULES: Final = ("leveret.amqp.frames", "leveret.amqp.fastpath")
+COMPILED_MODULES: Final = (
+    "leveret.amqp.frames", "leveret.amqp.fastpath", "leveret.amqp.assembler",
+    "leveret.amqp.codec", "leveret.amqp.connection", "leveret.amqp.unacked",
+    "leveret.model.field_table", "leveret.model.properties", "leveret.model.message",
+    "leveret.queues.consumer_ring", "leveret.queues.consumer", "leveret.queues.entry",
+    "leveret.queues.plain_store", "leveret.broker.publishing",
+)
+# Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
+# memoryview): the oracle tests feed these every type their callers pass. Every other
+# module compiles with its annotations ignored, so it accepts what its source accepts.
+TYPED_BY_ANNOTATIONS: Final = ("leveret.amqp.frames", "leveret.amqp.fastpath",
+                                "leveret.amqp.assembler", "leveret.model.field_table",
+                                "leveret.model.properties")
 NO_EXTENSIONS_ENV: Final = "LEVERET_NO_EXTENSIONS"
+# Beside a module compiled in place (``frames.compiled-from``): the digest of its source then.
+STAMP_SUFFIX: Final = ".compiled-from"
 
 Build = Literal["compiled", "pure", "partial"]
 
@@ -57,8 +77,58 @@ class PureFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+def source_digest(source: Path) -> str:
+    """What a module is compiled from: its ``.py`` and the ``.pxd`` beside it, if any."""
+    digest = hashlib.sha256(source.read_bytes())
+    pxd = source.with_suffix(".pxd")
+    if pxd.is_file():
+        digest.update(pxd.read_bytes())
+    return digest.hexdigest()
+
+
+def stamp_of(source: Path) -> Path:
+    """Where ``setup.py build_ext --inplace`` writes the digest of the source it compiled."""
+    return source.with_name(source.stem + STAMP_SUFFIX)
+
+
+class StaleGuard(importlib.abc.MetaPathFinder):
+    """In a source tree built in place: the ``.py`` of a module edited since it was compiled.
+
+    ``setup.py build_ext --inplace`` leaves each extension module beside its source with a
+    stamp, the digest of the source it came from. Python would import the extension even
+    after the ``.py`` changed; this finder imports the ``.py`` instead and names the module
+    in :func:`describe`, so a stale build never hides an edit. Without a stamp (an installed
+    wheel, whose extension and source come from one build) it leaves the choice alone.
+    """
+
+    def __init__(self) -> None:
+        self.stale: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED_MODULES or not path:
+            return None
+        leaf = fullname.rpartition(".")[2] + ".py"
+        for entry in path:
+            source = Path(entry) / leaf
+            if not source.is_file():
+                continue
+            stamp = stamp_of(source)
+            if stamp.is_file() and stamp.read_text().strip() != source_digest(source):
+                self.stale.add(fullname)
+                return importlib.util.spec_from_file_location(fullname, source)
+            return None
+        return None
+
+
+STALE_GUARD: Final = StaleGuard()
+
+
 def honour_env(env: Mapping[str, str] = os.environ) -> None:
-    """Install :class:`PureFinder` when ``LEVERET_NO_EXTENSIONS`` says so (once)."""
+    """Install :class:`PureFinder` when ``LEVERET_NO_EXTENSIONS`` says so, and the
+    :class:`StaleGuard` always (each once)."""
+    if STALE_GUARD not in sys.meta_path:
+        sys.meta_path.insert(0, STALE_GUARD)
     if disabled(env) and not any(isinstance(f, PureFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, PureFinder())
 
@@ -83,7 +153,12 @@ def describe() -> str:
     if running == "compiled":
         return "hot path compiled (" + ", ".join(COMPILED_MODULES) + ")"
     if running == "partial":
-        return "hot path partly compiled (" + ", ".join(
+        text = "hot path partly compiled (" + ", ".join(
             name for name in COMPILED_MODULES if is_compiled(sys.modules[name])) + ")"
+        if STALE_GUARD.stale:
+            text += ("; edited since compiled, so run from source: "
+                     + ", ".join(sorted(STALE_GUARD.stale))
+                     + " (python setup.py build_ext --inplace rebuilds them)")
+        return text
     why = f"{NO_EXTENSIONS_ENV} is set" if disabled() else "no compiled modules installed"
     return f"hot path in pure Python ({why})"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from leveret.broker.alarms import DISK, MEMORY, DiskMonitor, MemoryMonitor, trim_heap
+from leveret.node.quiet_trim import QuietTrim
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -31,9 +32,18 @@ async def watch_memory(broker: Broker, config: Config, interval: float = 1.0) ->
         broker.log.release_memory()
         trim_heap()
 
+    loop = asyncio.get_running_loop()
+    quiet = QuietTrim()
     while True:
         check_memory(broker, monitor, release)
+        if quiet.due(message_activity(broker), loop.time()):
+            release()
         await asyncio.sleep(interval)
+
+
+def message_activity(broker: Broker) -> int:
+    """Every message counter of every channel summed: unchanged while nothing flows."""
+    return sum(value for _, value in broker.message_stats().items())
 
 
 def check_memory(broker: Broker, monitor: MemoryMonitor, release: Callable[[], None]) -> None:

@@ -68,7 +68,7 @@ from leveret.persistence.lmdb_writer import (
     META_VERSION,
     LmdbWriter,
 )
-from leveret.persistence.mapped_memory import PageBudget, mapped_ranges, release
+from leveret.persistence.mapped_memory import PageBudget, mapped_ranges, nearby, release
 from leveret.persistence.records import (
     INDEX_KEY,
     U32,
@@ -351,12 +351,20 @@ class LmdbStore:
                     return out
                 below = self._delivered_below(txn, qid)
                 spend = self.pages.spend
+                last = -2
                 for key, value in cursor.iternext():
                     key_qid, seq = INDEX_KEY.unpack(key)
                     if key_qid != qid:
                         break
-                    out.append(self._stored(txn, messages, qid, seq, value, below))
-                    spend()
+                    entry = self._stored(txn, messages, qid, seq, value, below)
+                    out.append(entry)
+                    message = entry.message
+                    # Key order: the next record is on the last one's page or the next.
+                    if message.store_id == last + 1:
+                        spend(nearby(len(message.body) + len(message.raw_properties)))
+                    else:
+                        spend()
+                    last = message.store_id
                     if len(out) >= limit:
                         break
         except _DATA_ERRORS as exc:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
-from leveret.persistence.mapped_memory import PageBudget
+from leveret.persistence.mapped_memory import ENTRY_SIZE, PAGE_SIZE, PageBudget, nearby
 from leveret.persistence.records import (
     COUNTER,
     FLAG_SIZED,
@@ -70,7 +70,7 @@ def _put_new_records(cursor: Any, keys: list[bytes], records: list[bytes]) -> No
         cursor.putmulti(zip(keys, records))  # the appended ones are rewritten unchanged
 
 
-def _no_budget(n: int = 1) -> None:
+def _no_budget(n: float = 1) -> None:
     pass
 
 
@@ -106,6 +106,7 @@ class LmdbWriter:
         self._fresh_index_keys: list[bytes] = []
         self._fresh_index: list[bytes] = []
         self._index_cursor: Any = None  # _index()
+        self._last_removed = (-1, -2)  # (qid, seq) remove_entry took last: the next is nearby
 
     def refcount(self, msg_id: int, has_entry: bool) -> int:
         """Entries referring to ``msg_id``; ``has_entry``: the caller holds one of them."""
@@ -211,7 +212,10 @@ class LmdbWriter:
 
     def remove_entry(self, qid: int, seq: int) -> None:
         self._write_fresh()
-        self.spend()
+        last_qid, last_seq = self._last_removed
+        # An ack of the entry after the last one removed: the cursor's page (mapped_memory).
+        self.spend(ENTRY_SIZE / PAGE_SIZE if qid == last_qid and seq == last_seq + 1 else 1)
+        self._last_removed = (qid, seq)
         key = INDEX_KEY.pack(qid, seq)
         cursor = self._index()
         if cursor.set_key(key):  # absent: its enqueue was in a batch that failed
@@ -340,6 +344,7 @@ class LmdbWriter:
         txn = self.txn
         counted = self.counted
         messages = txn.cursor(db=self.messages)  # ids ascend: deletes stay on a page
+        last_deleted = -2
         for msg_id, refs in self.refs.items():  # the usual, one entry and no record: nothing
             if refs > 1:
                 txn.put(U64.pack(msg_id), U32.pack(refs), db=self.refs_db)
@@ -347,9 +352,12 @@ class LmdbWriter:
             if msg_id in counted:  # one entry left (absent means one) or none
                 txn.delete(U64.pack(msg_id), db=self.refs_db)
             if refs <= 0:
+                size = 0
                 if messages.set_key(U64.pack(msg_id)):
+                    size = len(messages.value())
                     messages.delete()
-                self.spend()
+                self.spend(nearby(size) if msg_id == last_deleted + 1 else 1)
+                last_deleted = msg_id
         for qid, counter in self.counters.items():
             key = COUNTER_PREFIX + U32.pack(qid)
             if counter is None:

@@ -50,14 +50,33 @@ def release(ranges: list[tuple[int, int]]) -> None:
             log.debug("madvise failed: %s", os.strerror(ctypes.get_errno()))
 
 
+# A record next to the last one touched (key order: a FIFO queue's read or ack) lies on the
+# page that one did or the next, already mapped by the fault-around: it spends its share
+# of a page, its size over this. A record anywhere else spends a whole page (``spend()``).
+PAGE_SIZE = 4096
+# What an index entry, or a record's node in its leaf page, occupies (a leaf's worth of
+# neighbouring entries shares one page).
+ENTRY_SIZE = 64
+
+
+def nearby(size: int) -> float:
+    """The budget a record of ``size`` bytes next to the last one touched spends."""
+    return (size + ENTRY_SIZE) / PAGE_SIZE
+
+
 class PageBudget:
-    """Gives the mapped pages back after every ``every`` record accesses.
+    """Gives the mapped pages back after every ``every`` pages' worth of record accesses.
 
     A long transaction (a deep priority queue's drain deletes thousands of entries in
     one write) maps pages far faster than a timer gives them back: each page LMDB
     touches brings up to 64 KiB of neighbours with it (the kernel's fault-around), and
     a priority level's records lie interleaved with the other levels' in the file. A
     budget counted in accesses bounds what one call can map, whatever the machine's load.
+    An access spends a page, or its share of one when it is next to the last record its
+    caller touched (``nearby``): a FIFO drain reads and deletes in key order, a few records
+    to a page, and a release after every ``every`` records cost it a ``madvise`` walking the
+    whole mapping's page tables every few hundred messages. A priority queue's levels, read
+    apart from each other, still spend a page a record: its RSS bound is unchanged.
     Counting is approximate when the loop and the writer thread both spend (no lock):
     a missed decrement only delays one release.
     """
@@ -67,9 +86,9 @@ class PageBudget:
     def __init__(self, release: Callable[[], None], every: int) -> None:
         self._release = release
         self.every = every
-        self._left = every
+        self._left: float = every
 
-    def spend(self, n: int = 1) -> None:
+    def spend(self, n: float = 1) -> None:
         self._left -= n
         if self._left <= 0:
             self._left = self.every

@@ -57,6 +57,7 @@ def _digest() -> str:
             if path.exists():
                 h.update(path.read_bytes())
     h.update((ROOT / "setup.py").read_bytes())
+    h.update((ROOT / "node" / "compiled.py").read_bytes())  # which modules, which typed
     h.update(sys.version.encode())
     return h.hexdigest()[:16]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import runpy
 import sys
@@ -60,3 +61,41 @@ def test_every_compiled_module_has_its_source_in_the_tree() -> None:
     assert names == compiled.COMPILED_MODULES
     for name in names:
         assert (ROOT / (name.removeprefix("leveret.").replace(".", "/") + ".py")).is_file()
+
+
+def test_a_module_edited_since_compiled_in_place_runs_from_source(tmp_path: Path) -> None:
+    """``build_ext --inplace`` stamps each module with its source's digest; an edit after
+    that makes the guard pick the ``.py`` over the stale extension beside it."""
+    source = tmp_path / "frames.py"
+    source.write_text("X = 1\n")
+    (tmp_path / "frames.cpython-311-x86_64-linux-gnu.so").write_bytes(b"not loaded here")
+    guard = compiled.StaleGuard()
+    assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is None  # no stamp: a wheel
+    compiled.stamp_of(source).write_text(compiled.source_digest(source) + "\n")
+    assert compiled.stamp_of(source).name == "frames.compiled-from"
+    assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is None  # fresh
+    assert not guard.stale
+    source.write_text("X = 2\n")
+    spec = guard.find_spec("leveret.amqp.frames", [str(tmp_path)])
+    assert spec is not None and spec.origin == str(source)
+    assert isinstance(spec.loader, importlib.machinery.SourceFileLoader)
+    assert guard.stale == {"leveret.amqp.frames"}
+    source.write_text("X = 1\n")
+    (tmp_path / "frames.pxd").write_text("cdef int X\n")  # a new .pxd is an edit too
+    assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is not None
+    assert guard.find_spec("leveret.amqp.channel", [str(tmp_path)]) is None
+
+
+def test_the_stale_guard_is_always_installed() -> None:
+    assert compiled.STALE_GUARD in sys.meta_path
+
+
+def test_the_log_line_names_stale_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in compiled.COMPILED_MODULES:
+        importlib.import_module(name)
+    monkeypatch.setattr(compiled, "build", lambda: "partial")
+    monkeypatch.setattr(compiled, "is_compiled", lambda module: module.__name__.endswith("frames"))
+    monkeypatch.setattr(compiled.STALE_GUARD, "stale", {"leveret.amqp.fastpath"})
+    assert compiled.describe() == (
+        "hot path partly compiled (leveret.amqp.frames); edited since compiled, so run from"
+        " source: leveret.amqp.fastpath (python setup.py build_ext --inplace rebuilds them)")

@@ -556,6 +556,38 @@ def test_page_budget_releases_every_so_many_accesses() -> None:
     assert len(calls) == 3
 
 
+def test_key_order_reads_of_small_records_spend_a_share_of_a_page(path: Path) -> None:
+    """A FIFO queue's records lie side by side, a few to a page: reading them in key order
+    spends each one's share of a page. Records of queues that were filled together (a
+    priority queue's levels) lie apart: each spends a whole page, as before."""
+    store = recording(LmdbStore(path))
+    fifo, a, b = (store.put_queue(QueueDef("/", name)) for name in ("fifo", "a", "b"))
+    for seq in range(3000):
+        store.enqueue(fifo, seq, msg(b"x" * 100))
+    for seq in range(3000):  # interleaved in the file: a's ids step by two
+        store.enqueue(a, seq, msg(b"y" * 100))
+        store.enqueue(b, seq, msg(b"z" * 100))
+    commit(store)
+    releases: list[int] = []
+    store.store.pages = PageBudget(lambda: releases.append(1), 100)
+    assert len(store.read_queue(fifo, 0, 1 << 30)) == 3000
+    assert len(releases) <= 3  # 3,000 x (100 + 64) B is about 120 pages
+    releases.clear()
+    assert len(store.read_queue(a, 0, 1 << 30)) == 3000
+    assert len(releases) == 30  # a page a record
+    releases.clear()
+    for seq in range(3000):  # acks in order: the index cursor's page, the records side by side
+        store.remove(fifo, seq)
+    commit(store)
+    assert len(releases) <= 3
+    releases.clear()
+    for seq in range(0, 3000, 2):
+        store.remove(b, seq)
+    commit(store)
+    assert len(releases) >= 29  # every other entry: a page each for entry and record
+    store.close()
+
+
 def test_version_4_counters_read_as_nothing_delivered_below(path: Path) -> None:
     """Version 4 marked each delivered entry and wrote five-field counters: those open
     with a delivered mark of 0 and their per-entry counts kept; a mark written after the
