@@ -38,3 +38,14 @@ def test_the_texts_are_found() -> None:
             "examples/README.md", "labs/durability/lesson.md", "amqp/channel.py",
             "tests/integration/test_smoke.py", "management_ui/static/pages/inspect.js",
             ".ci/run"} <= names
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """``.ci/run`` runs exactly the README's command for the test suite (a CI that ran
+    something else would pass where a contributor following the README fails)."""
+    readme = (ROOT / "README.md").read_text()
+    command = next(line.strip() for line in readme.splitlines()
+                   if line.startswith("    ") and "pip install -e '.[dev]'" in line)
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert ci_lines[-1] == command
