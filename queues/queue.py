@@ -342,7 +342,8 @@ class Queue:
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered entry was acked: it is gone; its consumer may take another."""
-        self.dispatcher.unacked -= 1
+        dispatcher = self.dispatcher
+        dispatcher.unacked -= 1
         self._acked += 1
         if self.dedupe is not None:
             self.dedupe.release(entry.message)
@@ -350,7 +351,9 @@ class Queue:
             log = self.log
             assert log is not None  # stored entries belong to durable queues
             log.remove(self.qid, entry.seq, entry.message)
-        self.dispatcher.resume_holder(self, entry.holder)
+        ring = dispatcher.ring  # resume_holder, inline: this runs once per ack
+        if entry.holder in ring.parked and ring.unpark(entry.holder):
+            dispatcher.run(self)
 
     def settle_many(self, entries: list[QueueEntry]) -> None:
         """``settle`` of each of ``entries`` (a multiple ack), with one call; the caller
