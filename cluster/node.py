@@ -1,0 +1,175 @@
+"""A cluster node's life: follow whoever leads, and lead when etcd says so.
+
+Theory of operation
+-------------------
+``run`` replaces ``node.process.run`` when ``--etcd`` is given (``cli.py`` chooses at
+start-up; a single node never imports this package). The node takes its etcd lease, locks
+its data dir and opens its store, then loops as a follower: it reads the leader key; while
+there is a leader it proxies AMQP clients to it (``proxy.py``) and applies its batches
+(``follower.py``); when there is none it campaigns (``coordinator.py``: only an in-sync
+node can win). Winning, it stops proxying, records the new epoch in its lineage, removes
+the previous leader from the in-sync set, listens for followers (``leader.py``) and runs
+the broker exactly as a single node does (``node.process.main``) on its warm store wrapped
+in ``ReplicatedStore``. A leader whose lease lapses exits at once (status 3, as LavinMQ):
+it has stopped confirming already, and restarted it rejoins as a follower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from leveret.cluster import lineage as lineage_file
+from leveret.cluster import wire
+from leveret.cluster.coordinator import CoordinatorError, EtcdCoordinator, Leadership
+from leveret.cluster.follower import FollowerLink
+from leveret.cluster.leader import Leader, ReplicatedStore
+from leveret.cluster.proxy import Proxy
+from leveret.node import process
+from leveret.node.process import Service, StartupError
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from leveret.config import Config
+
+log = logging.getLogger(__name__)
+
+# How often a follower looks at the leader key (a failover is noticed this much after
+# the lease expired, at worst).
+POLL = 0.25
+# The status a leader exits with when it lost its lease (LavinMQ exits 3 too).
+EXIT_LEASE_LOST = 3
+
+
+def node_name(config: Config) -> str:
+    return config.node_name or socket.gethostname()
+
+
+def advertised_host(config: Config) -> str:
+    if config.replication_host:
+        return config.replication_host
+    hosts = [h for h in config.host if h not in ("0.0.0.0", "::")]
+    return hosts[0] if hosts else "127.0.0.1"
+
+
+def run(config: Config, front_doors: Sequence[Service]) -> None:
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = (
+        uvloop.new_event_loop if uvloop is not None else None)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main(config, front_doors))
+
+
+async def main(config: Config, front_doors: Sequence[Service]) -> None:
+    coordinator = EtcdCoordinator(config.etcd, config.cluster_name, config.lease_ttl)
+    try:
+        await coordinator.start()
+        secret = await coordinator.secret()
+    except (CoordinatorError, KeyError, ValueError) as exc:
+        await coordinator.close()
+        raise StartupError(f"cannot join cluster {config.cluster_name!r}: {exc}") from exc
+    try:
+        return await _serve(config, front_doors, coordinator, secret)
+    finally:
+        await coordinator.close()
+
+
+async def _serve(config: Config, front_doors: Sequence[Service], coordinator: EtcdCoordinator,
+                 secret: bytes) -> None:
+    name = node_name(config)
+    store, lock = process.open_store(config)
+    data_dir = Path(config.data_dir)
+    link = FollowerLink(name, secret, store, data_dir)
+    host = advertised_host(config)
+    amqp_address = f"{host}:{config.port}"
+    replication_address = f"{host}:{config.replication_port}"
+    current: Leadership | None = None
+    proxy = Proxy(lambda: current.amqp if current is not None else None)
+    try:
+        await proxy.listen(config.host, config.port)
+    except OSError as exc:
+        store.close()
+        lock.close()
+        raise StartupError(f"cannot listen on AMQP port {config.port}: {exc.strerror}") from exc
+    log.info("cluster node %s (cluster %r) started as a follower", name, config.cluster_name)
+    previous: str | None = None
+    epoch = 0
+    while True:
+        try:
+            current = await coordinator.leader()
+            if current is None:
+                won = await coordinator.campaign(name, amqp_address, replication_address)
+                if won is not None:
+                    epoch = won
+                    break
+            elif current.node != name:
+                previous = current.node
+                await _follow_while_leading(coordinator, link, current)
+        except CoordinatorError as exc:
+            log.warning("etcd: %s", exc)
+        await asyncio.sleep(POLL)
+    log.info("node %s leads the cluster, epoch %d", name, epoch)
+    await proxy.close()
+    store = link.store
+    link.close()
+    last_seq = store.state().last_seq
+    lineage = [*lineage_file.load(data_dir), (epoch, last_seq + 1)]
+    lineage_file.save(data_dir, lineage)
+    if previous is not None and previous != name:
+        await coordinator.set_in_sync(previous, False, epoch)
+    in_sync = await coordinator.in_sync()
+    leader = Leader(name, epoch, coordinator, secret, store, data_dir, lineage,
+                    config.min_in_sync, in_sync, last_seq)
+    await leader.listen(config.host, config.replication_port)
+    watchdog = asyncio.create_task(_watch_lease(coordinator, leader))
+    try:
+        await process.main(config, front_doors,
+                           (ReplicatedStore(store, leader, asyncio.get_running_loop()), lock))
+    finally:
+        watchdog.cancel()
+        await leader.close()
+
+
+async def _follow_while_leading(coordinator: EtcdCoordinator, link: FollowerLink,
+                                current: Leadership) -> None:
+    """Follow ``current`` until its link breaks or another node leads."""
+    following = asyncio.create_task(link.follow(current.replication))
+    try:
+        while not following.done():
+            await asyncio.wait({following}, timeout=POLL)
+            if following.done():
+                break
+            now = await coordinator.leader()
+            if now is None or now.epoch != current.epoch:
+                return
+        following.result()
+    except (OSError, TimeoutError, wire.WireError) as exc:
+        log.info("cannot follow %s at %s: %s", current.node, current.replication, exc)
+    finally:
+        if not following.done():
+            following.cancel()
+            try:
+                await following
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+async def _watch_lease(coordinator: EtcdCoordinator, leader: Leader) -> None:
+    """Exit as soon as the lease is stale or a write was fenced: another node may lead."""
+    while True:
+        await asyncio.sleep(0.1)
+        if leader.fenced or not coordinator.lease_fresh():
+            log.error("lost the leadership (lease not renewed within %d s); exiting",
+                      coordinator.ttl)
+            logging.shutdown()
+            time.sleep(0)  # let the log line out
+            os._exit(EXIT_LEASE_LOST)

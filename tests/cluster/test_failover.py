@@ -1,0 +1,48 @@
+"""Three nodes on one etcd: confirmed publishing through any node survives ``kill -9`` of
+the leader (lost = 0, unexpected = 0), a follower takes over, and the old leader rejoins
+the in-sync set as a follower."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import harness
+
+
+def _wait(predicate: object, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> None:
+    cluster.start(3)
+    leader = cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    publisher = harness.Publisher(cluster.ports(), "orders", "p")
+    thread = threading.Thread(target=publisher.run, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: len(publisher.confirmed) >= 100, "100 confirms before the kill")
+        killed = time.monotonic()
+        cluster.nodes[leader].kill()
+        successor = cluster.wait_leader(other_than=leader)
+        assert successor != leader
+        _wait(lambda: publisher.confirmed[-1][1] > killed, "a confirm from the new leader")
+        cluster.nodes[leader].start()  # rejoins as a follower
+        _wait(lambda: leader in cluster.etcd.in_sync(cluster.name), "the old leader in sync")
+        after = len(publisher.confirmed)
+        _wait(lambda: len(publisher.confirmed) >= after + 50, "confirms with it in sync")
+    finally:
+        publisher.stop.set()
+        thread.join(60)
+    assert cluster.etcd.leader(cluster.name) == successor
+    received = harness.drain(cluster.ports(), "orders")
+    verdict = harness.check(publisher.attempted, {i for i, _ in publisher.confirmed}, received)
+    assert verdict.lost == set()
+    assert verdict.unexpected == set()
+    assert len(received) >= len(publisher.confirmed)
