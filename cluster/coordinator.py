@@ -79,6 +79,12 @@ class Coordinator(Protocol):
     async def secret(self) -> bytes:
         """The cluster's replication secret, created by the first node that asks."""
 
+    async def announce(self, node: str, info: dict[str, str]) -> None:
+        """Record ``node`` as a member (for good) and as running (while its lease lives)."""
+
+    async def members(self) -> dict[str, dict[str, str]]:
+        """Every node that ever joined, with ``running`` and its announced addresses."""
+
 
 def _b64(text: str | bytes) -> str:
     data = text.encode() if isinstance(text, str) else text
@@ -130,9 +136,13 @@ class EtcdCoordinator:
     def lease_fresh(self) -> bool:
         return self.lease != 0 and time.monotonic() - self._renewed < self.ttl
 
-    async def start(self) -> None:
+    async def connect(self) -> None:
+        """Open the HTTP session only (a reader such as ``leveret ctl cluster_status``)."""
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
+
+    async def start(self) -> None:
+        await self.connect()
         sent = time.monotonic()
         granted = await self._post("/v3/lease/grant", {"TTL": self.ttl})
         self.lease = int(granted["ID"])
@@ -200,11 +210,31 @@ class EtcdCoordinator:
             return None
         return int(won["header"]["revision"])
 
-    async def in_sync(self) -> set[str]:
-        start = self.prefix + "isr/"
+    async def _under(self, folder: str) -> dict[str, bytes]:
+        start = self.prefix + folder + "/"
         answer = await self._post("/v3/kv/range", {"key": _b64(start),
                                                    "range_end": _prefix_end(start)})
-        return {_unb64(kv["key"]).decode()[len(start):] for kv in answer.get("kvs", [])}
+        return {_unb64(kv["key"]).decode()[len(start):]: _unb64(kv.get("value", ""))
+                for kv in answer.get("kvs", [])}
+
+    async def in_sync(self) -> set[str]:
+        return set(await self._under("isr"))
+
+    async def announce(self, node: str, info: dict[str, str]) -> None:
+        value = _b64(json.dumps(info))
+        await self._post("/v3/kv/txn", {"compare": [], "success": [
+            {"request_put": {"key": self._key(f"nodes/{node}"), "value": value}},
+            {"request_put": {"key": self._key(f"running/{node}"), "value": value,
+                             "lease": str(self.lease)}}]})
+
+    async def members(self) -> dict[str, dict[str, str]]:
+        known = await self._under("nodes")
+        running = await self._under("running")
+        out: dict[str, dict[str, str]] = {}
+        for node, raw in sorted(known.items()):
+            info = json.loads(raw) if raw else {}
+            out[node] = {**info, "running": "true" if node in running else "false"}
+        return out
 
     async def set_in_sync(self, node: str, present: bool, epoch: int) -> bool:
         fence = {"key": self._key("leader"), "result": "EQUAL", "target": "CREATE",

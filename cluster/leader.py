@@ -163,6 +163,17 @@ class Leader:
         self.required.discard(node)
         log.warning("follower %s left the in-sync set (no ack within %.1f s)", node, ACK_TIMEOUT)
 
+    def _maybe_admit(self, follower: _Follower) -> None:
+        """A follower that holds every batch shipped joins the in-sync set."""
+        if follower.node in self.required or follower.acked < self.last_seq:
+            return
+        # Required at once, before etcd hears of it: nothing is confirmed without it from
+        # here on, so etcd never lists a member that lacks a confirmed batch.
+        self.required.add(follower.node)
+        task = asyncio.create_task(self._admit(follower))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _admit(self, follower: _Follower) -> None:
         node = follower.node
         try:
@@ -205,16 +216,13 @@ class Leader:
             follower = self.followers[node] = _Follower(node, writer)
             await self._catch_up(follower, int(hello.get("last_seq", 0)),
                                  [(int(e), int(s)) for e, s in hello.get("lineage", [])])
+            self._maybe_admit(follower)  # it may hold everything already (an idle leader)
             while True:
                 for kind, payload in pending:
                     if kind != wire.ACK:
                         raise wire.WireError(f"unexpected frame {kind} from a follower")
                     follower.acked = max(follower.acked, wire.parse_ack(payload))
-                    if follower.node not in self.required and follower.acked >= self.last_seq:
-                        # Required at once, before etcd hears of it: nothing is confirmed
-                        # without it from here on.
-                        self.required.add(follower.node)
-                        self._tasks.add(asyncio.create_task(self._admit(follower)))
+                    self._maybe_admit(follower)
                     self._wake()
                 data = await reader.read(65536)
                 if not data:

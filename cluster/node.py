@@ -88,10 +88,12 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     name = node_name(config)
     store, lock = process.open_store(config)
     data_dir = Path(config.data_dir)
-    link = FollowerLink(name, secret, store, data_dir)
     host = advertised_host(config)
     amqp_address = f"{host}:{config.port}"
     replication_address = f"{host}:{config.replication_port}"
+    await coordinator.announce(name, {"amqp": amqp_address, "replication": replication_address,
+                                      "management": f"{host}:{config.management_port}"})
+    link = FollowerLink(name, secret, store, data_dir)
     current: Leadership | None = None
     proxy = Proxy(lambda: current.amqp if current is not None else None)
     try:

@@ -267,6 +267,48 @@ class Publisher:
             self._close()
 
 
+class Consumer:
+    """Consumes ``queue`` with manual acks through any of ``ports``, reconnecting on failure;
+    logs every id it acked (acked after logging: a lost ack means a redelivery, a
+    duplicate, never a loss)."""
+
+    def __init__(self, ports: list[int], queue: str) -> None:
+        self.ports = ports
+        self.queue = queue
+        self.received: list[str] = []
+        self.stop = threading.Event()
+        self._turn = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            port = self.ports[self._turn % len(self.ports)]
+            self._turn += 1
+            try:
+                connection = pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", port, socket_timeout=3, connection_attempts=1, heartbeat=0))
+            except Exception:
+                time.sleep(0.2)
+                continue
+            try:
+                channel = connection.channel()
+                channel.queue_declare(self.queue, durable=True)
+                channel.basic_qos(prefetch_count=50)
+                for method, _, body in channel.consume(self.queue, inactivity_timeout=0.2):
+                    if self.stop.is_set():
+                        break
+                    if method is None:
+                        continue
+                    self.received.append(body.decode())
+                    channel.basic_ack(method.delivery_tag)
+            except Exception:
+                time.sleep(0.2)
+            finally:
+                try:
+                    connection.close()
+                except Exception:
+                    pass
+
+
 def drain(ports: list[int], queue: str, timeout: float = 60.0) -> list[str]:
     """Every message left in ``queue``, consumed with manual acks through any node."""
     deadline = time.monotonic() + timeout

@@ -4,6 +4,9 @@ the in-sync set as a follower."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -41,8 +44,30 @@ def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> Non
         publisher.stop.set()
         thread.join(60)
     assert cluster.etcd.leader(cluster.name) == successor
+    status = _cluster_status(cluster)
+    assert status["leader"] == successor
+    assert status["running_nodes"] == status["disk_nodes"] == ["n1", "n2", "n3"]
+    assert status["in_sync"] == ["n1", "n2", "n3"]
     received = harness.drain(cluster.ports(), "orders")
     verdict = harness.check(publisher.attempted, {i for i, _ in publisher.confirmed}, received)
     assert verdict.lost == set()
     assert verdict.unexpected == set()
     assert len(received) >= len(publisher.confirmed)
+
+
+def _cluster_status(cluster: harness.Cluster) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "leveret", "ctl", "cluster_status", "--etcd", cluster.etcd.url,
+         "--cluster-name", cluster.name, "--formatter", "json"],
+        capture_output=True, text=True, timeout=60, check=True)
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_cluster_status_names_a_cluster_without_nodes(etcd: harness.Etcd) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "leveret", "ctl", "cluster_status", "--etcd", etcd.url,
+         "--cluster-name", "nobody-here"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Cluster status of cluster nobody-here ..." in done.stdout
+    assert "(none: an election is due)" in done.stdout
