@@ -53,6 +53,7 @@ class FollowerLink:
         self.data_dir = data_dir
         self.lineage = lineage_file.load(data_dir)
         self.applied = store.state().last_seq
+        self.failed_on = 0  # the epoch whose leader we last failed to reach (to log once)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "leveret-follow")
 
     def close(self) -> None:

@@ -15,6 +15,26 @@ import os
 from pathlib import Path
 
 FILE = "cluster-lineage.json"
+# The cluster a data dir belongs to: its batches mean nothing to another cluster.
+CLUSTER_FILE = "cluster-name"
+
+
+class ForeignCluster(Exception):
+    """The data dir holds another cluster's data (one line for the user)."""
+
+
+def claim(data_dir: Path, cluster: str) -> None:
+    """Mark ``data_dir`` as ``cluster``'s, or raise ForeignCluster if it is another's."""
+    path = data_dir / CLUSTER_FILE
+    try:
+        owner = path.read_text().strip()
+    except FileNotFoundError:
+        path.write_text(cluster + "\n")
+        return
+    if owner != cluster:
+        raise ForeignCluster(f"data directory {data_dir} belongs to cluster {owner!r}, "
+                             f"not {cluster!r} (use --cluster-name {owner} or another "
+                             f"data directory)")
 
 Lineage = list[tuple[int, int]]
 

@@ -88,6 +88,12 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     name = node_name(config)
     store, lock = process.open_store(config)
     data_dir = Path(config.data_dir)
+    try:
+        lineage_file.claim(data_dir, config.cluster_name)
+    except lineage_file.ForeignCluster as exc:
+        store.close()
+        lock.close()
+        raise StartupError(str(exc)) from exc
     host = advertised_host(config)
     amqp_address = f"{host}:{config.port}"
     replication_address = f"{host}:{config.replication_port}"
@@ -155,7 +161,10 @@ async def _follow_while_leading(coordinator: EtcdCoordinator, link: FollowerLink
                 return
         following.result()
     except (OSError, TimeoutError, wire.WireError) as exc:
-        log.info("cannot follow %s at %s: %s", current.node, current.replication, exc)
+        # Every POLL while a dead leader's key lives on: said once per leader.
+        (log.info if link.failed_on != current.epoch else log.debug)(
+            "cannot follow %s at %s: %s", current.node, current.replication, exc)
+        link.failed_on = current.epoch
     finally:
         if not following.done():
             following.cancel()

@@ -43,7 +43,7 @@ class Proxy:
             up_reader, up_writer = await asyncio.wait_for(
                 asyncio.open_connection(host, int(port)), 5)
         except (OSError, TimeoutError) as exc:
-            log.info("no leader to relay a client to (%s): %s", address, exc)
+            log.debug("no leader to relay a client to (%s): %s", address, exc)
             writer.close()
             return
         self._open.update((writer, up_writer))

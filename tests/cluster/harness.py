@@ -29,6 +29,8 @@ import pika.exceptions
 
 # Generous: the machine may be busy; a node that exits fails the wait at once.
 START_TIMEOUT = 60.0
+# Clients' heartbeat (s): how they notice a leader that is paused rather than gone.
+HEARTBEAT = 2
 
 
 def free_port() -> int:
@@ -208,7 +210,9 @@ class Publisher:
         self.queue = queue
         self.prefix = prefix
         self.attempted: set[str] = set()
-        self.confirmed: list[tuple[str, float]] = []  # (id, monotonic time of its ack)
+        # (id, monotonic time of its ack); and when the publish that got it was sent
+        self.confirmed: list[tuple[str, float]] = []
+        self.sent: dict[str, float] = {}
         self.next = 0
         self.stop = threading.Event()
         self._turn = 0
@@ -222,7 +226,7 @@ class Publisher:
             try:
                 params = pika.ConnectionParameters(
                     "127.0.0.1", port, socket_timeout=3, blocked_connection_timeout=10,
-                    connection_attempts=1, heartbeat=0)
+                    connection_attempts=1, heartbeat=HEARTBEAT)
                 self._connection = pika.BlockingConnection(params)
                 channel = self._connection.channel()
                 channel.confirm_delivery()
@@ -250,6 +254,7 @@ class Publisher:
         while True:
             channel = self._channel or self._connect()
             self.attempted.add(msg_id)
+            self.sent[msg_id] = time.monotonic()
             try:
                 channel.basic_publish("", self.queue, msg_id.encode(),
                                       pika.BasicProperties(delivery_mode=2), mandatory=True)
@@ -285,7 +290,8 @@ class Consumer:
             self._turn += 1
             try:
                 connection = pika.BlockingConnection(pika.ConnectionParameters(
-                    "127.0.0.1", port, socket_timeout=3, connection_attempts=1, heartbeat=0))
+                    "127.0.0.1", port, socket_timeout=3, connection_attempts=1,
+                    heartbeat=HEARTBEAT))
             except Exception:
                 time.sleep(0.2)
                 continue

@@ -1,0 +1,78 @@
+"""A follower killed, and a leader paused past its lease: confirms go on without them, and
+nothing confirmed is lost; the paused leader exits rather than confirm alone."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import harness
+
+EXIT_LEASE_LOST = 3
+
+
+def _wait(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def _publishing(cluster: harness.Cluster, queue: str) -> Iterator[harness.Publisher]:
+    publisher = harness.Publisher(cluster.ports(), queue, "p")
+    thread = threading.Thread(target=publisher.run, daemon=True)
+    thread.start()
+    try:
+        yield publisher
+    finally:
+        publisher.stop.set()
+        thread.join(60)
+    received = harness.drain(cluster.ports(), queue)
+    verdict = harness.check(publisher.attempted, {i for i, _ in publisher.confirmed}, received)
+    assert verdict.lost == set()
+    assert verdict.unexpected == set()
+
+
+def _more_confirms(publisher: harness.Publisher, count: int) -> None:
+    target = len(publisher.confirmed) + count
+    _wait(lambda: len(publisher.confirmed) >= target, f"{count} more confirms")
+
+
+def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Cluster) -> None:
+    cluster.start(3)
+    leader = cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    follower = next(n for n in cluster.nodes if n != leader)
+    with _publishing(cluster, "jobs") as publisher:
+        _more_confirms(publisher, 50)
+        cluster.nodes[follower].kill()
+        _wait(lambda: follower not in cluster.etcd.in_sync(cluster.name), "the follower dropped")
+        _more_confirms(publisher, 50)  # two copies left: confirms go on
+        cluster.nodes[follower].start()
+        _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
+        _more_confirms(publisher, 50)
+    assert cluster.etcd.leader(cluster.name) == leader
+
+
+def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> None:
+    cluster.start(3)
+    leader = cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    node = cluster.nodes[leader]
+    assert node.proc is not None
+    with _publishing(cluster, "events") as publisher:
+        _more_confirms(publisher, 50)
+        node.proc.send_signal(signal.SIGSTOP)
+        successor = cluster.wait_leader(other_than=leader)
+        _more_confirms(publisher, 50)  # the new leader confirms meanwhile
+        node.proc.send_signal(signal.SIGCONT)
+        assert node.proc.wait(60) == EXIT_LEASE_LOST
+        assert "lost the leadership" in node.log_text()
+        _more_confirms(publisher, 50)
+    assert cluster.etcd.leader(cluster.name) == successor
