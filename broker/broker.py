@@ -16,6 +16,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.accounts import Accounts
+from leveret.broker.cluster_view import ClusterView
 from leveret.broker.sessions import Blockable, ClientSession
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
@@ -41,6 +42,7 @@ class Broker:
         self.log = GroupCommit(self.store, loop)
         self.paging = Paging()  # memory pressure, as durable queues page by it (paging.py)
         self.cluster_name = f"leveret@{socket.gethostname()}"
+        self.cluster: ClusterView | None = None  # set when the node leads a cluster
         self.vhosts: dict[str, VirtualHost] = {}
         self.new_vhost(config.default_vhost)
         self.accounts = Accounts(self)  # users, permissions, limits (broker/accounts.py)

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from leveret.broker.cluster_view import ReplicationFigures
 from leveret.cluster import lineage as lineage_file
 from leveret.cluster import wire
 from leveret.cluster.coordinator import Coordinator
@@ -95,8 +96,15 @@ class Leader:
         self.changed = asyncio.Event()
         self.fenced = False
         self.shipped = 0  # batches sent, for metrics
+        self.ack_seconds = 0.0  # summed wait for the followers' acks, for metrics
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def figures(self, cluster: str) -> ReplicationFigures:
+        return ReplicationFigures(
+            cluster, self.epoch, len(self.in_sync), len(self.followers), self.shipped,
+            self.ack_seconds, {n: max(0, self.last_seq - f.acked)
+                               for n, f in sorted(self.followers.items())})
 
     async def listen(self, hosts: Sequence[str], port: int) -> None:
         self._server = await asyncio.start_server(self._serve, list(hosts) or None, port)
@@ -118,6 +126,7 @@ class Leader:
         self.last_seq = seq
         self.ring.append((seq, frame))
         self.shipped += 1
+        started = asyncio.get_running_loop().time()
         for follower in self.followers.values():
             if follower.streaming:
                 follower.writer.write(frame)
@@ -133,6 +142,7 @@ class Leader:
                        and (n not in self.followers or self.followers[n].acked < seq)]
             if not missing:
                 if len(self.in_sync) >= self.min_in_sync:
+                    self.ack_seconds += loop.time() - started
                     return
             elif loop.time() >= deadline:
                 for node in missing:

@@ -31,6 +31,7 @@ from leveret.cluster.coordinator import CoordinatorError, EtcdCoordinator, Leade
 from leveret.cluster.follower import FollowerLink
 from leveret.cluster.leader import Leader, ReplicatedStore
 from leveret.cluster.proxy import Proxy
+from leveret.cluster.service import ClusterService
 from leveret.node import process
 from leveret.node.process import Service, StartupError
 
@@ -140,7 +141,8 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     await leader.listen(config.host, config.replication_port)
     watchdog = asyncio.create_task(_watch_lease(coordinator, leader))
     try:
-        await process.main(config, front_doors,
+        view = ClusterService(name, config.cluster_name, coordinator, leader)
+        await process.main(config, [view, *front_doors],
                            (ReplicatedStore(store, leader, asyncio.get_running_loop()), lock))
     finally:
         watchdog.cancel()

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.api import Histogram
 from leveret.management_ui import prometheus_channels, prometheus_queues, views
+from leveret.management_ui.prometheus_cluster import write_replication
 from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
 
 if TYPE_CHECKING:
@@ -132,7 +133,8 @@ def write_info(w: Writer, state: State) -> None:
         ("prometheus_client_version", state.version), ("erlang_version", "n/a"),
         ("product_name", state.product_name), ("product_version", state.version)))
     w.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
-        ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster_name),
+        ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster.figures().cluster
+                                         if broker.cluster is not None else broker.cluster_name),
         ("rabbitmq_cluster_permanent_id", f"leveret-{broker.cluster_name}")))
 
 
@@ -262,6 +264,8 @@ def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
     w.one("leveret_queue_messages_paged_out", "gauge",
           "Ready messages held only in the store, not in memory (all queues)",
           sum(q.paged_out for q in queues))
+    if state.broker.cluster is not None:
+        write_replication(w, state.broker.cluster.figures())
 
 
 def write_queues_aggregated(w: Writer, state: State) -> Render:

@@ -4,11 +4,13 @@ the in-sync set as a follower."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import harness
 
@@ -44,6 +46,14 @@ def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> Non
         publisher.stop.set()
         thread.join(60)
     assert cluster.etcd.leader(cluster.name) == successor
+    new = cluster.nodes[successor]
+    _wait(lambda: {(n["name"], n["running"]) for n in _get_json(new.management_port, "/api/nodes")}
+          == {("leveret@n1", True), ("leveret@n2", True), ("leveret@n3", True)},
+          "every node listed running by /api/nodes")
+    metrics = _get(new.prometheus_port, "/metrics")
+    assert "leveret_replication_in_sync 3" in metrics
+    assert f'rabbitmq_cluster="{cluster.name}"' in metrics
+    assert f'leveret_replication_lag_batches{{follower="{leader}"}}' in metrics
     status = _cluster_status(cluster)
     assert status["leader"] == successor
     assert status["running_nodes"] == status["disk_nodes"] == ["n1", "n2", "n3"]
@@ -53,6 +63,19 @@ def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> Non
     assert verdict.lost == set()
     assert verdict.unexpected == set()
     assert len(received) >= len(publisher.confirmed)
+
+
+def _get(port: int, path: str) -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def _get_json(port: int, path: str) -> list[dict[str, object]]:
+    result: list[dict[str, object]] = json.loads(_get(port, path))
+    return result
 
 
 def _cluster_status(cluster: harness.Cluster) -> dict[str, object]:
