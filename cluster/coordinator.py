@@ -52,6 +52,7 @@ class Leadership:
     amqp: str  # host:port of its AMQP listener (the followers' proxy target)
     replication: str  # host:port its followers connect to
     epoch: int
+    management: str = ""  # host:port of its management API ("" if not listening)
 
 
 class Coordinator(Protocol):
@@ -68,8 +69,9 @@ class Coordinator(Protocol):
 
     async def leader(self) -> Leadership | None: ...
 
-    async def campaign(self, node: str, amqp: str, replication: str) -> int | None:
-        """Try to become leader: the new epoch, or None if another leads or we may not."""
+    async def campaign(self, node: str, addresses: dict[str, str]) -> int | None:
+        """Try to become leader, announcing ``addresses`` (``amqp``, ``replication``,
+        ``management``): the new epoch, or None if another leads or we may not."""
 
     async def in_sync(self) -> set[str]: ...
 
@@ -188,10 +190,10 @@ class EtcdCoordinator:
             return None
         value = json.loads(_unb64(kv["value"]))
         return Leadership(value["node"], value["amqp"], value["replication"],
-                          int(kv["create_revision"]))
+                          int(kv["create_revision"]), value.get("management", ""))
 
-    async def campaign(self, node: str, amqp: str, replication: str) -> int | None:
-        value = _b64(json.dumps({"node": node, "amqp": amqp, "replication": replication}))
+    async def campaign(self, node: str, addresses: dict[str, str]) -> int | None:
+        value = _b64(json.dumps({"node": node, **addresses}))
         put = {"request_put": {"key": self._key("leader"), "value": value,
                                "lease": str(self.lease)}}
         absent = {"key": self._key("leader"), "result": "EQUAL", "target": "CREATE",

@@ -98,8 +98,10 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     host = advertised_host(config)
     amqp_address = f"{host}:{config.port}"
     replication_address = f"{host}:{config.replication_port}"
-    await coordinator.announce(name, {"amqp": amqp_address, "replication": replication_address,
-                                      "management": f"{host}:{config.management_port}"})
+    addresses = {"amqp": amqp_address, "replication": replication_address,
+                 "management": f"{host}:{config.management_port}"
+                 if config.management_port else ""}
+    await coordinator.announce(name, addresses)
     link = FollowerLink(name, secret, store, data_dir)
     current: Leadership | None = None
     proxy = Proxy(lambda: current.amqp if current is not None else None)
@@ -109,6 +111,15 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
         store.close()
         lock.close()
         raise StartupError(f"cannot listen on AMQP port {config.port}: {exc.strerror}") from exc
+    # The management API is relayed too (HTTP is bytes like AMQP), so scripts and the
+    # console work through any node; without the port (taken, or 0) only AMQP is relayed.
+    api_proxy = Proxy(lambda: (current.management or None) if current is not None else None)
+    if config.management_port:
+        try:
+            await api_proxy.listen(config.management_host, config.management_port)
+        except OSError as exc:
+            log.warning("not relaying the management API on port %d: %s",
+                        config.management_port, exc.strerror)
     log.info("cluster node %s (cluster %r) started as a follower", name, config.cluster_name)
     previous: str | None = None
     epoch = 0
@@ -116,7 +127,7 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
         try:
             current = await coordinator.leader()
             if current is None:
-                won = await coordinator.campaign(name, amqp_address, replication_address)
+                won = await coordinator.campaign(name, addresses)
                 if won is not None:
                     epoch = won
                     break
@@ -128,6 +139,7 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
         await asyncio.sleep(POLL)
     log.info("node %s leads the cluster, epoch %d", name, epoch)
     await proxy.close()
+    await api_proxy.close()
     store = link.store
     link.close()
     last_seq = store.state().last_seq

@@ -46,8 +46,9 @@ def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> Non
         publisher.stop.set()
         thread.join(60)
     assert cluster.etcd.leader(cluster.name) == successor
-    new = cluster.nodes[successor]
-    _wait(lambda: {(n["name"], n["running"]) for n in _get_json(new.management_port, "/api/nodes")}
+    new, old = cluster.nodes[successor], cluster.nodes[leader]
+    # Asked of the old leader, now a follower, which relays the API to the new one.
+    _wait(lambda: {(n["name"], n["running"]) for n in _get_json(old.management_port, "/api/nodes")}
           == {("leveret@n1", True), ("leveret@n2", True), ("leveret@n3", True)},
           "every node listed running by /api/nodes")
     metrics = _get(new.prometheus_port, "/metrics")
