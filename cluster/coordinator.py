@@ -75,6 +75,12 @@ class Coordinator(Protocol):
 
     async def in_sync(self) -> set[str]: ...
 
+    async def offer(self, node: str, last_seq: int) -> None:
+        """Say, while the leader key is vacant, which batch ``node`` holds last."""
+
+    async def offers(self) -> dict[str, int]:
+        """The candidates' last batches (bound to their leases: the dead offer nothing)."""
+
     async def set_in_sync(self, node: str, present: bool, epoch: int) -> bool:
         """Add or remove ``node``; false if ``epoch`` no longer leads (the write is refused)."""
 
@@ -221,6 +227,13 @@ class EtcdCoordinator:
 
     async def in_sync(self) -> set[str]:
         return set(await self._under("isr"))
+
+    async def offer(self, node: str, last_seq: int) -> None:
+        await self._post("/v3/kv/put", {"key": self._key(f"candidates/{node}"),
+                                        "value": _b64(str(last_seq)), "lease": str(self.lease)})
+
+    async def offers(self) -> dict[str, int]:
+        return {node: int(raw) for node, raw in (await self._under("candidates")).items()}
 
     async def announce(self, node: str, info: dict[str, str]) -> None:
         value = _b64(json.dumps(info))

@@ -59,17 +59,18 @@ class FollowerLink:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
-    async def follow(self, address: str) -> None:
-        """Follow the leader at ``address`` until the link breaks (returns) or the leader
-        refuses us (raises wire.WireError)."""
+    async def follow(self, address: str, epoch: int) -> None:
+        """Follow the leader of ``epoch`` at ``address`` until the link breaks (returns) or
+        the leader refuses us or is not that leader (raises wire.WireError)."""
         host, _, port = address.rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
         try:
-            await self._follow(reader, writer)
+            await self._follow(reader, writer, epoch)
         finally:
             writer.close()
 
-    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      epoch: int) -> None:
         frames = wire.Reader()
         loop = asyncio.get_running_loop()
         snapshot: _Incoming | None = None
@@ -102,7 +103,10 @@ class FollowerLink:
                     log.info("snapshot installed at batch %d", incoming.seq)
                     writer.write(wire.ack_frame(incoming.seq))
                 elif kind == wire.BATCH:
-                    _, seq, body = wire.parse_batch(payload)
+                    batch_epoch, seq, body = wire.parse_batch(payload)
+                    if batch_epoch != epoch:  # a deposed leader's: never applied
+                        raise wire.WireError(f"batch {seq} of epoch {batch_epoch}, "
+                                             f"not the leader's {epoch}")
                     if seq <= self.applied:
                         continue
                     batch = decode_batch(body)

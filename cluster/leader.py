@@ -123,6 +123,7 @@ class Leader:
 
     async def replicate(self, seq: int, frame: bytes) -> None:
         """Ship batch ``seq`` and wait until it may be confirmed; raises StoreError."""
+        self._check_leading()  # a leader resumed after its lease lapsed ships nothing
         self.last_seq = seq
         self.ring.append((seq, frame))
         self.shipped += 1
@@ -135,9 +136,7 @@ class Leader:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ACK_TIMEOUT
         while True:
-            if self.fenced or not self.coordinator.lease_fresh():
-                self.fenced = True
-                raise StoreError("this node's leadership lapsed: nothing more is confirmed")
+            self._check_leading()
             missing = [n for n in self.required if n != self.node
                        and (n not in self.followers or self.followers[n].acked < seq)]
             if not missing:
@@ -154,6 +153,11 @@ class Leader:
                     0.5, deadline - loop.time())))
             except TimeoutError:
                 pass
+
+    def _check_leading(self) -> None:
+        if self.fenced or not self.coordinator.lease_fresh():
+            self.fenced = True
+            raise StoreError("this node's leadership lapsed: nothing more is confirmed")
 
     async def _drop(self, node: str) -> None:
         """Remove ``node`` from the in-sync set: in etcd first, then here."""

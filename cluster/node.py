@@ -34,6 +34,7 @@ from leveret.cluster.proxy import Proxy
 from leveret.cluster.service import ClusterService
 from leveret.node import process
 from leveret.node.process import Service, StartupError
+from leveret.persistence.lmdb_store import LmdbStore
 
 try:
     import uvloop
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 # How often a follower looks at the leader key (a failover is noticed this much after
 # the lease expired, at worst).
 POLL = 0.25
+# How long candidates wait for each other's offers before the best campaigns, and after how
+# many such rounds any in-sync node does (the best may be unable to win).
+CANDIDACY_WINDOW = 0.3
+PATIENCE = 3
 # The status a leader exits with when it lost its lease (LavinMQ exits 3 too).
 EXIT_LEASE_LOST = 3
 
@@ -123,15 +128,19 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     log.info("cluster node %s (cluster %r) started as a follower", name, config.cluster_name)
     previous: str | None = None
     epoch = 0
+    vacant = 0  # rounds the leader key has been vacant
     while True:
         try:
             current = await coordinator.leader()
             if current is None:
-                won = await coordinator.campaign(name, addresses)
-                if won is not None:
-                    epoch = won
-                    break
+                if await _my_turn(coordinator, name, link.applied, vacant):
+                    won = await coordinator.campaign(name, addresses)
+                    if won is not None:
+                        epoch = won
+                        break
+                vacant += 1
             elif current.node != name:
+                vacant = 0
                 previous = current.node
                 await _follow_while_leading(coordinator, link, current)
         except CoordinatorError as exc:
@@ -140,8 +149,11 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     log.info("node %s leads the cluster, epoch %d", name, epoch)
     await proxy.close()
     await api_proxy.close()
-    store = link.store
     link.close()
+    # Reopened as a restarted node's is: transient entries replicated from the previous
+    # leader (paged out, not meant to survive it) are dropped, as at any start.
+    link.store.close()
+    store = LmdbStore(link.store.path)
     last_seq = store.state().last_seq
     lineage = [*lineage_file.load(data_dir), (epoch, last_seq + 1)]
     lineage_file.save(data_dir, lineage)
@@ -164,7 +176,7 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
 async def _follow_while_leading(coordinator: EtcdCoordinator, link: FollowerLink,
                                 current: Leadership) -> None:
     """Follow ``current`` until its link breaks or another node leads."""
-    following = asyncio.create_task(link.follow(current.replication))
+    following = asyncio.create_task(link.follow(current.replication, current.epoch))
     try:
         while not following.done():
             await asyncio.wait({following}, timeout=POLL)
@@ -186,6 +198,21 @@ async def _follow_while_leading(coordinator: EtcdCoordinator, link: FollowerLink
                 await following
             except (asyncio.CancelledError, Exception):
                 pass
+
+
+async def _my_turn(coordinator: EtcdCoordinator, name: str, last_seq: int, rounds: int) -> bool:
+    """Whether to campaign now: the in-sync candidate holding the most batches goes first,
+    so the others keep what they hold (a less up-to-date winner would make whoever holds
+    more, unconfirmed, batches need a snapshot). Any in-sync node is a safe leader: after
+    ``PATIENCE`` rounds whoever is left campaigns. A few etcd requests per failover."""
+    in_sync = await coordinator.in_sync()
+    if name not in in_sync:  # a new cluster (bootstrap), or a node that cannot win anyway
+        return True
+    await coordinator.offer(name, last_seq)
+    await asyncio.sleep(CANDIDACY_WINDOW)
+    offers = {n: s for n, s in (await coordinator.offers()).items() if n in in_sync}
+    best = max(offers.items(), key=lambda offer: (offer[1], offer[0]), default=(name, 0))
+    return best[0] == name or rounds >= PATIENCE
 
 
 async def _watch_lease(coordinator: EtcdCoordinator, leader: Leader) -> None:
