@@ -22,6 +22,7 @@ import concurrent.futures
 import logging
 import os
 import shutil
+import ssl
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -46,8 +47,10 @@ class _Incoming:
 
 
 class FollowerLink:
-    def __init__(self, node: str, secret: bytes, store: LmdbStore, data_dir: Path) -> None:
+    def __init__(self, node: str, secret: bytes, store: LmdbStore, data_dir: Path,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.node = node
+        self.tls = tls
         self.secret = secret
         self.store = store
         self.data_dir = data_dir
@@ -63,7 +66,8 @@ class FollowerLink:
         """Follow the leader of ``epoch`` at ``address`` until the link breaks (returns) or
         the leader refuses us or is not that leader (raises wire.WireError)."""
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, int(port), ssl=self.tls, server_hostname=host if self.tls else None), 5)
         try:
             await self._follow(reader, writer, epoch)
         finally:

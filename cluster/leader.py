@@ -32,6 +32,7 @@ import collections
 import logging
 import secrets
 import shutil
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,8 +107,10 @@ class Leader:
             self.ack_seconds, {n: max(0, self.last_seq - f.acked)
                                for n, f in sorted(self.followers.items())})
 
-    async def listen(self, hosts: Sequence[str], port: int) -> None:
-        self._server = await asyncio.start_server(self._serve, list(hosts) or None, port)
+    async def listen(self, hosts: Sequence[str], port: int,
+                     tls: ssl.SSLContext | None = None) -> None:
+        self._server = await asyncio.start_server(self._serve, list(hosts) or None, port,
+                                                  ssl=tls)
 
     async def close(self) -> None:
         if self._server is not None:

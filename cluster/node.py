@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +33,7 @@ from leveret.cluster.follower import FollowerLink
 from leveret.cluster.leader import Leader, ReplicatedStore
 from leveret.cluster.proxy import Proxy
 from leveret.cluster.service import ClusterService
-from leveret.node import process
+from leveret.node import process, tls
 from leveret.node.process import Service, StartupError
 from leveret.persistence.lmdb_store import LmdbStore
 
@@ -66,6 +67,23 @@ def advertised_host(config: Config) -> str:
         return config.replication_host
     hosts = [h for h in config.host if h not in ("0.0.0.0", "::")]
     return hosts[0] if hosts else "127.0.0.1"
+
+
+def replication_tls(config: Config) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """TLS for the replication link when ``tls_certfile`` is set: the leader presents the
+    node's certificate (the AMQPS one); a follower verifies it against ``tls_cafile`` and
+    the address it dials, when a CA is given. Followers prove themselves by the HMAC on the
+    cluster secret, TLS or not."""
+    if config.tls_certfile is None:
+        return None, None
+    if config.tls_cafile is not None:
+        client = ssl.create_default_context(cafile=str(config.tls_cafile))
+    else:
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client.check_hostname = False
+        client.verify_mode = ssl.CERT_NONE
+    client.minimum_version = ssl.TLSVersion.TLSv1_2
+    return tls.server_context(config), client
 
 
 def run(config: Config, front_doors: Sequence[Service]) -> None:
@@ -107,7 +125,13 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
                  "management": f"{host}:{config.management_port}"
                  if config.management_port else ""}
     await coordinator.announce(name, addresses)
-    link = FollowerLink(name, secret, store, data_dir)
+    try:
+        server_tls, client_tls = replication_tls(config)
+    except tls.TLSConfigError as exc:
+        store.close()
+        lock.close()
+        raise StartupError(str(exc)) from exc
+    link = FollowerLink(name, secret, store, data_dir, client_tls)
     current: Leadership | None = None
     proxy = Proxy(lambda: current.amqp if current is not None else None)
     try:
@@ -162,7 +186,7 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     in_sync = await coordinator.in_sync()
     leader = Leader(name, epoch, coordinator, secret, store, data_dir, lineage,
                     config.min_in_sync, in_sync, last_seq)
-    await leader.listen(config.host, config.replication_port)
+    await leader.listen(config.host, config.replication_port, server_tls)
     watchdog = asyncio.create_task(_watch_lease(coordinator, leader))
     try:
         view = ClusterService(name, config.cluster_name, coordinator, leader)

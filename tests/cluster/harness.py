@@ -117,6 +117,7 @@ class Node:
     replication_port: int = field(default_factory=free_port)
     management_port: int = field(default_factory=free_port)
     prometheus_port: int = field(default_factory=free_port)
+    extra: list[str] = field(default_factory=list)  # more `leveret serve` flags
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Node:
@@ -128,7 +129,8 @@ class Node:
              "--management-host", "127.0.0.1",
              "--management-port", str(self.management_port),
              "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
-             "--lease-ttl", str(self.lease_ttl), "--data-dir", str(self.directory / self.name)],
+             "--lease-ttl", str(self.lease_ttl), "--data-dir", str(self.directory / self.name),
+             *self.extra],
             stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ))
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:  # a follower's proxy or the leader's listener
@@ -170,9 +172,10 @@ class Cluster:
     lease_ttl: int = 3
     nodes: dict[str, Node] = field(default_factory=dict)
 
-    def start(self, count: int = 3) -> Cluster:
+    def start(self, count: int = 3, extra: list[str] | None = None) -> Cluster:
         for i in range(1, count + 1):
-            node = Node(f"n{i}", self.directory, self.etcd.url, self.name, self.lease_ttl)
+            node = Node(f"n{i}", self.directory, self.etcd.url, self.name, self.lease_ttl,
+                        extra=list(extra or []))
             self.nodes[node.name] = node.start()
         return self
 
