@@ -56,11 +56,11 @@ class Proxy:
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError):
+    # RuntimeError: uvloop's answer to a write on a transport the other side closed.
+    with contextlib.suppress(OSError, RuntimeError):
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
-    with contextlib.suppress(OSError):
-        if writer.can_write_eof():
+        if not writer.is_closing() and writer.can_write_eof():
             writer.write_eof()
     writer.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,10 +34,22 @@ START_TIMEOUT = 60.0
 HEARTBEAT = 2
 
 
+# Ports are chosen below Linux's ephemeral range (32768-60999): a port picked there and
+# released could be taken as the local port of any outgoing connection before a node
+# (re)binds it, as happened in a long failover run.
+PORT_RANGE = (20000, 32000)
+_rng = random.Random()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    while True:
+        port = _rng.randrange(*PORT_RANGE)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def etcd_binary() -> str | None:
