@@ -58,8 +58,9 @@ log = logging.getLogger(__name__)
 # Seconds an in-sync follower may take to ack a batch before it is dropped from the set
 # (LavinMQ: 3 s; the design's 1.5 s keeps a confirm's worst pause short).
 ACK_TIMEOUT = 1.5
-# Batches kept for followers that reconnect (older ones get a snapshot instead).
-RING_BATCHES = 20_000
+# Batches kept for followers that reconnect (older ones get a snapshot instead): the most
+# recent ones, up to this many bytes of frames.
+RING_BYTES = 256 << 20
 
 
 class Snapshotting(Protocol):
@@ -92,7 +93,8 @@ class Leader:
         self.in_sync = set(in_sync) | {node}  # as etcd has it
         self.required = set(self.in_sync)  # whose ack a batch waits for: ⊇ in_sync
         self.last_seq = last_seq
-        self.ring: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=RING_BATCHES)
+        self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.ring_bytes = 0
         self.followers: dict[str, _Follower] = {}
         self.changed = asyncio.Event()
         self.fenced = False
@@ -129,6 +131,9 @@ class Leader:
         self._check_leading()  # a leader resumed after its lease lapsed ships nothing
         self.last_seq = seq
         self.ring.append((seq, frame))
+        self.ring_bytes += len(frame)
+        while self.ring_bytes > RING_BYTES and len(self.ring) > 1:
+            self.ring_bytes -= len(self.ring.popleft()[1])
         self.shipped += 1
         started = asyncio.get_running_loop().time()
         for follower in self.followers.values():
