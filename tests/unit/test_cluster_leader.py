@@ -96,9 +96,13 @@ def test_too_few_copies_hold_the_batch_back() -> None:
         coordinator = FakeCoordinator()
         leader = _leader(coordinator, {"L", "F1"})
         done = asyncio.create_task(leader.replicate(1, b"frame"))
-        await asyncio.sleep(0.2)
-        assert not done.done()  # F1 dropped: one copy left, below min_in_sync
+        for _ in range(1000):  # until F1 is dropped (after the ack timeout)
+            if leader.in_sync == {"L"}:
+                break
+            await asyncio.sleep(0.01)
         assert leader.in_sync == {"L"}
+        await asyncio.sleep(0.1)
+        assert not done.done()  # one copy left, below min_in_sync: held back
         coordinator.fresh = False
         with pytest.raises(StoreError):
             await asyncio.wait_for(done, 5)
