@@ -76,3 +76,18 @@ def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> 
         assert "lost the leadership" in node.log_text()
         _more_confirms(publisher, 50)
     assert cluster.etcd.leader(cluster.name) == successor
+
+
+def test_all_nodes_killed_and_restarted_lose_nothing(cluster: harness.Cluster) -> None:
+    cluster.start(3)
+    cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    with _publishing(cluster, "all-down") as publisher:
+        _more_confirms(publisher, 100)
+        for node in cluster.nodes.values():
+            node.kill()
+        for node in cluster.nodes.values():
+            node.start()
+        cluster.wait_leader()
+        _wait(lambda: len(cluster.etcd.in_sync(cluster.name)) == 3, "all three in sync again")
+        _more_confirms(publisher, 50)
