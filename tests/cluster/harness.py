@@ -30,6 +30,8 @@ import pika.exceptions
 
 # Generous: the machine may be busy; a node that exits fails the wait at once.
 START_TIMEOUT = 60.0
+# The shortest lease etcd grants: failovers take about this long.
+LEASE_TTL = 2
 # Clients' heartbeat (s): how they notice a leader that is paused rather than gone.
 HEARTBEAT = 2
 
@@ -125,7 +127,7 @@ class Node:
     directory: Path
     etcd: str
     cluster: str
-    lease_ttl: int = 3
+    lease_ttl: int = LEASE_TTL
     port: int = field(default_factory=free_port)
     replication_port: int = field(default_factory=free_port)
     management_port: int = field(default_factory=free_port)
@@ -182,7 +184,7 @@ class Cluster:
     directory: Path
     etcd: Etcd
     name: str = "t"
-    lease_ttl: int = 3
+    lease_ttl: int = LEASE_TTL
     nodes: dict[str, Node] = field(default_factory=dict)
 
     def start(self, count: int = 3, extra: list[str] | None = None) -> Cluster:

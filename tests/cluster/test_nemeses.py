@@ -50,13 +50,13 @@ def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Clu
     cluster.wait_in_sync(3)
     follower = next(n for n in cluster.nodes if n != leader)
     with _publishing(cluster, "jobs") as publisher:
-        _more_confirms(publisher, 50)
+        _more_confirms(publisher, 20)
         cluster.nodes[follower].kill()
         _wait(lambda: follower not in cluster.etcd.in_sync(cluster.name), "the follower dropped")
-        _more_confirms(publisher, 50)  # two copies left: confirms go on
+        _more_confirms(publisher, 20)  # two copies left: confirms go on
         cluster.nodes[follower].start()
         _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
-        _more_confirms(publisher, 50)
+        _more_confirms(publisher, 20)
     assert cluster.etcd.leader(cluster.name) == leader
 
 
@@ -67,14 +67,14 @@ def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> 
     node = cluster.nodes[leader]
     assert node.proc is not None
     with _publishing(cluster, "events") as publisher:
-        _more_confirms(publisher, 50)
+        _more_confirms(publisher, 20)
         node.proc.send_signal(signal.SIGSTOP)
         successor = cluster.wait_leader(other_than=leader)
-        _more_confirms(publisher, 50)  # the new leader confirms meanwhile
+        _more_confirms(publisher, 20)  # the new leader confirms meanwhile
         node.proc.send_signal(signal.SIGCONT)
         assert node.proc.wait(60) == EXIT_LEASE_LOST
         assert "lost the leadership" in node.log_text()
-        _more_confirms(publisher, 50)
+        _more_confirms(publisher, 20)
     assert cluster.etcd.leader(cluster.name) == successor
 
 
@@ -83,11 +83,11 @@ def test_all_nodes_killed_and_restarted_lose_nothing(cluster: harness.Cluster) -
     cluster.wait_leader()
     cluster.wait_in_sync(3)
     with _publishing(cluster, "all-down") as publisher:
-        _more_confirms(publisher, 100)
+        _more_confirms(publisher, 50)
         for node in cluster.nodes.values():
             node.kill()
         for node in cluster.nodes.values():
             node.start()
         cluster.wait_leader()
         _wait(lambda: len(cluster.etcd.in_sync(cluster.name)) == 3, "all three in sync again")
-        _more_confirms(publisher, 50)
+        _more_confirms(publisher, 20)
