@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,8 +54,6 @@ from typing import Any, TextIO
 
 from leveret import ctl_objects
 from leveret.broker import control
-from leveret.cluster.coordinator import CoordinatorError
-from leveret.cluster.status import cluster_status, format_status
 from leveret.config import ConfigError, load_config
 from leveret.ctl_objects import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 
@@ -224,16 +223,19 @@ def run_cluster_status(args: argparse.Namespace, config: Any, out: TextIO, err: 
     if not config.etcd:
         print("Error:\nnot a cluster node: no etcd endpoints (--etcd or LEVERET_ETCD)", file=err)
         return EXIT_CONFIG
+    # Imported here, as cli.py imports the node: every other command (and --version) stays
+    # free of aiohttp.
+    status = importlib.import_module("leveret.cluster.status")
     try:
-        result = asyncio.run(cluster_status(config.etcd, config.cluster_name))
-    except CoordinatorError as exc:
+        result = asyncio.run(status.cluster_status(config.etcd, config.cluster_name))
+    except status.CoordinatorError as exc:
         print(f"Error:\n{exc}", file=err)
         return EXIT_UNREACHABLE
     if args.formatter == "json":
         print(json.dumps(result), file=out)
     else:
         print(f"Cluster status of cluster {config.cluster_name} ...", file=out)
-        print(format_status(result), file=out, end="")
+        print(status.format_status(result), file=out, end="")
     return EXIT_OK
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.cluster.coordinator import EtcdCoordinator
+from leveret.cluster.coordinator import CoordinatorError, EtcdCoordinator
+
+__all__ = ["CoordinatorError", "cluster_status", "format_status"]
 
 
 async def cluster_status(endpoints: tuple[str, ...], cluster: str) -> dict[str, Any]:
