@@ -137,15 +137,16 @@ class Node:
 
     def start(self) -> Node:
         self._log = open(self.directory / f"{self.name}.log", "ab")
+        # Without an etcd URL: a single node, as Leveret runs unclustered (benchmarks).
+        clustering = ["--node-name", self.name, "--etcd", self.etcd, "--cluster-name",
+                      self.cluster, "--replication-port", str(self.replication_port),
+                      "--lease-ttl", str(self.lease_ttl)] if self.etcd else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "serve", "--node-name", self.name,
-             "--etcd", self.etcd, "--cluster-name", self.cluster, "--host", "127.0.0.1",
-             "--port", str(self.port), "--replication-port", str(self.replication_port),
-             "--management-host", "127.0.0.1",
+            [sys.executable, "-m", "leveret", "serve", *clustering, "--host", "127.0.0.1",
+             "--port", str(self.port), "--management-host", "127.0.0.1",
              "--management-port", str(self.management_port),
              "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
-             "--lease-ttl", str(self.lease_ttl), "--data-dir", str(self.directory / self.name),
-             *self.extra],
+             "--data-dir", str(self.directory / self.name), *self.extra],
             stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ))
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:  # a follower's proxy or the leader's listener
