@@ -250,7 +250,7 @@ class Leader:
                 if not data:
                     break
                 pending = frames.feed(data)
-        except (OSError, TimeoutError, wire.WireError, StoreError, ValueError) as exc:
+        except (OSError, TimeoutError, wire.WireError, StoreError, ValueError, TypeError) as exc:
             log.warning("replication link to %s lost: %s",
                         follower.node if follower else "a follower", exc)
         finally:
