@@ -33,7 +33,7 @@ START_TIMEOUT = 60.0
 # The shortest lease etcd grants: failovers take about this long.
 LEASE_TTL = 2
 # Clients' heartbeat (s): how they notice a leader that is paused rather than gone.
-HEARTBEAT = 2
+HEARTBEAT = 1
 
 
 # Ports are chosen below Linux's ephemeral range (32768-60999): a port picked there and
@@ -257,6 +257,9 @@ class Publisher:
                 if self.stop.is_set():
                     raise
                 time.sleep(0.2)
+
+    def close(self) -> None:
+        self._close()
 
     def _close(self) -> None:
         if self._connection is not None:

@@ -24,7 +24,10 @@ def _wait(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> 
 
 
 @contextmanager
-def _publishing(cluster: harness.Cluster, queue: str) -> Iterator[harness.Publisher]:
+def _publishing(cluster: harness.Cluster, queue: str,
+                others: tuple[harness.Publisher, ...] = ()) -> Iterator[harness.Publisher]:
+    """A publisher in the background; afterwards the queue holds every id it (and
+    ``others``) got confirmed, and nothing it did not publish."""
     publisher = harness.Publisher(cluster.ports(), queue, "p")
     thread = threading.Thread(target=publisher.run, daemon=True)
     thread.start()
@@ -34,7 +37,9 @@ def _publishing(cluster: harness.Cluster, queue: str) -> Iterator[harness.Publis
         publisher.stop.set()
         thread.join(60)
     received = harness.drain(cluster.ports(), queue)
-    verdict = harness.check(publisher.attempted, {i for i, _ in publisher.confirmed}, received)
+    everyone = (publisher, *others)
+    verdict = harness.check(set().union(*(p.attempted for p in everyone)),
+                            {i for p in everyone for i, _ in p.confirmed}, received)
     assert verdict.lost == set()
     assert verdict.unexpected == set()
 
@@ -66,11 +71,18 @@ def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> 
     cluster.wait_in_sync(3)
     node = cluster.nodes[leader]
     assert node.proc is not None
-    with _publishing(cluster, "events") as publisher:
+    successor_port: list[int] = []
+    # Straight to the new leader: the background publisher waits on the paused one until
+    # its heartbeat gives up.
+    direct = harness.Publisher(successor_port, "events", "d")
+    with _publishing(cluster, "events", (direct,)) as publisher:
         _more_confirms(publisher, 20)
         node.proc.send_signal(signal.SIGSTOP)
         successor = cluster.wait_leader(other_than=leader)
-        _more_confirms(publisher, 20)  # the new leader confirms meanwhile
+        successor_port.append(cluster.nodes[successor].port)
+        for _ in range(20):  # the new leader confirms meanwhile
+            direct.publish_one()
+        direct.close()
         node.proc.send_signal(signal.SIGCONT)
         assert node.proc.wait(60) == EXIT_LEASE_LOST
         assert "lost the leadership" in node.log_text()
