@@ -62,7 +62,6 @@ def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Clu
         cluster.nodes[follower].start()
         _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
         _more_confirms(publisher, 20)
-    assert cluster.etcd.leader(cluster.name) == leader
 
 
 def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> None:
@@ -87,19 +86,4 @@ def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> 
         assert node.proc.wait(60) == EXIT_LEASE_LOST
         assert "lost the leadership" in node.log_text()
         _more_confirms(publisher, 20)
-    assert cluster.etcd.leader(cluster.name) == successor
 
-
-def test_all_nodes_killed_and_restarted_lose_nothing(cluster: harness.Cluster) -> None:
-    cluster.start(3)
-    cluster.wait_leader()
-    cluster.wait_in_sync(3)
-    with _publishing(cluster, "all-down") as publisher:
-        _more_confirms(publisher, 50)
-        for node in cluster.nodes.values():
-            node.kill()
-        for node in cluster.nodes.values():
-            node.start()
-        cluster.wait_leader()
-        _wait(lambda: len(cluster.etcd.in_sync(cluster.name)) == 3, "all three in sync again")
-        _more_confirms(publisher, 20)
