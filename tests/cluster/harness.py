@@ -115,10 +115,12 @@ class Etcd:
         return {b64decode(kv["key"])[len(start):].decode() for kv in kvs}
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
+            self.proc = None
 
 
 @dataclass
