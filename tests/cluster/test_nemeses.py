@@ -64,6 +64,9 @@ def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Clu
         cluster.nodes[follower].start()
         _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
         _more_confirms(publisher, 20)
+    # Streamed what it missed from the leader's retained batches: no full copy.
+    log = cluster.nodes[follower].log_text()
+    assert log.count("following from batch") >= 2 and "receiving a snapshot" not in log
 
 
 def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> None:
