@@ -181,12 +181,21 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     last_seq = store.state().last_seq
     lineage = [*lineage_file.load(data_dir), (epoch, last_seq + 1)]
     lineage_file.save(data_dir, lineage)
-    if previous is not None and previous != name:
-        await coordinator.set_in_sync(previous, False, epoch)
-    in_sync = await coordinator.in_sync()
+    # A failure from here on ends the process with one line: the lease then lapses and
+    # another in-sync node takes over; restarted, this one follows.
+    try:
+        if previous is not None and previous != name:
+            await coordinator.set_in_sync(previous, False, epoch)
+        in_sync = await coordinator.in_sync()
+    except CoordinatorError as exc:
+        raise StartupError(f"lost etcd while taking over as leader: {exc}") from exc
     leader = Leader(name, epoch, coordinator, secret, store, data_dir, lineage,
                     config.min_in_sync, in_sync, last_seq)
-    await leader.listen(config.host, config.replication_port, server_tls)
+    try:
+        await leader.listen(config.host, config.replication_port, server_tls)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on replication port {config.replication_port}: "
+                           f"{exc.strerror or exc}") from exc
     watchdog = asyncio.create_task(_watch_lease(coordinator, leader))
     try:
         view = ClusterService(name, config.cluster_name, coordinator, leader)
