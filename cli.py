@@ -47,7 +47,9 @@ _SUBCOMMANDS = ("serve", "ctl", "lab")
 # Flags that the serve subcommand passes to load_config, by Config field name.
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port",
                  "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
-                 "tls_cafile", "tls_verify", "management_tls_port", "ready_file")
+                 "tls_cafile", "tls_verify", "management_tls_port", "ready_file", "node_name", "etcd",
+                 "cluster_name", "replication_port", "replication_host", "min_in_sync",
+                 "lease_ttl")
 
 log = logging.getLogger("leveret.cli")
 
@@ -107,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 15671; 0 = any free)")
     serve.add_argument("--ready-file", metavar="PATH",
                        help="once serving, write the bound ports here as JSON (atomically)")
+    cluster = serve.add_argument_group("clustering", "on when --etcd is given")
+    cluster.add_argument("--node-name", metavar="NAME", help="this node's name (default: host name)")
+    cluster.add_argument("--etcd", metavar="URLS", help="etcd endpoints, comma-separated")
+    cluster.add_argument("--cluster-name", metavar="NAME",
+                         help="etcd key prefix shared by the cluster's nodes (default leveret)")
+    cluster.add_argument("--replication-port", metavar="N",
+                         help="port followers connect to (default 5679)")
+    cluster.add_argument("--replication-host", metavar="H",
+                         help="address other nodes dial (default: the first --host)")
+    cluster.add_argument("--min-in-sync", metavar="N",
+                         help="copies a batch needs before it is confirmed (default 2)")
+    cluster.add_argument("--lease-ttl", metavar="S",
+                         help="seconds of the leader's etcd lease (default 5)")
     ctl.add_parser(commands)
     lab_command.add_parser(commands)
     return parser
@@ -165,8 +180,10 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str], err: TextIO) -> int
                      EXIT_STARTUP)
     log.info("leveret %s starting; data dir %s", __version__, config.data_dir)
     log.info("%s", compiled.describe())
+    # Clustering is chosen here, once: without --etcd its package is not even imported.
+    runner = importlib.import_module("leveret.cluster.node") if config.etcd else node
     try:
-        node.run(config, [amqp.AmqpListeners(), *management.services()])
+        runner.run(config, [amqp.AmqpListeners(), *management.services()])
     except node.StartupError as exc:
         return _fail(err, str(exc), EXIT_STARTUP)
     return EXIT_OK

@@ -159,6 +159,19 @@ class Config:
     # chart history, management_ui/sampler.py): RabbitMQ's collect_statistics_interval
     # (which is in milliseconds, default 5000).
     collect_statistics_interval: float = 5.0
+    # Clustering (leveret.cluster): on when ``etcd`` names at least one endpoint; otherwise
+    # the node is the single broker it always was and none of these is read.
+    # This node's name in the cluster (etcd keys, the in-sync set); "" = the host name.
+    node_name: str = ""
+    etcd: tuple[str, ...] = ()  # etcd client URLs, e.g. http://127.0.0.1:2379
+    cluster_name: str = "leveret"  # the etcd key prefix: nodes sharing it form one cluster
+    replication_port: int = 5679  # where this node's leader side listens for followers
+    replication_host: str = ""  # the address other nodes dial; "" = the first host, else 127.0.0.1
+    # Copies (the leader's included) a batch must have before it is confirmed.
+    min_in_sync: int = 2
+    # Seconds the leader's etcd lease lives unrenewed: the failover time, and how long a
+    # leader cut off from etcd may go on confirming (it stops before then).
+    lease_ttl: int = 5
     # Not a setting: the names a file, the environment or a flag set (``load_config``).
     # A listener on a *default* HTTP port that is taken is skipped with a warning, so a
     # Leveret beside a RabbitMQ (which holds 15672/15692) still serves AMQP; one the
@@ -306,6 +319,16 @@ def _names(what: str) -> Check:
     return check
 
 
+def _names_one(what: str) -> Check:
+    """A single name, checked as ``_names`` checks each of a list ("" is allowed: default)."""
+    inner = _names(what)
+
+    def check(value: Any) -> str | None:
+        return inner((value,)) if value else None
+
+    return check
+
+
 def _choice(*choices: str) -> Check:
     def check(value: Any) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
@@ -367,6 +390,14 @@ _FIELDS: dict[str, _Field] = {
     "management_idle_timeout": _Field("float", _positive_float),
     "collect_statistics_interval": _Field("float", _positive_float),
     "management_allowed_origins": _Field("strs", _names("origin")),
+    "node_name": _Field("str", _names_one("node name")),
+    "etcd": _Field("strs", _names("etcd endpoint")),
+    "cluster_name": _Field("str", _names_one("cluster name")),
+    "replication_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "replication_host": _Field("str"),
+    "min_in_sync": _Field("int", _int_range(1, 64)),
+    # etcd grants no lease shorter than 2 s.
+    "lease_ttl": _Field("int", _int_range(2, 3600)),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}
 

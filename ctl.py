@@ -26,6 +26,7 @@
 
 List commands take ``--json`` (rabbitmqctl's ``--formatter json``) for scripts.
     leveret ctl ... compact
+    leveret ctl ... cluster_status [--etcd URLS] [--cluster-name NAME] [--formatter json]
 
 ``compact`` rewrites the message store without its free pages while the broker
 runs (LMDB reuses freed pages but never shrinks its file; after a large queue
@@ -44,6 +45,8 @@ the request (bad definition, unknown policy or vhost), 69 no broker reachable,
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -154,18 +157,28 @@ def add_parser(commands: Any) -> None:
         if name == "add_user":
             p.add_argument("--pre-hashed-password", action="store_true",
                            help="PASSWORD is a RabbitMQ password hash (base64)")
+    p = sub.add_parser("cluster_status", help="the cluster's nodes, leader and in-sync set")
+    vhost_arg(p)
+    p.add_argument("--etcd", metavar="URLS", help="etcd endpoints (default: the config's)")
+    p.add_argument("--cluster-name", metavar="NAME", help="default: the config's")
+    p.add_argument("--formatter", choices=("table", "json"), default="table")
     p = sub.add_parser("compact", help="shrink the message store file to its live data")
     vhost_arg(p)
     ctl_objects.add_parsers(sub, vhost_arg)
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
+    command = args.ctl_command
+    options = {"data_dir": args.data_dir}
+    if command == "cluster_status":
+        options.update(etcd=args.etcd, cluster_name=args.cluster_name)
     try:
-        config = load_config({"data_dir": args.data_dir}, env, args.config)
+        config = load_config(options, env, args.config)
     except ConfigError as exc:
         print(f"leveret: error: {exc}", file=err)
         return EXIT_CONFIG
-    command = args.ctl_command
+    if command == "cluster_status":
+        return run_cluster_status(args, config, out, err)
     if command in ACCESS:
         return run_access(args, config, out, err)
     if command in ctl_objects.COMMANDS:
@@ -202,6 +215,27 @@ def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: Text
         print(format_policies(result), file=out, end="")
     elif command == "compact":
         print(f"{result['before']} bytes -> {result['after']} bytes", file=out)
+    return EXIT_OK
+
+
+def run_cluster_status(args: argparse.Namespace, config: Any, out: TextIO, err: TextIO) -> int:
+    """Read from etcd (``cluster/status.py``): it answers with the leader down too."""
+    if not config.etcd:
+        print("Error:\nnot a cluster node: no etcd endpoints (--etcd or LEVERET_ETCD)", file=err)
+        return EXIT_CONFIG
+    # Imported here, as cli.py imports the node: every other command (and --version) stays
+    # free of aiohttp.
+    status = importlib.import_module("leveret.cluster.status")
+    try:
+        result = asyncio.run(status.cluster_status(config.etcd, config.cluster_name))
+    except status.CoordinatorError as exc:
+        print(f"Error:\n{exc}", file=err)
+        return EXIT_UNREACHABLE
+    if args.formatter == "json":
+        print(json.dumps(result), file=out)
+    else:
+        print(f"Cluster status of cluster {config.cluster_name} ...", file=out)
+        print(status.format_status(result), file=out, end="")
     return EXIT_OK
 
 

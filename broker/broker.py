@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import delayed
 from leveret.broker.accounts import Accounts
+from leveret.broker.cluster_view import ClusterView
 from leveret.broker.sessions import Blockable, ClientSession
 from leveret.broker.vhost import VirtualHost
 from leveret.exchanges import EXCHANGE_TYPES, Exchange
@@ -46,6 +47,7 @@ class Broker:
         # How late delayed messages were released, every vhost's (broker/delayed.py).
         self.delayed_lateness = Histogram(delayed.LATENESS_BOUNDS)
         self.cluster_name = f"leveret@{socket.gethostname()}"
+        self.cluster: ClusterView | None = None  # set when the node leads a cluster
         self.vhosts: dict[str, VirtualHost] = {}
         self.new_vhost(config.default_vhost)
         self.accounts = Accounts(self)  # users, permissions, limits (broker/accounts.py)

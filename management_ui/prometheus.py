@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.broker.alarms import DISK, MEMORY, resident_memory, total_memory
 from leveret.broker.api import Histogram
 from leveret.management_ui import prometheus_channels, prometheus_dedupe, prometheus_queues, views
+from leveret.management_ui.prometheus_cluster import write_replication
 from leveret.management_ui.prometheus_slices import SLICE, Render, label_text
 from leveret.management_ui.prometheus_streams import write_streams
 
@@ -133,7 +134,8 @@ def write_info(w: Writer, state: State) -> None:
         ("prometheus_client_version", state.version), ("erlang_version", "n/a"),
         ("product_name", state.product_name), ("product_version", state.version)))
     w.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
-        ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster_name),
+        ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster.figures().cluster
+                                         if broker.cluster is not None else broker.cluster_name),
         ("rabbitmq_cluster_permanent_id", f"leveret-{broker.cluster_name}")))
 
 
@@ -276,6 +278,8 @@ def write_leveret(w: Writer, state: State, queues: list[Any]) -> None:
                 "How long after its due time a delayed message was released",
                 state.broker.delayed_lateness)
     write_streams(w, queues)
+    if state.broker.cluster is not None:
+        write_replication(w, state.broker.cluster.figures())
 
 
 def write_queues_aggregated(w: Writer, state: State) -> Render:

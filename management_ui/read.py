@@ -264,7 +264,15 @@ def node_json(state: Any) -> dict[str, Any]:
 
 
 async def nodes(req: Request) -> web.Response:
-    return json_response(respond_list(req.query, [req.state], node_json))
+    """This node; in a cluster, also every other node with ``running`` (only the leader
+    serves the API, so the others' resources are not known here)."""
+    rows = [node_json(req.state)]
+    cluster = req.state.broker.cluster
+    if cluster is not None:
+        rows += [{"name": n.name, "type": "disc", "running": n.running, "leader": n.leader}
+                 for n in cluster.nodes() if n.name != req.state.node]
+        rows[0]["leader"] = True
+    return json_response(respond_list(req.query, rows, lambda row: row))
 
 
 async def node(req: Request) -> web.Response:

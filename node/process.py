@@ -25,7 +25,7 @@ from leveret.broker.broker import Broker
 from leveret.node import ready_file
 from leveret.node.watchers import watch_disk, watch_memory
 from leveret.persistence.lmdb_store import LmdbStore
-from leveret.persistence.store import StoreError
+from leveret.persistence.store import Store, StoreError
 
 try:  # uvloop is a dependency except on Windows, where asyncio's own loop is used.
     import uvloop
@@ -100,18 +100,21 @@ def open_store(config: Config) -> tuple[LmdbStore, TextIO]:
         raise StartupError(str(exc)) from exc
 
 
-def open_broker(config: Config, loop: asyncio.AbstractEventLoop) -> Broker:
-    """The broker model, recovered from the data dir's store (locked for this process)."""
-    store, lock = open_store(config)
+def open_broker(config: Config, loop: asyncio.AbstractEventLoop,
+                opened: tuple[Store, TextIO] | None = None) -> Broker:
+    """The broker model, recovered from the data dir's store (locked for this process);
+    ``opened`` is a store and lock already taken (a cluster node that became leader)."""
+    store, lock = opened if opened is not None else open_store(config)
     broker = Broker(config, store, loop)
     broker.data_dir_lock = lock
     broker.recover()
     return broker
 
 
-async def main(config: Config, front_doors: Sequence[Service]) -> None:
+async def main(config: Config, front_doors: Sequence[Service],
+               opened: tuple[Store, TextIO] | None = None) -> None:
     loop = asyncio.get_running_loop()
-    broker = open_broker(config, loop)
+    broker = open_broker(config, loop, opened)
     if config.ready_file is not None:  # removed once the data dir is ours (it is locked)
         ready_file.remove(config.ready_file)  # a stale one would say "ready" too early
     started: list[Service] = []

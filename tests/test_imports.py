@@ -30,7 +30,7 @@ ALLOWED = {
 
 # Bottom to top. Root modules (config, cli, ctl) sit above all packages, except
 # ``config``, a leaf that anything may import.
-LAYERS = ["model", "exchanges", "confirms", "persistence", "queues", "broker", "node", "amqp",
+LAYERS = ["model", "exchanges", "confirms", "persistence", "queues", "broker", "node", "cluster", "amqp",
           "management_ui", "spark_sink", "labs"]
 LEAVES = {"config"}
 

@@ -33,16 +33,17 @@ def test_mypy_is_clean(tmp_path: Path) -> None:
 # -- typing coverage: printed every run, and a ratchet ------------------------------------------
 
 PACKAGES = ("amqp", "broker", "management_ui", "node", "queues", "exchanges", "persistence",
-            "model", "confirms", "spark_sink")
+            "model", "confirms", "spark_sink", "cluster")
 # Per package: the least share of lines checked strictly, and the most parameters, returns and
 # variables annotated as plain ``Any``. Raise a floor (or lower a ceiling) when a change beats
 # it, so it never slides back.
 STRICT_FLOOR = {"amqp": 23, "broker": 100, "management_ui": 100, "node": 100, "queues": 100,
                 "exchanges": 0,
-                "persistence": 0, "model": 100, "confirms": 100, "spark_sink": 0}
+                "persistence": 0, "model": 100, "confirms": 100, "spark_sink": 0,
+                "cluster": 100}
 BARE_ANY_CEILING = {"amqp": 10, "broker": 62, "management_ui": 84, "node": 1, "queues": 34,
                     "exchanges": 5, "persistence": 20, "model": 9, "confirms": 0,
-                    "spark_sink": 17}
+                    "spark_sink": 17, "cluster": 4}
 
 
 def _bare_any(tree: ast.AST) -> int:

@@ -1,0 +1,142 @@
+"""The follower's side of replication: apply the leader's batches through the store's one path.
+
+Theory of operation
+-------------------
+A follower dials the leader's replication address, proves it knows the cluster secret
+(``wire.proof``) and says which batch it holds last and its lineage. The leader answers
+``STREAM`` (batches follow) or ``SNAPSHOT`` (a copy of its store, then batches). Each
+batch is decoded (``batch_codec``) and written with the store's ``write_batch``, the one
+path by which state changes on disk (one LMDB transaction, synced), on a worker thread;
+then its seq is acked. The leader confirms nothing before that ack, so a confirmed batch
+is on this disk before the publisher hears of it.
+
+A snapshot replaces the store: it is received beside it, synced, and renamed over the
+data file once complete (a cut link leaves the old store as it was), then the store is
+reopened. The lineage file is rewritten before any batch of a new history is applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import shutil
+import ssl
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from leveret.cluster import lineage as lineage_file
+from leveret.cluster import wire
+from leveret.persistence.batch_codec import decode_batch
+from leveret.persistence.lmdb_store import LmdbStore
+
+log = logging.getLogger(__name__)
+
+
+class _Incoming:
+    """A snapshot being received, beside the store."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self.header = header
+        self.seq = int(header["seq"])
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(mode=0o700)
+        self.file: BinaryIO = open(path / "data.mdb", "wb")  # noqa: SIM115 (closed at END)
+
+
+class FollowerLink:
+    def __init__(self, node: str, secret: bytes, store: LmdbStore, data_dir: Path,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.node = node
+        self.tls = tls
+        self.secret = secret
+        self.store = store
+        self.data_dir = data_dir
+        self.lineage = lineage_file.load(data_dir)
+        self.applied = store.state().last_seq
+        self.failed_on = 0  # the epoch whose leader we last failed to reach (to log once)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "leveret-follow")
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    async def follow(self, address: str, epoch: int) -> None:
+        """Follow the leader of ``epoch`` at ``address`` until the link breaks (returns) or
+        the leader refuses us or is not that leader (raises wire.WireError)."""
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, int(port), ssl=self.tls, server_hostname=host if self.tls else None), 5)
+        try:
+            await self._follow(reader, writer, epoch)
+        finally:
+            writer.close()
+
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      epoch: int) -> None:
+        frames = wire.Reader()
+        loop = asyncio.get_running_loop()
+        snapshot: _Incoming | None = None
+        while True:
+            data = await reader.read(1 << 20)
+            if not data:
+                log.info("replication link closed by the leader")
+                return
+            for kind, payload in frames.feed(data):
+                if kind == wire.CHALLENGE:
+                    writer.write(wire.json_frame(wire.HELLO, {
+                        "node": self.node, "proof": wire.proof(self.secret, payload, self.node),
+                        "last_seq": self.applied, "lineage": self.lineage}))
+                elif kind == wire.REJECT:
+                    raise wire.WireError(f"the leader refused us: {payload.decode(errors='replace')}")
+                elif kind == wire.STREAM:
+                    self._adopt(wire.parse_json(payload))
+                    log.info("following from batch %d", self.applied)
+                elif kind == wire.SNAPSHOT:
+                    snapshot = _Incoming(self.data_dir / "store.incoming",
+                                         wire.parse_json(payload))
+                    log.info("receiving a snapshot at batch %d", snapshot.seq)
+                elif kind == wire.CHUNK and snapshot is not None:
+                    snapshot.file.write(payload)
+                elif kind == wire.END and snapshot is not None:
+                    incoming, snapshot = snapshot, None
+                    await loop.run_in_executor(self._executor, self._install, incoming)
+                    self.applied = incoming.seq
+                    self._adopt(incoming.header)
+                    log.info("snapshot installed at batch %d", incoming.seq)
+                    writer.write(wire.ack_frame(incoming.seq))
+                elif kind == wire.BATCH:
+                    batch_epoch, seq, body = wire.parse_batch(payload)
+                    if batch_epoch != epoch:  # a deposed leader's: never applied
+                        raise wire.WireError(f"batch {seq} of epoch {batch_epoch}, "
+                                             f"not the leader's {epoch}")
+                    if seq <= self.applied:
+                        continue
+                    batch = decode_batch(body)
+                    await loop.run_in_executor(self._executor, self.store.write_batch, batch)
+                    self.applied = seq
+                    writer.write(wire.ack_frame(seq))
+                else:
+                    raise wire.WireError(f"unexpected frame {kind} from the leader")
+
+    def _adopt(self, header: dict[str, Any]) -> None:
+        raw = header.get("lineage", [])
+        assert isinstance(raw, list)
+        self.lineage = [(int(e), int(s)) for e, s in raw]
+        lineage_file.save(self.data_dir, self.lineage)
+
+    def _install(self, incoming: _Incoming) -> None:
+        """Swap the received copy in for the store's data file (worker thread)."""
+        incoming.file.flush()
+        os.fsync(incoming.file.fileno())
+        incoming.file.close()
+        self.store.close()
+        os.replace(incoming.path / "data.mdb", self.store.path / "data.mdb")
+        shutil.rmtree(incoming.path, ignore_errors=True)
+        fd = os.open(self.store.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.store = LmdbStore(self.store.path)

@@ -1,0 +1,113 @@
+"""A follower killed, and a leader paused past its lease: confirms go on without them, and
+nothing confirmed is lost; the paused leader exits rather than confirm alone, as does a
+leader cut off from etcd."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import harness
+
+EXIT_LEASE_LOST = 3
+
+
+def _wait(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def _publishing(cluster: harness.Cluster, queue: str,
+                others: tuple[harness.Publisher, ...] = ()) -> Iterator[harness.Publisher]:
+    """A publisher in the background; afterwards the queue holds every id it (and
+    ``others``) got confirmed, and nothing it did not publish."""
+    publisher = harness.Publisher(cluster.ports(), queue, "p")
+    thread = threading.Thread(target=publisher.run, daemon=True)
+    thread.start()
+    try:
+        yield publisher
+    finally:
+        publisher.stop.set()
+        thread.join(60)
+    received = harness.drain(cluster.ports(), queue)
+    everyone = (publisher, *others)
+    verdict = harness.check(set().union(*(p.attempted for p in everyone)),
+                            {i for p in everyone for i, _ in p.confirmed}, received)
+    assert verdict.lost == set()
+    assert verdict.unexpected == set()
+
+
+def _more_confirms(publisher: harness.Publisher, count: int) -> None:
+    target = len(publisher.confirmed) + count
+    _wait(lambda: len(publisher.confirmed) >= target, f"{count} more confirms")
+
+
+def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Cluster) -> None:
+    cluster.start(3)
+    leader = cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    follower = next(n for n in cluster.nodes if n != leader)
+    with _publishing(cluster, "jobs") as publisher:
+        _more_confirms(publisher, 20)
+        cluster.nodes[follower].kill()
+        _wait(lambda: follower not in cluster.etcd.in_sync(cluster.name), "the follower dropped")
+        _more_confirms(publisher, 20)  # two copies left: confirms go on
+        cluster.nodes[follower].start()
+        _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
+        _more_confirms(publisher, 20)
+    # Streamed what it missed from the leader's retained batches: no full copy.
+    log = cluster.nodes[follower].log_text()
+    assert log.count("following from batch") >= 2 and "receiving a snapshot" not in log
+
+
+def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> None:
+    cluster.start(3)
+    leader = cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    node = cluster.nodes[leader]
+    assert node.proc is not None
+    successor_port: list[int] = []
+    # Straight to the new leader: the background publisher waits on the paused one until
+    # its heartbeat gives up.
+    direct = harness.Publisher(successor_port, "events", "d")
+    with _publishing(cluster, "events", (direct,)) as publisher:
+        _more_confirms(publisher, 20)
+        node.proc.send_signal(signal.SIGSTOP)
+        successor = cluster.wait_leader(other_than=leader)
+        successor_port.append(cluster.nodes[successor].port)
+        for _ in range(20):  # the new leader confirms meanwhile
+            direct.publish_one()
+        direct.close()
+        node.proc.send_signal(signal.SIGCONT)
+        assert node.proc.wait(60) == EXIT_LEASE_LOST
+        assert "lost the leadership" in node.log_text()
+        _more_confirms(publisher, 20)
+
+
+
+def test_leader_cut_off_from_etcd_exits(etcd: harness.Etcd, tmp_path: Path) -> None:
+    del etcd  # asked for its skip (or CI failure) without etcd; this test kills its own
+    own = harness.Etcd(tmp_path / "etcd")
+    own.directory.mkdir()
+    own.start()
+    cluster = harness.Cluster(tmp_path, own, name="cut")
+    try:
+        cluster.start(2)
+        node = cluster.nodes[cluster.wait_leader()]
+        cluster.wait_in_sync(2)
+        own.stop()  # etcd gone: the lease cannot be renewed
+        assert node.proc is not None
+        assert node.proc.wait(60) == EXIT_LEASE_LOST
+        assert "lost the leadership" in node.log_text()
+    finally:
+        cluster.stop()
+        own.stop()

@@ -1,0 +1,131 @@
+"""The leader's confirm rule, with a fake coordinator and followers: a batch is released
+only when every in-sync follower acked it, a silent one is removed from the set in etcd
+*before* the batch is released without it, and a leader that lost its lease or its
+leadership releases nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from leveret.cluster import leader as leader_module
+from leveret.cluster.leader import Leader, _Follower
+from leveret.persistence.store import StoreError
+
+
+class FakeCoordinator:
+    def __init__(self, leading: bool = True) -> None:
+        self.fresh = True
+        self.leading = leading
+        self.calls: list[tuple[str, bool]] = []
+
+    def lease_fresh(self) -> bool:
+        return self.fresh
+
+    async def set_in_sync(self, node: str, present: bool, epoch: int) -> bool:
+        self.calls.append((node, present))
+        return self.leading
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def close(self) -> None:
+        pass
+
+
+class NoSnapshots:
+    def snapshot(self, target: Path) -> int:
+        raise AssertionError("no snapshot expected")
+
+
+def _leader(coordinator: FakeCoordinator, in_sync: set[str], min_in_sync: int = 2) -> Leader:
+    leader = Leader("L", 7, coordinator, b"secret", NoSnapshots(), Path("."), [], min_in_sync,
+                    in_sync, 0)  # type: ignore[arg-type]
+    for node in in_sync - {"L"}:
+        follower = _Follower(node, FakeWriter())  # type: ignore[arg-type]
+        follower.streaming = True
+        leader.followers[node] = follower
+    return leader
+
+
+@pytest.fixture(autouse=True)
+def short_ack_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_module, "ACK_TIMEOUT", 0.05)
+
+
+def test_batch_waits_for_every_in_sync_follower(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_module, "ACK_TIMEOUT", 60.0)  # nobody is dropped here
+
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1", "F2"})
+        done = asyncio.create_task(leader.replicate(1, b"frame"))
+        await asyncio.sleep(0)
+        assert leader.followers["F1"].writer.sent == [b"frame"]  # type: ignore[attr-defined]
+        leader.followers["F1"].acked = 1
+        leader._wake()
+        await asyncio.sleep(0.05)
+        assert not done.done()  # F2 has not acked
+        leader.followers["F2"].acked = 1
+        leader._wake()
+        await asyncio.wait_for(done, 5)
+        assert coordinator.calls == []  # nobody dropped
+    asyncio.run(scenario())
+
+
+def test_silent_follower_leaves_the_set_in_etcd_before_the_batch_is_released() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1", "F2"})
+        leader.followers["F1"].acked = 1
+        await asyncio.wait_for(leader.replicate(1, b"frame"), 5)
+        assert coordinator.calls == [("F2", False)]
+        assert leader.in_sync == {"L", "F1"}
+    asyncio.run(scenario())
+
+
+def test_too_few_copies_hold_the_batch_back() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1"})
+        done = asyncio.create_task(leader.replicate(1, b"frame"))
+        for _ in range(1000):  # until F1 is dropped (after the ack timeout)
+            if leader.in_sync == {"L"}:
+                break
+            await asyncio.sleep(0.01)
+        assert leader.in_sync == {"L"}
+        await asyncio.sleep(0.1)
+        assert not done.done()  # one copy left, below min_in_sync: held back
+        coordinator.fresh = False
+        with pytest.raises(StoreError):
+            await asyncio.wait_for(done, 5)
+    asyncio.run(scenario())
+
+
+def test_deposed_leader_releases_nothing() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator(leading=False)  # the fenced removal is refused
+        leader = _leader(coordinator, {"L", "F1", "F2"})
+        leader.followers["F1"].acked = 1
+        with pytest.raises(StoreError):
+            await asyncio.wait_for(leader.replicate(1, b"frame"), 5)
+        assert leader.fenced
+    asyncio.run(scenario())
+
+
+def test_stale_lease_ships_and_releases_nothing() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        coordinator.fresh = False
+        leader = _leader(coordinator, {"L", "F1"})
+        with pytest.raises(StoreError):
+            await leader.replicate(1, b"frame")
+        assert leader.followers["F1"].writer.sent == []  # type: ignore[attr-defined]
+    asyncio.run(scenario())
