@@ -331,6 +331,12 @@ class ReplicatedStore:
     def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
         return self.inner.read_entries(qid, seqs)
 
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
+        return self.inner.read_stamps(qid, from_seq, limit)
+
+    def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
+        return self.inner.load_dedupe(scope)
+
     def close(self) -> None:
         self.inner.close()
 
