@@ -52,6 +52,7 @@ __all__ = ["AwaitingOrigin", "Origin", "Published", "basic_publish"]
 
 _ACCEPTED = PublishResult.ACCEPTED
 _HELD = PublishResult.HELD
+_REFUSED = PublishResult.REFUSED
 
 
 class Origin(Protocol):
@@ -137,14 +138,15 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
             except KeyError:
                 counters.first_route(queue)
         dedupe = queue.dedupe
-        if dedupe is None:
-            result = queue.publish(message)
-        else:
-            offered = dedupe.publish(queue, message)
-            if offered is None:  # its key is in the queue
+        key = None
+        if dedupe is not None:  # a queue that holds one message per key (queues/dedupe.py)
+            key = dedupe.key_of(message)
+            if key is not None and dedupe.duplicate(key):
                 duplicate = True
                 continue
-            result = offered
+        result = queue.publish(message)
+        if key is not None and dedupe is not None and result is not _REFUSED:
+            dedupe.add(key)  # the message holds its key while it is in the queue
         if result is _ACCEPTED:
             stored = True
         elif result is _HELD:

@@ -32,13 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.dedupe import HeaderReader, queue_deduplicates, queue_header
 from leveret.model.message import Message
-from leveret.queues.entry import PublishResult
 
 if TYPE_CHECKING:
     from leveret.persistence.store import StoredEntry
-    from leveret.queues.queue import Queue
-
-_REFUSED = PublishResult.REFUSED
 
 # Entries read per store call while rebuilding a recovered queue's keys.
 RECOVER_CHUNK = 4096
@@ -58,20 +54,13 @@ class QueueDedupe:
     def key_of(self, message: Message) -> bytes | None:
         return self._reader.read(message)[0]
 
-    def publish(self, queue: Queue, message: Message) -> PublishResult | None:
-        """Offer ``message`` to ``queue`` unless its key is in it (None: a duplicate, counted);
-        a message the queue takes holds its key."""
-        key = self.key_of(message)
-        if key is None:
-            return queue.publish(message)
-        keys = self.keys
-        if key in keys:
+    def duplicate(self, key: bytes) -> bool:
+        """Whether an entry of the queue carries ``key`` (then the publish is counted as a
+        duplicate and not offered to the queue: ``broker/publishing.py``)."""
+        if key in self.keys:
             self.duplicates += 1
-            return None
-        result = queue.publish(message)
-        if result is not _REFUSED:
-            keys[key] = keys.get(key, 0) + 1
-        return result
+            return True
+        return False
 
     def holds(self, key: bytes) -> bool:
         """A duplicate: some entry of the queue carries ``key``."""
