@@ -28,6 +28,7 @@ export function delayedSection(vhost, name) {
   } }, "Cancel all");
   const element = h("section.delayed", { hidden: true },
     h("h2", "Scheduled messages"), status, out, list, h("div.toolbar", cancelAll));
+  const opened = new Set();  // ids whose peek is open: kept open across refreshes
   let seq = 0;
 
   async function act(method, url, success) {
@@ -59,7 +60,7 @@ export function delayedSection(vhost, name) {
         `${readableTime(m.due)} (${dueIn(m.due_in_ms)})`) },
       { title: "Routing key", cell: (m) => m.routing_key },
       { title: "Size", cell: (m) => `${num(m.payload_bytes)} B`, className: "num" },
-      { title: "Message", cell: peek },
+      { title: "Message", cell: (m) => peek(m, opened) },
       ...(data.may_configure ? [{ title: "", cell: (m) => h("div.toolbar",
         h("button.small", { type: "button", onclick: () => act("POST", `${path}/${enc(m.id)}/release`,
           "Released: routed now.") }, "Release now"),
@@ -84,12 +85,15 @@ function dueIn(ms) {
 }
 
 // One line of the body and the properties that matter, the whole message under <details>.
-function peek(m) {
+function peek(m, opened) {
   const text = renderBody(m, "text").replace(/\s+/g, " ");
   const props = { ...(m.properties || {}) };
   const line = text.length > PEEK_CHARS ? `${text.slice(0, PEEK_CHARS)}…` : text;
   const headers = args(props.headers);
-  return h("details.peek", h("summary", line || "(empty)", headers ? h("small", ` ${headers}`) : null),
+  const box = h("details.peek", { open: opened.has(m.id), ontoggle: () => {
+    if (box.open) opened.add(m.id); else opened.delete(m.id);
+  } }, h("summary", line || "(empty)", headers ? h("small", ` ${headers}`) : null),
     h("pre.body", renderBody(m, "text")),
     h("pre.props", JSON.stringify(props, null, 2)));
+  return box;
 }

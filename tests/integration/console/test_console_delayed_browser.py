@@ -74,6 +74,7 @@ def test_list_cancel_release_now_and_cancel_all(ui: Console, channel) -> None:
     ui.wait_text("Message cancelled.")
     assert [b.split()[0] for b in _bodies(ui, 2)] == ["bravo", "charlie"]
 
+    ui.click_in_row("charlie", "summary")  # its peek stays open across redraws
     ui.click_in_row("bravo", "button:not(.danger)")
     ui.wait_text("Released: routed now.")
     got = wait_until(lambda: (lambda m: m if m[0] else None)(
@@ -81,6 +82,7 @@ def test_list_cancel_release_now_and_cancel_all(ui: Console, channel) -> None:
     _method, props, body = got
     assert body == b"bravo" and props.headers == {"x-delay": -300_000}
     assert [b.split()[0] for b in _bodies(ui, 1)] == ["charlie"]
+    assert '"content_type": "text/plain"' in ui.row("charlie")["Message"]
     _shot(ui, "exchange-delayed-after-release")
 
     ui.click("Cancel all")
