@@ -9,6 +9,9 @@ needs ``read`` on the exchange (it shows message contents), the others ``configu
 deleting it would). 404 for an exchange that does not delay, or an id that is not (or no
 longer) scheduled. ``messages_delayed`` on the exchange itself is the count, O(1).
 
+The listing also says whether the caller may act on it (``may_configure``), so the
+console offers Cancel and Release only to those whose request would be allowed.
+
 Message shape: the queue peek's (``messages.message_json``) plus ``id`` (opaque, stable
 while scheduled), ``due`` (ms since the epoch) and ``due_in_ms``.
 """
@@ -20,9 +23,10 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker.delayed import DelayedExchange
-from leveret.broker.permissions import READ
+from leveret.broker.permissions import CONFIGURE, READ
 from leveret.management_ui import messages, read, rights
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
+from leveret.model.errors import ChannelError
 
 DEFAULT_COUNT = 100
 MAX_COUNT = 10_000
@@ -45,7 +49,8 @@ def _key(req: Request) -> int:
 
 async def listing(req: Request) -> web.Response:
     vhost, dx = _target(req)
-    rights.access_of(req, vhost.name).check(READ, "exchange", dx.exchange.name)
+    access = rights.access_of(req, vhost.name)
+    access.check(READ, "exchange", dx.exchange.name)
     try:
         count = int(req.query.get("count", DEFAULT_COUNT))
     except ValueError:
@@ -64,7 +69,13 @@ async def listing(req: Request) -> web.Response:
         item.update(id=str(scheduled.key), due=scheduled.due_ms,
                     due_in_ms=scheduled.due_ms - now)
         out.append(item)
-    return json_response({"messages_delayed": dx.count, "messages": out})
+    try:
+        access.check(CONFIGURE, "exchange", dx.exchange.name)
+        may_configure = True
+    except ChannelError:
+        may_configure = False
+    return json_response({"messages_delayed": dx.count, "may_configure": may_configure,
+                          "messages": out})
 
 
 async def cancel_all(req: Request) -> web.Response:

@@ -7,6 +7,7 @@ import {
 } from "../lib.js";
 import { noVhosts, notFound } from "../names.js";
 import { loadedTable, pagedList } from "../table.js";
+import { delayedSection } from "./delayed.js";
 
 const TYPES = ["direct", "fanout", "topic", "headers"];
 
@@ -120,13 +121,15 @@ export async function renderOne(page, vhost, name) {
     "No bindings from this exchange: messages published to it go nowhere.");
   const incoming = loadedTable(`${path}/bindings/destination`, BINDING_COLUMNS("dest", unbind),
     "No exchange is bound to this one.");
+  // messages_delayed is on a delayed exchange's record only.
+  const delayed = info.messages_delayed === undefined ? null : delayedSection(vhost, real);
   page.append(
     h("p.crumbs", h("a", { href: "#/exchanges" }, "Exchanges"), ` › ${vhost} › `),
     h("h1", real || "(AMQP default)"),
     h("dl.facts", h("dt", "Type"), h("dd", info.type), h("dt", "Durable"), h("dd", yesNo(info.durable)),
       h("dt", "Auto-delete"), h("dd", yesNo(info.auto_delete)), h("dt", "Internal"),
       h("dd", yesNo(info.internal)), h("dt", "Arguments"), h("dd", args(info.arguments) || "none")),
-    errors, h("div.charts", chart.element), counts,
+    errors, h("div.charts", chart.element), counts, delayed ? delayed.element : null,
     h("h2", "Bindings from this exchange"), outgoing.element,
     h("h2", "Bindings to this exchange"), incoming.element,
     real ? bindForm(vhost, real, () => outgoing.reload()) : null,
@@ -143,7 +146,10 @@ export async function renderOne(page, vhost, name) {
     clear(counts, h("p.hint", m.publish_in === undefined
       ? "No messages published into this exchange yet."
       : `${num(m.publish_in)} messages in (${rate(m.publish_in_details)}), `
-        + `${num(m.publish_out)} routed out (${rate(m.publish_out_details)}).`));
+        + `${num(m.publish_out)} routed out (${rate(m.publish_out_details)}).`),
+    x.messages_delayed === undefined ? null
+      : h("p.delayed-count", `Messages delayed: ${num(x.messages_delayed)}`));
+    if (delayed) await delayed.reload();
   });
 }
 
