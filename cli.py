@@ -48,8 +48,8 @@ _SUBCOMMANDS = ("serve", "ctl", "lab")
 _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port",
                  "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
                  "tls_cafile", "tls_verify", "management_tls_port", "ready_file", "node_name", "etcd",
-                 "cluster_name", "replication_port", "replication_host", "min_in_sync",
-                 "lease_ttl")
+                 "cluster_name", "replication_port", "replication_host", "replication_advertised_port",
+                 "min_in_sync", "lease_ttl")
 
 log = logging.getLogger("leveret.cli")
 
@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="port followers connect to (default 5679)")
     cluster.add_argument("--replication-host", metavar="H",
                          help="address other nodes dial (default: the first --host)")
+    cluster.add_argument("--replication-advertised-port", metavar="N",
+                         help="replication port other nodes dial, when a relay sits in front "
+                              "(default: --replication-port)")
     cluster.add_argument("--min-in-sync", metavar="N",
                          help="copies a batch needs before it is confirmed (default 2)")
     cluster.add_argument("--lease-ttl", metavar="S",

@@ -167,6 +167,9 @@ class Config:
     cluster_name: str = "leveret"  # the etcd key prefix: nodes sharing it form one cluster
     replication_port: int = 5679  # where this node's leader side listens for followers
     replication_host: str = ""  # the address other nodes dial; "" = the first host, else 127.0.0.1
+    # The replication port other nodes dial, when a relay (NAT, a TCP proxy) sits in front
+    # of ``replication_port``; 0 = ``replication_port`` itself.
+    replication_advertised_port: int = 0
     # Copies (the leader's included) a batch must have before it is confirmed.
     min_in_sync: int = 2
     # Seconds the leader's etcd lease lives unrenewed: the failover time, and how long a
@@ -395,6 +398,8 @@ _FIELDS: dict[str, _Field] = {
     "cluster_name": _Field("str", _names_one("cluster name")),
     "replication_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
     "replication_host": _Field("str"),
+    "replication_advertised_port": _Field("int", _int_range(0, MAX_PORT,
+                                                            " (0 = the replication_port)")),
     "min_in_sync": _Field("int", _int_range(1, 64)),
     # etcd grants no lease shorter than 2 s.
     "lease_ttl": _Field("int", _int_range(2, 3600)),

@@ -120,7 +120,8 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
         raise StartupError(str(exc)) from exc
     host = advertised_host(config)
     amqp_address = f"{host}:{config.port}"
-    replication_address = f"{host}:{config.replication_port}"
+    replication_address = (
+        f"{host}:{config.replication_advertised_port or config.replication_port}")
     addresses = {"amqp": amqp_address, "replication": replication_address,
                  "management": f"{host}:{config.management_port}"
                  if config.management_port else ""}

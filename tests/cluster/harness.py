@@ -22,8 +22,10 @@ import threading
 import time
 import urllib.request
 from base64 import b64decode, b64encode
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pika
 import pika.exceptions
@@ -41,6 +43,7 @@ HEARTBEAT = 1
 # (re)binds it, as happened in a long failover run.
 PORT_RANGE = (20000, 32000)
 _rng = random.Random()
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -69,17 +72,33 @@ class Etcd:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.client_port}"
 
+    # A member of a multi-member etcd: its name and every member's ``name=peer URL``.
+    name: str = "t"
+    initial_cluster: str = ""
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
     def start(self) -> Etcd:
+        return self.launch().wait()
+
+    def launch(self) -> Etcd:
         binary = etcd_binary()
         assert binary is not None
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        self._log = open(self.directory / "etcd.log", "ab")
+        peer = self.peer_url
+        self._log = open(self.directory / f"etcd-{self.name}.log", "ab")
         self.proc = subprocess.Popen(
-            [binary, "--name", "t", "--data-dir", str(self.directory / "etcd"),
+            [binary, "--name", self.name, "--data-dir", str(self.directory / f"etcd-{self.name}"),
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"t={peer}", "--unsafe-no-fsync"],
+             "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
+             "--unsafe-no-fsync"],
             stdout=self._log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait(self) -> Etcd:
+        assert self.proc is not None
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "etcd exited"
@@ -114,13 +133,80 @@ class Etcd:
         assert isinstance(kvs, list)
         return {b64decode(kv["key"])[len(start):].decode() for kv in kvs}
 
-    def stop(self) -> None:
+    def kill(self) -> None:
+        """``kill -9``: the process is gone, its data dir stays."""
         if self.proc is not None:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
             self._log.close()
             self.proc = None
+
+    stop = kill
+
+
+class EtcdGroup:
+    """A three-member etcd (raft inside it): nodes are given every member's URL, and the
+    test's own reads go to any live member."""
+
+    def __init__(self, directory: Path, size: int = 3) -> None:
+        self.members = [Etcd(directory, name=f"e{i}") for i in range(size)]
+        everyone = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for member in self.members:
+            member.initial_cluster = everyone
+
+    @property
+    def url(self) -> str:
+        return ",".join(m.url for m in self.members)
+
+    def start(self) -> EtcdGroup:
+        for member in self.members:  # a member serves once a quorum of them runs
+            member.launch()
+        for member in self.members:
+            member.wait()
+        return self
+
+    def raft_leader(self, timeout: float = START_TIMEOUT) -> Etcd:
+        """The live member leading etcd's raft (waits while the members elect one)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ids: dict[str, Etcd] = {}
+            leaders: set[str] = set()
+            for member in self._live():
+                try:
+                    status = member.post("/v3/maintenance/status", {})
+                except OSError:
+                    continue
+                header = status.get("header")
+                assert isinstance(header, dict)
+                ids[str(header.get("member_id"))] = member
+                leaders.add(str(status.get("leader", "")))
+            if len(leaders) == 1 and (leader := leaders.pop()) in ids:
+                return ids[leader]
+            time.sleep(0.05)
+        raise AssertionError("the etcd members elected no leader")
+
+    def _live(self) -> list[Etcd]:
+        return [m for m in self.members if m.proc is not None and m.proc.poll() is None]
+
+    def _any(self, read: Callable[[Etcd], T]) -> T:
+        problem: Exception | None = None
+        for member in self._live():
+            try:
+                return read(member)
+            except OSError as exc:
+                problem = exc
+        raise AssertionError(f"no etcd member answers: {problem}")
+
+    def leader(self, cluster: str) -> str | None:
+        return self._any(lambda m: m.leader(cluster))
+
+    def in_sync(self, cluster: str) -> set[str]:
+        return self._any(lambda m: m.in_sync(cluster))
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
 
 
 @dataclass
@@ -185,7 +271,7 @@ class Node:
 @dataclass
 class Cluster:
     directory: Path
-    etcd: Etcd
+    etcd: Etcd | EtcdGroup
     name: str = "t"
     lease_ttl: int = LEASE_TTL
     nodes: dict[str, Node] = field(default_factory=dict)
