@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 from .schema import schema_ddl
 from .sink import LeveretBatchWriter, LeveretStreamWriter
 from .source import LeveretBatchReader, LeveretStreamReader
+from .stream_source import StreamOffsetReader
 
 
 class LeveretDataSource(DataSource):  # type: ignore[misc]
@@ -31,6 +32,9 @@ class LeveretDataSource(DataSource):  # type: ignore[misc]
         return LeveretBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        opts = {k.lower(): v for k, v in self.options.items()}
+        if str(opts.get("stream", "false")).strip().lower() == "true":
+            return StreamOffsetReader(self.options, schema)  # by offset, nothing consumed
         return LeveretStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
