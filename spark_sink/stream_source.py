@@ -39,12 +39,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from . import wire
@@ -87,7 +91,25 @@ def offset_of(frames: bytes) -> int:
     return value
 
 
-class StreamOffsetReader(DataSourceStreamReader):  # type: ignore[misc]
+def end_of_stream(url: str, queue: str, quiet: float) -> int | None:
+    """One past the stream's last offset now (None: empty), read from its last chunk."""
+    conn = Connection(url, raw_deliveries=True).open()
+    try:
+        check_queue(conn, queue)
+        conn.qos(MAX_PREFETCH)
+        conn.consume(queue, {OFFSET_HEADER: "last"})
+        end = None
+        while conn.raw or conn.pump(quiet):  # some may come with the consume-ok
+            while conn.raw:
+                tag, frames = conn.raw.popleft()
+                end = max(end or 0, offset_of(frames) + 1)
+                conn.ack(tag, multiple=True)  # credit, so a long last chunk keeps coming
+        return end
+    finally:
+        conn.close()
+
+
+class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """``readStream.format("leveret").option("stream", "true")``: a stream read by offset."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
@@ -99,6 +121,7 @@ class StreamOffsetReader(DataSourceStreamReader):  # type: ignore[misc]
         self._buf: deque[tuple[int, int, bytes]] = deque()  # (offset, delivery tag, frames)
         self._pos = 0  # every offset below this that the consumer will deliver is in _buf
         self._low = 0  # the buffer covers the stream from here (nothing below is wanted)
+        self._until: int | None = None  # availableNow: the stream's end when the query started
 
     # --- the consumer ------------------------------------------------------------
 
@@ -137,7 +160,7 @@ class StreamOffsetReader(DataSourceStreamReader):  # type: ignore[misc]
                 self._buf.append((offset, tag, frames))
                 self._pos = offset + 1
 
-    def _read(self, conn: Connection, done: Any, first_wait: float) -> None:
+    def _read(self, conn: Connection, done: Callable[[], bool], first_wait: float) -> None:
         """Read deliveries until ``done()`` or the socket stays quiet (the log's end)."""
         self._collect(conn)
         wait = first_wait
@@ -157,13 +180,24 @@ class StreamOffsetReader(DataSourceStreamReader):  # type: ignore[misc]
             return ReadMaxRows(self.opts.max_per_trigger)
         return ReadAllAvailable()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = end_of_stream(self.opts.url, self.opts.queue, self.opts.poll_s) or 0
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["offset"])
         conn = self._seek(begin)
         want: float = limit.max_rows if isinstance(limit, ReadMaxRows) else math.inf
-        self._read(conn, lambda: len(self._buf) >= want, self.opts.poll_s)
-        taken = int(min(want, len(self._buf)))
-        return {"offset": self._buf[taken - 1][0] + 1 if taken else begin}
+        until = self._until
+
+        def enough() -> bool:
+            if until is not None and self._pos >= until:
+                return True
+            return len(self._buf) >= want
+
+        self._read(conn, enough, self.opts.poll_s)
+        batch = [offset for offset, _tag, _frames in self._buf
+                 if until is None or offset < until][: int(min(want, len(self._buf)))]
+        return {"offset": max(begin, batch[-1] + 1) if batch else begin}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = int(start["offset"]), int(end["offset"])

@@ -98,3 +98,21 @@ def test_starting_offset_and_a_classic_queue_refused(broker, qname):
     classic.stop()
     with Connection(url) as conn:  # refused, not consumed away
         assert conn.queue_declare(f"{qname}-classic", passive=True).message_count == 1
+
+
+def test_available_now_stops_at_the_end_the_stream_had_when_it_started(broker, qname):
+    url = broker.url
+    publish_stream(url, qname, range(30))
+    r = reader(url, qname, maxMessagesPerTrigger="20")
+    r.prepareForTriggerAvailableNow()
+    publish_stream(url, qname, range(30, 40))  # after the query started: not this run's
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadMaxRows(20))
+    assert end == {"offset": 20}
+    r.commit(end)
+    last = r.latestOffset(end, ReadMaxRows(20))
+    assert last == {"offset": 30}
+    assert [o for o, _ in rows(r, end, last)] == list(range(20, 30))
+    r.commit(last)
+    assert r.latestOffset(last, ReadMaxRows(20)) == last
+    r.stop()
