@@ -368,12 +368,12 @@ def test_stream_queue_read_by_offset_replays_from_the_checkpoint(spark, broker, 
     assert {r["message_id"] for r in got} == {f"m{i}" for i in range(2 * half)}
     assert depth(url, qname) == 2 * half  # nothing acked away
 
-    # A second, independent query reads the whole stream from its own start.
+    # A second, independent query reads the whole stream from its own start, then stops.
     other = (spark.readStream.format("leveret").option("url", url).option("queue", qname)
              .option("stream", "true").load().selectExpr("seq")
              .writeStream.format("memory").queryName(f"t{qname[-8:]}")
-             .option("checkpointLocation", str(tmp_path / "ck2")).start())
-    other.processAllAvailable()
-    other.stop()
+             .option("checkpointLocation", str(tmp_path / "ck2"))
+             .trigger(availableNow=True).start())
+    other.awaitTermination()
     seqs = [r["seq"] for r in spark.sql(f"SELECT seq FROM t{qname[-8:]}").collect()]
     assert sorted(seqs) == list(range(2 * half))
