@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -53,6 +53,7 @@ from pyspark.sql.types import StructType
 
 from . import wire
 from .amqp_client import AmqpError, Connection
+from .deliveries import RawMessages
 from .process_tuning import keep_freed_memory
 from .source import (
     LINGER_S,
@@ -225,3 +226,31 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self._buf.clear()
         if conn is not None:
             conn.close()
+
+
+class StreamBatchReader(DataSourceReader):  # type: ignore[misc]
+    """``spark.read.format("leveret").option("stream", "true")``: a stream's messages now.
+
+    Reads ``[startingOffset, end)``, ``end`` being one past the stream's last offset
+    when the read starts, at most ``maxMessages`` offsets and the prefetch window
+    (a stream read holds its messages until the read is planned). Nothing is consumed.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        self.stream = StreamOffsetReader(options, schema)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        r = self.stream
+        empty = [MessagesPartition(RawMessages(r.layout))]
+        end = end_of_stream(r.opts.url, r.opts.queue, r.opts.poll_s)
+        if end is None:
+            return empty
+        end = min(end, r.start + min(r.window, r.opts.max_messages or r.window))
+        try:
+            return r.partitions({"offset": r.start}, {"offset": end}) or empty
+        finally:
+            r.stop()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MessagesPartition)
+        return read_partition(partition)

@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from leveret.spark_sink import wire
 from leveret.spark_sink.amqp_client import AmqpError, Connection
-from leveret.spark_sink.stream_source import StreamOffsetReader
+from leveret.spark_sink.stream_source import StreamBatchReader, StreamOffsetReader
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -116,3 +116,16 @@ def test_available_now_stops_at_the_end_the_stream_had_when_it_started(broker, q
     r.commit(last)
     assert r.latestOffset(last, ReadMaxRows(20)) == last
     r.stop()
+
+
+def test_a_batch_read_of_a_stream_reads_from_the_starting_offset_and_consumes_nothing(
+        broker, qname):
+    url = broker.url
+    publish_stream(url, qname, range(40))
+    opts = {"url": url, "queue": qname, "stream": "true"}
+    for extra, want in (({}, range(40)), ({"startingOffset": "35"}, range(35, 40)),
+                        ({"maxMessages": "10"}, range(10))):
+        batch = StreamBatchReader({**opts, **extra})
+        got = [seq for part in batch.partitions() for b in batch.read(part)
+               for seq in b.to_pydict()["seq"]]
+        assert got == list(want), extra
