@@ -377,3 +377,6 @@ def test_stream_queue_read_by_offset_replays_from_the_checkpoint(spark, broker, 
     other.awaitTermination()
     seqs = [r["seq"] for r in spark.sql(f"SELECT seq FROM t{qname[-8:]}").collect()]
     assert sorted(seqs) == list(range(2 * half))
+    batch = (spark.read.format("leveret").option("url", url).option("queue", qname)
+             .option("stream", "true").option("startingOffset", half).load())
+    assert sorted(r["seq"] for r in batch.select("seq").collect()) == list(range(half, 2 * half))
