@@ -37,6 +37,7 @@ LABS: tuple[Lab, ...] = (
     Lab("poison", "nack, reject, requeue: a requeue loop, x-delivery-limit, DLQ and x-death, retry"),
     Lab("duplicates", "at-least-once means duplicates: crash before the ack, idempotent consumer"),
     Lab("transactions", "tx.commit vs publisher confirms: the guarantee and the cost, side by side"),
+    Lab("streams", "a queue forgets, a stream remembers: replay after a crash, readers at offsets"),
     Lab("fsync", "what 'confirmed' means on disk: group commit, confirms per fsync, latency"),
 )
 

@@ -224,9 +224,11 @@ class Connection:
         self._send_method(method)
         return self._wait_reply(reply)
 
-    def queue_declare(self, queue: str, passive: bool = False, durable: bool = True) -> Any:
+    def queue_declare(self, queue: str, passive: bool = False, durable: bool = True,
+                      arguments: dict[str, Any] | None = None) -> Any:
         return self.rpc(
-            commands.Queue.Declare(queue=queue, passive=passive, durable=durable),
+            commands.Queue.Declare(queue=queue, passive=passive, durable=durable,
+                                   arguments=arguments or {}),
             commands.Queue.DeclareOk,
         )
 
@@ -248,8 +250,9 @@ class Connection:
     def qos(self, prefetch_count: int) -> None:
         self.rpc(commands.Basic.Qos(prefetch_count=prefetch_count), commands.Basic.QosOk)
 
-    def consume(self, queue: str) -> str:
-        ok = self.rpc(commands.Basic.Consume(queue=queue), commands.Basic.ConsumeOk)
+    def consume(self, queue: str, arguments: dict[str, Any] | None = None) -> str:
+        ok = self.rpc(commands.Basic.Consume(queue=queue, arguments=arguments or {}),
+                      commands.Basic.ConsumeOk)
         self.consumer_tag = ok.consumer_tag
         return str(ok.consumer_tag)
 

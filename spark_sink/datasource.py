@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -14,6 +16,13 @@ from pyspark.sql.types import StructType
 from .schema import schema_ddl
 from .sink import LeveretBatchWriter, LeveretStreamWriter
 from .source import LeveretBatchReader, LeveretStreamReader
+from .stream_source import StreamBatchReader, StreamOffsetReader
+
+
+def _is_stream(options: Mapping[str, str]) -> bool:
+    """Option ``stream=true``: the queue is a stream, read by offset (nothing consumed)."""
+    opts = {k.lower(): v for k, v in options.items()}
+    return str(opts.get("stream", "false")).strip().lower() == "true"
 
 
 class LeveretDataSource(DataSource):  # type: ignore[misc]
@@ -28,9 +37,13 @@ class LeveretDataSource(DataSource):  # type: ignore[misc]
         return schema_ddl(str(opts.get("headersasjson", "false")).strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if _is_stream(self.options):
+            return StreamBatchReader(self.options, schema)
         return LeveretBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if _is_stream(self.options):
+            return StreamOffsetReader(self.options, schema)  # by offset, nothing consumed
         return LeveretStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
