@@ -161,12 +161,23 @@ function allowed(who) {
   return !who || (who === "admin" ? isAdmin() : isMonitor());
 }
 
+// The user's own rights (whoami's permissions) are read again at each navigation, so a
+// permission changed meanwhile shows on the next page; rights.js judges buttons by them.
+async function refreshRights() {
+  try {
+    remember(credentials(), await api("GET", "whoami"));
+  } catch {
+    // keep what login read; a refused login is handled by the api's 401 event
+  }
+}
+
 async function route() {
   if (!credentials()) {
     drawLogin();
     return;
   }
   leave();
+  await refreshRights();
   // The hash is the page's path, then its state (filter, sort, page) after "?".
   const raw = location.hash.replace(/^#/, "").split("?")[0];
   const path = decodeURIComponent(raw) === "" ? "/" : raw;

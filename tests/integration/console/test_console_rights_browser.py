@@ -57,7 +57,7 @@ def reader(broker: Any, channel: Any) -> None:
 
 
 def test_a_reader_gets_peek_but_no_configure_or_write_actions(ui: Console, reader: None,
-                                                             channel: Any) -> None:
+                                                             channel: Any, broker: Any) -> None:
     ui.login(READER, "pw")
     ui.go(f"/queues/%2F/{QUEUE}")
     ui.wait_text("Peek and search read the queue")
@@ -89,6 +89,14 @@ def test_a_reader_gets_peek_but_no_configure_or_write_actions(ui: Console, reade
     assert _state(ui, "Publish message")["Publish message"] == (
         False, f"Publish message {NEEDS_DEFAULT_WRITE}")
     ui.screenshot("rights-reader-publish")
+
+    # A permission granted meanwhile shows at the next navigation (whoami is read again).
+    api = HttpApi(broker.api_url + "/api")
+    assert api.put(f"/permissions/%2F/{READER}",
+                   {"configure": "^q$", "write": "^$", "read": "^q$"})[0] == 204
+    ui.go(f"/queues/%2F/{QUEUE}")
+    ui.wait_text("Peek and search read the queue")
+    assert _state(ui, "Delete queue")["Delete queue"] == (True, "")
 
 
 def test_an_administrator_gets_every_action(ui: Console, reader: None) -> None:
