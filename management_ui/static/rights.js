@@ -41,12 +41,24 @@ export function missing(right, kind, name, vhost) {
 export function guard(button, ...checks) {
   const why = checks.map((c) => missing(...c)).filter(Boolean);
   button.disabled = why.length > 0;
-  if (why.length) {
-    button.title = `${button.textContent.trim()} ${why.join(" and ")}`;
-    button.dataset.missing = why.join("; ");
-    button.classList.add("refused");
-  }
+  button.title = why.length ? `${button.textContent.trim()} ${why.join(" and ")}` : "";
+  button.dataset.missing = why.join("; ");
+  button.classList.toggle("refused", why.length > 0);
   return button;
+}
+
+// A form whose object is typed in (a new queue's vhost and name): its button is judged again
+// at each keystroke by checks(), which returns [] until there is a name to judge. Returns the
+// line that names the missing right.
+export function guardAsTyped(form, button, checks) {
+  const line = h("p.why");
+  const judge = () => {
+    guard(button, ...checks());
+    line.textContent = button.disabled ? `${button.textContent.trim()} ${button.dataset.missing.replace(/; /g, " and ")}.` : "";
+  };
+  form.addEventListener("input", judge);
+  form.addEventListener("change", judge);
+  return line;
 }
 
 // One visible line under a set of guarded buttons naming what each disabled one needs.

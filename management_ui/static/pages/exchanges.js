@@ -6,7 +6,7 @@ import {
   parsePairs, rate, select, vhostNames, yesNo,
 } from "../lib.js";
 import { noVhosts, notFound } from "../names.js";
-import { guard, whyLine } from "../rights.js";
+import { guard, guardAsTyped, whyLine } from "../rights.js";
 import { loadedTable, pagedList } from "../table.js";
 
 const TYPES = ["direct", "fanout", "topic", "headers"];
@@ -53,11 +53,15 @@ function createForm(reload, vhosts) {
   const internal = select("internal", [["false", "no"], ["true", "yes"]], "false");
   const alternate = h("input", { name: "alternate-exchange", placeholder: "optional" });
   const more = h("textarea", { name: "arguments", rows: 2, placeholder: "name=value per line" });
+  // Declaring needs configure on the name (an alternate exchange also needs write there and
+  // read on this one: the broker judges those).
+  const submit = h("button.primary", { type: "submit" }, "Add exchange");
   form.append(h("h2", "Add an exchange"),
     h("div.grid", field("Vhost", vhost), field("Name", name), field("Type", type),
       field("Durability", durable), field("Auto-delete", autoDelete), field("Internal", internal),
       field("Alternate exchange", alternate), field("Other arguments", more)),
-    out, h("button.primary", { type: "submit" }, "Add exchange"));
+    out, submit, guardAsTyped(form, submit,
+      () => (name.value ? [["configure", "exchange", name.value, vhost.value]] : [])));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     attempt(out, async () => {

@@ -84,6 +84,13 @@ def test_a_reader_gets_peek_but_no_configure_or_write_actions(ui: Console, reade
     assert ui.all("dialog.confirm") == []
     assert channel.queue_declare(QUEUE, passive=True).method.message_count == 3
 
+    # A new queue's name is judged as it is typed: configure is "^$", so no name may be added.
+    ui.go("/queues")
+    ui.fill("form.panel input[name=name]", "mine")
+    assert _state(ui, "Add queue")["Add queue"] == (
+        False, "Add queue needs configure on queue 'mine' in vhost '/'")
+    ui.wait_text("Add queue needs configure on queue 'mine' in vhost '/'.")
+
     ui.go("/exchanges/%2F/amq.default")
     ui.wait_text("Publish a message")
     assert _state(ui, "Publish message")["Publish message"] == (
