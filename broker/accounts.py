@@ -111,6 +111,14 @@ class Accounts:
     def access_for(self, user: str, vhost: str) -> Access:
         return self.control.access(user, vhost)
 
+    def own_rights(self, user: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        """A user's own permissions and topic permissions, by vhost (what ``whoami`` shows
+        them: their rights, so a console offers only what they may do; no one else's)."""
+        perms = sorted(self.control.of_user(user), key=lambda p: p.vhost)
+        topics = sorted(self.control.topics_of(user=user), key=lambda t: (t.vhost, t.exchange))
+        return ([{k: v for k, v in p.record().items() if k != "user"} for p in perms],
+                [{k: v for k, v in t.record().items() if k != "user"} for t in topics])
+
     # -- users ------------------------------------------------------------------------
 
     def user(self, name: str) -> User:

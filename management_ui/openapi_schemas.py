@@ -51,7 +51,11 @@ SCHEMAS: dict[str, Any] = {
                     node=STR, contexts={"type": "array", "items": OBJ},
                     listeners={"type": "array", "items": obj(
                         {"node": STR, "protocol": STR, "ip_address": STR, "port": INT})}),
-    "Whoami": obj({"name": STR, "tags": {"type": "array", "items": STR}}),
+    "Whoami": obj({"name": STR, "tags": {"type": "array", "items": STR}},
+                  # Leveret: the user's own rights, {vhost, configure, write, read} and
+                  # {vhost, exchange, write, read}.
+                  permissions={"type": "array", "items": OBJ},
+                  topic_permissions={"type": "array", "items": OBJ}),
     "Node": obj({"name": STR, "running": BOOL, "mem_used": INT, "mem_limit": INT,
                  "mem_alarm": BOOL, "disk_free": INT, "disk_free_limit": INT,
                  "disk_free_alarm": BOOL, "fd_used": INT, "fd_total": INT,

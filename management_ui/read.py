@@ -282,7 +282,13 @@ async def node(req: Request) -> web.Response:
 
 
 async def whoami(req: Request) -> web.Response:
-    return json_response(respond_one(req.query, {"name": req.user, "tags": req.tags}))
+    """RabbitMQ's ``name`` and ``tags``, plus (Leveret) the user's own ``permissions`` and
+    ``topic_permissions``: RabbitMQ lets only administrators read permissions, so its UI
+    offers actions a user then learns they may not take; everyone may read their own."""
+    permissions, topics = req.state.broker.accounts.own_rights(req.user)
+    return json_response(respond_one(req.query, {"name": req.user, "tags": req.tags,
+                                                 "permissions": permissions,
+                                                 "topic_permissions": topics}))
 
 
 async def extensions(req: Request) -> web.Response:

@@ -161,12 +161,30 @@ function allowed(who) {
   return !who || (who === "admin" ? isAdmin() : isMonitor());
 }
 
+// The user's own rights (whoami's permissions) are read again at each navigation, so a
+// permission changed meanwhile shows on the next page; rights.js judges buttons by them.
+async function refreshRights() {
+  const auth = credentials();
+  try {
+    const who = await api("GET", "whoami", undefined, auth);
+    // Logged out (or in as someone else) meanwhile: the answer is not this session's.
+    if (credentials() === auth) remember(auth, who);
+  } catch {
+    // keep what login read; a refused login is handled by the api's 401 event
+  }
+}
+
+let routing = 0;
+
 async function route() {
   if (!credentials()) {
     drawLogin();
     return;
   }
   leave();
+  const turn = ++routing;
+  await refreshRights();
+  if (turn !== routing) return; // navigated again meanwhile: that route draws the page
   // The hash is the page's path, then its state (filter, sort, page) after "?".
   const raw = location.hash.replace(/^#/, "").split("?")[0];
   const path = decodeURIComponent(raw) === "" ? "/" : raw;

@@ -333,7 +333,7 @@ def test_import_creates_vhosts_users_permissions(make_broker):
     assert api.post("/definitions", defs)[0] == 204
     assert api.ok(f"/vhosts/{vh}")["description"] == "imported"
     as_user = HttpApi(api.base, user, "secret")
-    assert as_user.ok("/whoami") == {"name": user, "tags": ["management"]}
+    assert as_user.ok("/whoami?columns=name,tags") == {"name": user, "tags": ["management"]}
     assert [q["name"] for q in as_user.ok(f"/queues/{vh}")] == ["q"]
     exported = api.ok("/definitions")
     assert {"name": user, "password_hash": pw_hash,

@@ -110,7 +110,7 @@ async def test_administrators_read_any_vhost(client):
 
 
 async def test_whoami_reports_tags(client):
-    resp = await client.get("/api/whoami", headers=header("mon"))
+    resp = await client.get("/api/whoami?columns=name,tags", headers=header("mon"))
     assert await resp.json() == {"name": "mon", "tags": ["monitoring"]}
 
 

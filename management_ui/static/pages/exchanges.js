@@ -6,6 +6,7 @@ import {
   parsePairs, rate, select, vhostNames, yesNo,
 } from "../lib.js";
 import { noVhosts, notFound } from "../names.js";
+import { guard, guardAsTyped, whyLine } from "../rights.js";
 import { loadedTable, pagedList } from "../table.js";
 import { delayedSection } from "./delayed.js";
 
@@ -53,11 +54,15 @@ function createForm(reload, vhosts) {
   const internal = select("internal", [["false", "no"], ["true", "yes"]], "false");
   const alternate = h("input", { name: "alternate-exchange", placeholder: "optional" });
   const more = h("textarea", { name: "arguments", rows: 2, placeholder: "name=value per line" });
+  // Declaring needs configure on the name (an alternate exchange also needs write there and
+  // read on this one: the broker judges those).
+  const submit = h("button.primary", { type: "submit" }, "Add exchange");
   form.append(h("h2", "Add an exchange"),
     h("div.grid", field("Vhost", vhost), field("Name", name), field("Type", type),
       field("Durability", durable), field("Auto-delete", autoDelete), field("Internal", internal),
       field("Alternate exchange", alternate), field("Other arguments", more)),
-    out, h("button.primary", { type: "submit" }, "Add exchange"));
+    out, submit, guardAsTyped(form, submit,
+      () => (name.value ? [["configure", "exchange", name.value, vhost.value]] : [])));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     attempt(out, async () => {
@@ -84,7 +89,9 @@ const BINDING_COLUMNS = (side, remove) => [
   { title: "Kind", cell: (b) => b.destination_type },
   { title: "Routing key", cell: (b) => b.routing_key },
   { title: "Arguments", cell: (b) => args(b.arguments) },
-  { title: "", cell: (b) => h("button.small", { type: "button", onclick: () => remove(b) }, "Unbind") },
+  // Unbinding needs write on the destination and read on the source, as binding.
+  { title: "", cell: (b) => guard(h("button.small", { type: "button", onclick: () => remove(b) }, "Unbind"),
+    ["write", b.destination_type, b.destination, b.vhost], ["read", "exchange", b.source, b.vhost]) },
 ];
 
 export async function renderOne(page, vhost, name) {
@@ -159,10 +166,12 @@ function bindForm(vhost, source, reload) {
   const destination = h("input", { name: "destination", required: true });
   const key = h("input", { name: "routing_key" });
   const more = h("textarea", { name: "arguments", rows: 2, placeholder: "name=value per line" });
+  // Needs read on this exchange (and write on the destination typed in: the broker judges).
+  const submit = guard(h("button", { type: "submit" }, "Bind"), ["read", "exchange", source, vhost]);
   const form = h("form.panel", h("h2", "Add a binding from this exchange"),
     h("div.grid", field("To", kind), field("Name", destination), field("Routing key", key),
       field("Arguments", more)),
-    out, h("button", { type: "submit" }, "Bind"));
+    out, submit, whyLine(submit));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     attempt(out, async () => {
@@ -184,11 +193,14 @@ function publishForm(vhost, name) {
   const props = {};
   for (const p of ["content_type", "correlation_id", "message_id", "reply_to", "expiration",
     "priority", "type", "app_id"]) props[p] = h("input", { name: p });
+  // Publishing needs write on the exchange (amq.default for the default one).
+  const submit = guard(h("button.primary", { type: "submit" }, "Publish message"),
+    ["write", "exchange", name, vhost]);
   const form = h("form.panel", h("h2", "Publish a message"),
     h("div.grid", field("Routing key", key), field("Delivery mode", mode),
       ...Object.entries(props).map(([p, input]) => field(p.replace("_", " "), input)),
       field("Headers", headers), field("Payload encoding", encoding)),
-    field("Payload", payload), out, h("button.primary", { type: "submit" }, "Publish message"));
+    field("Payload", payload), out, submit, whyLine(submit));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     attempt(out, async () => {
@@ -211,12 +223,13 @@ function publishForm(vhost, name) {
 
 function deleteForm(vhost, name) {
   const out = h("div");
-  return h("section.panel.danger-zone", h("h2", "Delete this exchange"), out,
-    h("button.danger", { type: "button", onclick: async () => {
+  const button = guard(h("button.danger", { type: "button", onclick: async () => {
       if (!(await confirmAction(`Delete exchange ${name} and its bindings?`))) return;
       const ok = await attempt(out, () => api("DELETE", `exchanges/${enc(vhost)}/${enc(name)}`)
         .then(() => true), undefined, { kind: "exchange", name, vhost, right: "configure" });
       if (ok) location.hash = "#/exchanges";
-    } }, "Delete exchange"));
+    } }, "Delete exchange"), ["configure", "exchange", name, vhost]);
+  return h("section.panel.danger-zone", h("h2", "Delete this exchange"), out, button,
+    whyLine(button));
 }
 

@@ -8,9 +8,11 @@ import {
   api, attempt, clear, confirmAction, credentials, enc, errorBox, field, h, hashState, notice,
   num, readableTime, select, setHashState,
 } from "../lib.js";
+import { guard, whyLine } from "../rights.js";
 
 export function inspector(vhost, name) {
   const base = `queues/${enc(vhost)}/${enc(name)}`;
+  const read = ["read", "queue", name, vhost];
   const selected = new Set();
   const results = h("div.messages");
   const out = h("div");
@@ -121,45 +123,50 @@ export function inspector(vhost, name) {
   const peekForm = h("form.toolbar", { onsubmit: (e) => { e.preventDefault(); peek(0); } },
     field("Messages", state), field("From position", offset), field("How many", count),
     field("Show body as", mode),
-    h("button.primary", { type: "submit" }, "Peek"),
+    guard(h("button.primary", { type: "submit" }, "Peek"), read),
     h("button", { type: "button", onclick: () => peek(-1), "aria-label": "Previous messages" }, "‹"),
     h("button", { type: "button", onclick: () => peek(1), "aria-label": "Next messages" }, "›"));
   const searchForm = h("form.toolbar", { onsubmit: search },
     field("Message id", searchId), field("Correlation id", searchCorrelation),
     field("Header", searchHeader), field("Body contains", searchBody), field("Limit", searchLimit),
-    h("button.primary", { type: "submit" }, "Search"), stop, searchStatus);
+    guard(h("button.primary", { type: "submit" }, "Search"), read), stop, searchStatus);
+  // Every action needs read on the queue (as basic.get and queue.purge); move publishes
+  // through the default exchange, so it needs write there too; redrive needs write on each
+  // message's x-death exchange, which the broker judges per message.
+  const acting = [];
+  const offer = (button, ...checks) => { acting.push(guard(button, read, ...checks)); return button; };
   const actions = h("div.toolbar",
-    h("button", { type: "button", onclick: () => act("Redrive", () =>
-      api("POST", `${base}/redrive`, { positions: need() })) }, "Redrive selected"),
-    h("button", { type: "button", onclick: async () => {
+    offer(h("button", { type: "button", onclick: () => act("Redrive", () =>
+      api("POST", `${base}/redrive`, { positions: need() })) }, "Redrive selected")),
+    offer(h("button", { type: "button", onclick: async () => {
       if (!(await confirmAction(`Redrive every dead-lettered message of ${name} to where x-death says it came from?`, "Redrive all"))) return;
       const q = await api("GET", base);
       act("Redrive", () => api("POST", `${base}/redrive`, { count: q.messages_ready }));
-    } }, "Redrive all"),
+    } }, "Redrive all")),
     field("Move to", destination),
-    h("button", { type: "button", onclick: () => act("Move", () => {
+    offer(h("button", { type: "button", onclick: () => act("Move", () => {
       if (!destination.value) throw new Error("Name the destination queue.");
       const chosen = need();
       return api("POST", `${base}/move`, { destination: destination.value, positions: chosen, count: chosen.length });
-    }) }, "Move selected"),
-    h("button.danger", { type: "button", onclick: async () => {
+    }) }, "Move selected"), ["write", "exchange", "", vhost]),
+    offer(h("button.danger", { type: "button", onclick: async () => {
       const chosen = need();
       if (!(await confirmAction(`Delete ${chosen.length} selected message(s) from ${name}?`))) return;
       act("Delete", () => api("DELETE", `${base}/messages`, { positions: chosen }));
-    } }, "Delete selected"),
+    } }, "Delete selected")),
     field("First N", firstN),
-    h("button.danger", { type: "button", onclick: async () => {
+    offer(h("button.danger", { type: "button", onclick: async () => {
       const n = Number(firstN.value);
       if (!(await confirmAction(`Delete the first ${n} ready message(s) of ${name}?`))) return;
       act("Delete", () => api("DELETE", `${base}/messages`, { count: n }));
-    } }, "Delete first N"));
+    } }, "Delete first N")));
   draw();
   if (saved.has("peek")) setTimeout(() => peek(0), 0);  // where the URL says it was
   return h("section.panel.inspector",
     h("h2", "Messages"),
     h("p.hint", "Peek and search read the queue without changing it: no redelivered flag, no "
       + "reordering, no delivery count."),
-    peekForm, searchForm, actions, out, results);
+    peekForm, searchForm, actions, whyLine(...acting), out, results);
 }
 
 function summary(verb, result) {

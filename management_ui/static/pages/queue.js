@@ -7,6 +7,7 @@ import {
   rate, yesNo,
 } from "../lib.js";
 import { connectionLabel, connectionNames, notFound } from "../names.js";
+import { guard, whyLine } from "../rights.js";
 import { loadedTable, table } from "../table.js";
 import { inspector } from "./inspect.js";
 
@@ -42,19 +43,23 @@ export async function render(page, vhost, name) {
   const rates = liveChart("Message rates", RATES.map(([label, key]) => ({
     label, kind: "rate", details: (q) => (q.message_stats || {})[`${key}_details`] })));
   const actions = h("div");
-  const purgeButton = h("button.danger", { type: "button", onclick: () => purge(vhost, name, actions) }, "Purge messages");
+  // Offered only as the broker would allow them: purge needs read, delete configure.
+  const purgeButton = guard(h("button.danger", { type: "button", onclick: () => purge(vhost, name, actions) }, "Purge messages"),
+    ["read", "queue", name, vhost]);
+  const deleteButton = guard(h("button.danger", { type: "button", onclick: () => remove(vhost, name, actions) }, "Delete queue"),
+    ["configure", "queue", name, vhost]);
   const bindings = loadedTable(`${path}/bindings`, [
     { title: "From", cell: (b) => h("a", { href: `#/exchanges/${enc(b.vhost)}/${enc(b.source || "amq.default")}` },
       b.source || "(AMQP default)") },
     { title: "Routing key", cell: (b) => b.routing_key },
     { title: "Arguments", cell: (b) => args(b.arguments) },
-    { title: "", cell: (b) => (b.source ? h("button.small", { type: "button", onclick: async () => {
+    { title: "", cell: (b) => (b.source ? guard(h("button.small", { type: "button", onclick: async () => {
       if (!(await confirmAction(`Unbind ${name} from ${b.source} (${b.routing_key || "no key"})?`, "Unbind"))) return;
       await attempt(actions, async () => {
         await api("DELETE", `bindings/${enc(vhost)}/e/${enc(b.source)}/q/${enc(name)}/${enc(b.properties_key)}`);
         bindings.reload();
       }, "Binding removed.");
-    } }, "Unbind") : "") },
+    } }, "Unbind"), ["write", "queue", name, vhost], ["read", "exchange", b.source, vhost]) : "") },
   ], "No bindings.");
 
   page.append(
@@ -65,9 +70,7 @@ export async function render(page, vhost, name) {
     h("h2", "Bindings"), bindings.element, bindForm(vhost, name, bindings.reload),
     inspector(vhost, name),
     h("section.panel.danger-zone", h("h2", "Purge or delete"), actions,
-      h("div.toolbar",
-        purgeButton,
-        h("button.danger", { type: "button", onclick: () => remove(vhost, name, actions) }, "Delete queue"))));
+      h("div.toolbar", purgeButton, deleteButton), whyLine(purgeButton, deleteButton)));
 
   every(0, async () => {
     const q = first || await attempt(errors, () => api("GET", `${path}?${RANGE}`));
@@ -122,9 +125,11 @@ function bindForm(vhost, name, reload) {
   const source = h("input", { name: "source", required: true });
   const key = h("input", { name: "routing_key" });
   const more = h("textarea", { name: "arguments", rows: 2, placeholder: "name=value per line" });
+  // Binding also needs read on the exchange, which is typed in: the broker judges that.
+  const submit = guard(h("button", { type: "submit" }, "Bind"), ["write", "queue", name, vhost]);
   const form = h("form.panel", h("h2", "Bind this queue to an exchange"),
     h("div.grid", field("Exchange", source), field("Routing key", key), field("Arguments", more)),
-    out, h("button", { type: "submit" }, "Bind"));
+    out, submit, whyLine(submit));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     attempt(out, async () => {

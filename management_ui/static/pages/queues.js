@@ -5,6 +5,7 @@ import {
   api, attempt, enc, field, h, num, parsePairs, rate, select, vhostNames,
 } from "../lib.js";
 import { noVhosts } from "../names.js";
+import { guardAsTyped } from "../rights.js";
 import { pagedList } from "../table.js";
 
 // Seconds with consumers and unacked messages but no ack before the list says so.
@@ -132,11 +133,16 @@ function createForm(reload, vhosts) {
     ? select(arg, kind, "")
     : h("input", { name: arg, type: kind === "number" ? "number" : "text", min: kind === "number" ? 0 : undefined }), label]);
   const more = h("textarea", { name: "arguments", rows: 2, placeholder: "name=value per line" });
+  // Declaring needs configure on the name (a dead-letter exchange also needs write there
+  // and read on the queue: the broker judges those).
+  const submit = h("button.primary", { type: "submit" }, "Add queue");
   const form = h("form.panel", h("h2", "Add a queue"),
     h("div.grid", field("Vhost", vhost), field("Name", name), field("Type", type),
       field("Durability", durable), field("Auto-delete", autoDelete),
       ...inputs.map(([, , input, label]) => field(label, input)), field("Other arguments", more)),
-    out, h("button.primary", { type: "submit" }, "Add queue"));
+    out, submit);
+  form.append(guardAsTyped(form, submit,
+    () => (name.value ? [["configure", "queue", name.value, vhost.value]] : [])));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     attempt(out, async () => {

@@ -387,15 +387,23 @@ def test_a_refused_action_names_the_queue_and_the_right(ui: Console, channel, br
     channel.queue_declare(q)
     user, password = _name("readless"), "pw"
     _api(broker, "PUT", f"users/{user}", {"password": password, "tags": "management"})
-    _api(broker, "PUT", f"permissions/%2F/{user}", {"configure": "", "write": "", "read": ""})
+    _api(broker, "PUT", f"permissions/%2F/{user}", {"configure": "", "write": "", "read": ".*"})
     ui.login(user, password)
     ui.go(f"/queues/%2F/{q}")
     ui.wait_text("Purge or delete")
+    # Purge is offered (read), then read is revoked while the page is open: the broker's
+    # refusal is explained in place, naming the queue and the right.
+    _api(broker, "PUT", f"permissions/%2F/{user}", {"configure": "", "write": "", "read": ""})
     ui.click("Purge messages")
     ui.confirm("Purge")
     ui.wait_text(f"Access to queue '{q}' in vhost '/' refused for user '{user}': it needs the "
                  "read permission.")
     ui.screenshot("purge-refused")
+    # The next page knows: Purge is no longer offered, and says why.
+    ui.go("/queues")
+    ui.wait_text("Add a queue")
+    ui.go(f"/queues/%2F/{q}")
+    ui.wait_text(f"Purge messages needs read on queue '{q}' in vhost '/'.")
     ui.logout()
 
 
