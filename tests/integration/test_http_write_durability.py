@@ -231,6 +231,44 @@ def delete_messages(ctx: Ctx) -> None:
     assert answer["deleted"] == 2, answer
 
 
+DELAYED = EXCHANGE + "/delayed"
+
+
+def scheduled(ctx: Ctx) -> None:
+    """A durable delayed exchange ``name`` bound to queue ``name`` by "k", holding three
+    persistent messages due in ten minutes, all committed."""
+    n = ctx.name
+    ch = ctx.channel()
+    ch.exchange_declare(n, "x-delayed-message", durable=True,
+                        arguments={"x-delayed-type": "direct"})
+    ch.queue_declare(n, durable=True)
+    ch.queue_bind(n, n, "k")
+    ch.confirm_delivery()  # each publish returns after its commit
+    for i in range(3):
+        ch.basic_publish(n, "k", b"d%d" % i,
+                         pika.BasicProperties(delivery_mode=2, headers={"x-delay": 600_000}))
+    ch.connection.close()
+
+
+def delayed_ids(ctx: Ctx) -> list[str]:
+    return [m["id"] for m in ctx.ok("GET", DELAYED.format(n=ctx.name), want=(200,))["messages"]]
+
+
+def delayed_are(count: int, ready: int) -> Callable[[Ctx], None]:
+    def check(ctx: Ctx) -> None:
+        _equal(len(delayed_ids(ctx)), count)
+        _equal(ctx.messages(ctx.name), ready)
+    return check
+
+
+def cancel_first(ctx: Ctx) -> None:
+    ctx.ok("DELETE", DELAYED.format(n=ctx.name) + "/" + delayed_ids(ctx)[0])
+
+
+def release_first(ctx: Ctx) -> None:
+    ctx.ok("POST", DELAYED.format(n=ctx.name) + "/" + delayed_ids(ctx)[0] + "/release")
+
+
 B = "bindings/{vhost}/e/{source}/{kind}/{dest}"
 CASES: dict[tuple[str, str], Case] = {
     ("PUT", "exchanges/{vhost}/{name}"): Case(put_exchange, _status(EXCHANGE, 200)),
@@ -249,6 +287,12 @@ CASES: dict[tuple[str, str], Case] = {
         lambda ctx: (ctx.fill(ctx.name + "-to", 0), ctx.fill(ctx.name, 3))),
     ("DELETE", "queues/{vhost}/{name}/messages"): Case(
         delete_messages, messages_are("", 1), lambda ctx: ctx.fill(ctx.name, 3)),
+    ("DELETE", "exchanges/{vhost}/{name}/delayed"): Case(
+        _delete(DELAYED), delayed_are(0, 0), scheduled),
+    ("DELETE", "exchanges/{vhost}/{name}/delayed/{id}"): Case(
+        cancel_first, delayed_are(2, 0), scheduled),
+    ("POST", "exchanges/{vhost}/{name}/delayed/{id}/release"): Case(
+        release_first, delayed_are(2, 1), scheduled),
     ("POST", B): Case(post_binding, bindings_are(["k"]), _both(put_exchange, put_queue)),
     ("DELETE", B + "/{props}"): Case(
         _delete(BINDING + "/k"), bindings_are([]), _both(put_exchange, put_queue, post_binding)),
