@@ -335,14 +335,19 @@ async def _drain(url: str, queue: str, count: int) -> list[tuple[bytes, float]]:
     q = await ch.declare_queue(queue, durable=True)
     got: list[tuple[bytes, float]] = []
     deadline = time.time() + WAIT
-    async with q.iterator() as messages:
-        while len(got) < count and time.time() < deadline:
-            try:
-                message = await asyncio.wait_for(messages.__anext__(), 1)
-            except TimeoutError:
-                continue
-            got.append((message.body, time.time()))
-            await message.ack()
+    # A consumer feeding a local queue, not q.iterator(): aio-pika closes an iterator whose
+    # __anext__ is cancelled, so a wait that timed out before the first message was due
+    # (a restart quicker than the delay) would end the drain.
+    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    tag = await q.consume(inbox.put)
+    while len(got) < count and time.time() < deadline:
+        try:
+            message = await asyncio.wait_for(inbox.get(), 1)
+        except TimeoutError:
+            continue
+        got.append((message.body, time.time()))
+        await message.ack()
+    await q.cancel(tag)
     await asyncio.sleep(0.3)  # a duplicate would be right behind (a wait for an absence)
     extra = await q.get(fail=False)
     if extra is not None:
