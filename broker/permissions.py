@@ -27,6 +27,10 @@ permissions, publish needs the routing key to match ``write`` and a binding
 from it needs the binding key to match ``read``; ``{username}`` and
 ``{vhost}`` in a pattern are expanded. No topic permissions: no check.
 
+Patterns are compiled by RE2 (``model.name_pattern``): every publish and declare
+matches a client-chosen name against them, so a backtracking pattern would let any
+client stall the broker's loop; RE2 refuses backreferences and lookaround instead.
+
 Cost: each pattern is compiled once, when set. An ``Access`` is one
 channel's view (user, vhost, compiled permission) and remembers every
 allowed decision, so a repeated check is a set lookup; the publish path
@@ -39,7 +43,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from leveret.model import name_pattern
 from leveret.model.errors import ACCESS_REFUSED, ChannelError
+from leveret.model.name_pattern import NamePattern
 
 CONFIGURE, WRITE, READ = "configure", "write", "read"
 DEFAULT_EXCHANGE_NAME = "amq.default"  # how the default exchange "" is named in checks
@@ -47,11 +53,11 @@ DEFAULT_EXCHANGE_NAME = "amq.default"  # how the default exchange "" is named in
 CACHE_LIMIT = 4096
 
 
-def compile_pattern(pattern: str) -> re.Pattern[str]:
+def compile_pattern(pattern: str) -> NamePattern:
     """RabbitMQ stores ``''`` as ``^$``; a bad regex is a ``ValueError`` with its reason."""
     try:
-        return re.compile(pattern or "^$")
-    except re.error as exc:
+        return name_pattern.compile_pattern(pattern or "^$", caseless=False)
+    except name_pattern.PatternError as exc:
         raise ValueError(f"invalid regular expression '{pattern}': {exc}") from None
 
 
@@ -64,7 +70,7 @@ class Permission:
     configure: str
     write: str
     read: str
-    _compiled: dict[str, re.Pattern[str]] = field(init=False, repr=False, compare=False)
+    _compiled: dict[str, NamePattern] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._compiled = {CONFIGURE: compile_pattern(self.configure),
@@ -86,15 +92,16 @@ class TopicPermission:
     write: str
     read: str
 
+    _compiled: dict[str, NamePattern] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
-        compile_pattern(self.write.replace("{username}", "u").replace("{vhost}", "v"))
-        compile_pattern(self.read.replace("{username}", "u").replace("{vhost}", "v"))
+        # {username} and {vhost} are this record's own, so each pattern expands once.
+        self._compiled = {right: compile_pattern(pattern.replace(
+            "{username}", re.escape(self.user)).replace("{vhost}", re.escape(self.vhost)))
+            for right, pattern in ((WRITE, self.write), (READ, self.read))}
 
     def allows(self, right: str, routing_key: str) -> bool:
-        pattern = (self.write if right == WRITE else self.read)
-        pattern = pattern.replace("{username}", re.escape(self.user)).replace(
-            "{vhost}", re.escape(self.vhost))
-        return compile_pattern(pattern).search(routing_key) is not None  # re caches compiles
+        return self._compiled[right].search(routing_key) is not None
 
     def record(self) -> dict[str, str]:
         return {"user": self.user, "vhost": self.vhost, "exchange": self.exchange,

@@ -38,6 +38,10 @@ policies cannot set (``max-priority``, ``queue-type``, single active
 consumer) come from the arguments alone. For exchanges the one key is
 ``alternate-exchange``, where the argument wins (``Exchange.alternate_exchange``).
 
+Patterns are compiled by RE2 (``model.name_pattern``, case-sensitive): every
+declare searches them in a client-chosen name, which a backtracking engine would
+let a policymaker's pattern turn into seconds of a stalled loop.
+
 ``validate`` checks a policy the way ``rabbitmqctl set_policy`` does and
 raises ``PolicyError`` with RabbitMQ's texts. Nothing here does I/O;
 ``PolicySet`` holds one vhost's policies and ``VirtualHost`` persists them and
@@ -47,11 +51,11 @@ re-applies them when they change.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from leveret.model.name_pattern import NamePattern, PatternError, compile_pattern
 from leveret.queues.settings import (
     DROP_HEAD,
     REJECT_PUBLISH,
@@ -111,10 +115,10 @@ class Policy:
     apply_to: str = "all"
     definition: dict[str, Any] = field(default_factory=dict)
     priority: int = 0
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    regex: NamePattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "regex", re.compile(self.pattern))
+        object.__setattr__(self, "regex", compile_pattern(self.pattern, caseless=False))
 
     def applies_to(self, kind: str, name: str) -> bool:
         """``kind`` is "queues" or "exchanges"."""
@@ -180,8 +184,8 @@ def validate(vhost: str, name: str, pattern: str, definition: Any, priority: Any
     if not _is_int(priority):
         raise PolicyError(f"{_erl(priority)} is not a valid priority")
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        compile_pattern(pattern, caseless=False)
+    except PatternError as exc:
         raise PolicyError(f"pattern should be regular expression but is invalid: {exc}") from None
     return Policy(vhost, name, pattern, apply_to, dict(definition), priority)
 

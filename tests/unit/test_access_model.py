@@ -56,6 +56,17 @@ def test_patterns_are_unanchored_and_empty_means_nothing() -> None:
         Permission("u", "/", "(", ".*", ".*")
 
 
+def test_patterns_match_in_linear_time_and_refuse_backtracking_features() -> None:
+    # A backtracking engine takes 2**40 steps here: the check would never return.
+    p = Permission("u", "/", "^(a+)+$", ".*", ".*")
+    assert not p.allows("configure", "a" * 40 + "!")
+    assert p.allows("configure", "aaa")
+    with pytest.raises(ValueError, match="invalid regular expression"):
+        Permission("u", "/", "(a)\\1", ".*", ".*")
+    topic = TopicPermission("bob", "/", "amq.topic", "^(a+)+$", "^r")
+    assert not topic.allows(WRITE, "a" * 40 + "!")
+
+
 def test_access_caches_allowed_decisions_and_names_the_default_exchange() -> None:
     access = Access("u", "/", Permission("u", "/", "", "^w|^amq\\.default$", ""))
     access.check_publish("w1")

@@ -112,6 +112,17 @@ def test_invalid_apply_to_and_pattern():
     with pytest.raises(PolicyError, match="pattern should be regular expression but is invalid"):
         validate("/", "p", "(", {"max-length": 1})
 
+    with pytest.raises(PolicyError, match="pattern should be regular expression but is invalid"):
+        validate("/", "p", "(a)\\1", {"max-length": 1})  # RE2: no backreferences
+
+
+def test_patterns_match_in_linear_time():
+    # Searched in every declared name; a backtracking engine takes 2**40 steps here.
+    policy = P("p", "^(a+)+$", max_length=1)
+    assert not policy.applies_to("queues", "a" * 40 + "!")
+    assert policy.applies_to("queues", "aaa") and not P("p", "^Q", max_length=1).applies_to(
+        "queues", "q")
+
 
 # -- applied through a vhost -----------------------------------------------------------------------
 
