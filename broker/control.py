@@ -20,7 +20,9 @@ Commands (mirroring rabbitmqctl): ``set_policy`` (vhost, name, pattern,
 definition, priority, apply_to), ``clear_policy`` (vhost, name),
 ``list_policies`` (vhost); the users / vhosts / permissions / limits
 commands of ``control_access.py``; the list_* / status / purge / delete /
-close / definitions commands of ``control_inventory.py``; and ``compact``:
+close / export commands of ``control_inventory.py``; ``import_definitions``,
+applied in slices as over HTTP (``import_slices.py``: a file of 100,000 queues
+never holds the loop); and ``compact``:
 rewrite the message store without its free pages while the broker runs
 (between two group-commit batches; the file shrinks to the live data). A
 refusal may carry rabbitmqctl's exit code:
@@ -39,8 +41,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.broker import control_access, control_inventory, definitions
+from leveret.broker import control_access, control_inventory, definitions, import_slices
 from leveret.broker.accounts import AccountError
+from leveret.broker.control_inventory import EX_DATAERR
 from leveret.persistence.store import StoreError
 from leveret.queues.policy import PolicyError, validate
 
@@ -59,8 +62,7 @@ _SUN_PATH_MAX = 100
 
 
 # Commands that change durable state: answered after the commit that records it.
-CHANGES = frozenset({"set_policy", "clear_policy", "purge_queue", "delete_queue",
-                     "import_definitions"})
+CHANGES = frozenset({"set_policy", "clear_policy", "purge_queue", "delete_queue"})
 
 
 class ControlError(Exception):
@@ -97,6 +99,8 @@ class ControlHandler:
             request = None
         if isinstance(request, dict) and request.get("command") == "compact":
             return _line(await self.compact())
+        if isinstance(request, dict) and request.get("command") == "import_definitions":
+            return _line(await self.import_definitions(request))
         response = self.handle_line(line)  # parses again: control lines are tiny
         if self.changed:
             self.changed = False
@@ -113,6 +117,21 @@ class ControlHandler:
             return {"ok": False, "error": str(exc)}
         log.info("store compacted: %d -> %d bytes", before, after)
         return {"ok": True, "result": {"before": before, "after": after}}
+
+    async def import_definitions(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Checked whole, then applied in slices; answered after the last slice's commit."""
+        try:
+            count, skipped = await import_slices.apply_in_slices(
+                self.broker, request.get("definitions"))
+        except definitions.Invalid as exc:
+            return {"ok": False, "error": f"Validation failed: {exc}; nothing was imported",
+                    "exit_code": EX_DATAERR}
+        log.info("definitions imported: %d operation(s)%s", count,
+                 f", {skipped} skipped (changed meanwhile)" if skipped else "")
+        if not await self.broker.log.committed():
+            return {"ok": False, "error": "the change was applied but could not be written "
+                    "to the message store"}
+        return {"ok": True, "result": count}
 
     def handle_line(self, line: bytes) -> bytes:
         try:

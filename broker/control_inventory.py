@@ -5,7 +5,7 @@ Rows come from ``inventory.py`` (what ``/api/queues`` etc. format too) under
 rabbitmqctl's info keys, in the order asked for; writes call the vhost's
 operations (``purge_queue``, ``delete_queue_checked``) and
 ``inventory.close_connection`` exactly as the HTTP routes do; definitions go
-through ``definitions.py`` (export, checked import).
+through ``definitions.py`` (export; ``control.py`` imports, in slices).
 
 Where rabbitmqctl shows an Erlang pid (a connection's ``pid``, a channel's
 ``pid`` and ``connection``, a consumer's ``channel_pid``), Leveret shows the
@@ -190,13 +190,6 @@ def commands(broker: Any) -> dict[str, Command]:
             inventory.close_connection(conn, str(r["reason"]))
         return len(conns)
 
-    def import_definitions(r: dict[str, Any]) -> int:
-        try:
-            return definitions.apply(broker, r["definitions"])
-        except definitions.Invalid as exc:
-            raise AccountError(f"Validation failed: {exc}; nothing was imported",
-                               EX_DATAERR) from None
-
     def status(r: dict[str, Any]) -> dict[str, Any]:
         return inventory.status_record(broker)
 
@@ -218,6 +211,5 @@ def commands(broker: Any) -> dict[str, Command]:
         "close_connection": close_connection,
         "close_all_connections": close_all_connections,
         "export_definitions": lambda r: definitions.export(broker),
-        "import_definitions": import_definitions,
         "status": status,
     }

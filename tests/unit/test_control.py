@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from leveret.broker import control
+from leveret.broker import control, import_slices
 from leveret.broker.broker import Broker
 from leveret.cli import main
 from leveret.config import Config
@@ -124,3 +124,30 @@ def test_ctl_table_cells_are_written_as_rabbitmqctl_writes_them():
     assert format_rows([]) == ""
     assert format_rows([{"name": "q", "durable": True}]) == "name\tdurable\nq\ttrue\n"
     assert format_rows([{"name": "q"}], headers=False) == "q\n"
+
+
+async def test_import_definitions_gives_the_loop_back_between_slices(broker, monkeypatch):
+    monkeypatch.setattr(import_slices, "SLICE_SECONDS", 0.0)  # a slice every CHECK_EVERY items
+    turns = 0
+    done = False
+
+    async def other_client() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_client())
+    queues = [{"name": f"q{i}", "vhost": "/", "durable": False, "auto_delete": False,
+               "arguments": {}} for i in range(200)]
+    line = json.dumps({"command": "import_definitions", "definitions": {"queues": queues}})
+    reply = json.loads(await control.ControlHandler(broker).respond(line.encode() + b"\n"))
+    done = True
+    await other
+    assert reply == {"ok": True, "result": 200}
+    assert turns >= 200 // import_slices.CHECK_EVERY  # it ran between the import's slices
+    assert len(broker.vhosts["/"].queues) == 200
+    bad = json.dumps({"command": "import_definitions", "definitions": {"queues": [{}]}})
+    reply = json.loads(await control.ControlHandler(broker).respond(bad.encode() + b"\n"))
+    assert reply["ok"] is False and reply["exit_code"] == 65
+    assert reply["error"].startswith("Validation failed: ")
