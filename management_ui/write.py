@@ -19,7 +19,7 @@ from leveret.broker import inventory
 from leveret.broker.api import EXCHANGE_TYPES, PolicyError, validate_policy
 from leveret.broker.delayed import check_declaration
 from leveret.broker.inventory import truthy
-from leveret.management_ui import read, rights, views
+from leveret.management_ui import read, rights, sessions, views
 from leveret.management_ui.router import ApiError, Request, bad_request, not_found
 from leveret.model.errors import ChannelError, ConnectionError_
 
@@ -171,7 +171,7 @@ async def delete_binding(req: Request) -> web.Response:
 # -- connections -------------------------------------------------------------------------------
 
 async def delete_connection(req: Request) -> web.Response:
-    conn = read.find_connection(req, close=True)  # its own user or an administrator
+    conn = sessions.find_connection(req, close=True)  # its own user or an administrator
     reason = req.http.headers.get("X-Reason") or CLOSED_VIA_MANAGEMENT
     inventory.close_connection(conn, reason)
     return _no_content()
@@ -192,7 +192,7 @@ async def delete_consumer(req: Request) -> web.Response:
                     or views.channel_name(channel) != req.params["channel"]):
                 continue
             conn = channel.connection
-            read.check_owner(req, conn.user, close=True)
+            sessions.check_owner(req, conn.user, close=True)
             queue.remove_consumer(consumer)
             channel.consumer_cancelled_by_broker(consumer)
             if conn.on_output is not None:
