@@ -185,6 +185,7 @@ async function route() {
   const turn = ++routing;
   await refreshRights();
   if (turn !== routing) return; // navigated again meanwhile: that route draws the page
+  if (!credentials()) return; // logged out (or refused) meanwhile: the login form is drawn
   // The hash is the page's path, then its state (filter, sort, page) after "?".
   const raw = location.hash.replace(/^#/, "").split("?")[0];
   const path = decodeURIComponent(raw) === "" ? "/" : raw;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import socket
+import time
 from pathlib import Path
 
 import harness
@@ -30,10 +31,22 @@ def _frames(sock: socket.socket, reader: wire.Reader) -> list[tuple[int, bytes]]
             return frames
 
 
+def _connect_when_listening(port: int) -> socket.socket:
+    """The leader's replication listener opens just after etcd names it leader."""
+    deadline = time.monotonic() + harness.START_TIMEOUT
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), 10)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_a_follower_without_the_secret_is_refused(cluster: harness.Cluster) -> None:
     cluster.start(1)
     node = cluster.nodes[cluster.wait_leader()]
-    with socket.create_connection(("127.0.0.1", node.replication_port), 10) as sock:
+    with _connect_when_listening(node.replication_port) as sock:
         sock.settimeout(30)
         reader = wire.Reader()
         [(kind, nonce)] = _frames(sock, reader)

@@ -410,8 +410,14 @@ def test_http_get_and_purge_are_refused(request: pytest.FixtureRequest, side: st
     status, _, _ = http.put(f"/queues/%2F/{name}", {"durable": True, "arguments": STREAM})
     assert status == 201
     try:
-        got = http.post(f"/queues/%2F/{name}/get", {"count": 1, "ackmode": "ack_requeue_true",
-                                                    "encoding": "auto"})
+        # RabbitMQ answers 500 until the stream's log process is up (seconds when busy).
+        deadline = time.monotonic() + WAIT
+        while True:
+            got = http.post(f"/queues/%2F/{name}/get", {
+                "count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+            if got[0] != 500 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert (got[0], got[2]) == (400, {
             "error": "bad_request",
             "reason": f"540 basic.get not supported by stream queues queue '{name}' in vhost '/'"})

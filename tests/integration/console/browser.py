@@ -169,9 +169,16 @@ class Console:
         return self.wait(found, f"button {text!r}")
 
     def click(self, text: str, within: Any = None) -> None:
-        b = self.button(text, within)
-        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", b)
-        b.click()
+        """Clicks the button, found again if a refresh redrew it between finding and clicking."""
+        def clicked(d: Any) -> bool:
+            try:
+                b = self.button(text, within)
+                d.execute_script("arguments[0].scrollIntoView({block: 'center'})", b)
+                b.click()
+                return True
+            except StaleElementReferenceException:
+                return False
+        self.wait(clicked, f"a click on {text!r}")
 
     def confirm(self, yes: str) -> None:
         dialog = self.find("dialog.confirm")
