@@ -30,8 +30,8 @@ A message refused by every queue (``reject-publish``) leaves no key: its retry m
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from leveret.model.dedupe import (
     EXPIRY_MASK,
@@ -40,13 +40,27 @@ from leveret.model.dedupe import (
     HeaderReader,
     Window,
     message_ttl,
+    settings_for_exchange,
 )
 from leveret.model.message import Message
 from leveret.persistence.batch import DedupeAppend
 from leveret.persistence.records import dedupe_scope
+from leveret.queues.policy import Policy, dedupe_keys
 from leveret.queues.ttl import Timekeeping, now_ms
 
-__all__ = ["DedupeLog", "ExchangeDedupe"]
+__all__ = ["DedupeLog", "ExchangeDedupe", "exchange_settings"]
+
+
+def exchange_settings(type_: str, arguments: Mapping[str, Any], durable: bool,
+                      policy: Policy | None) -> DedupeSettings | None:
+    """An exchange's window as its arguments and its policy's window keys make it (the
+    argument wins); 406 for a bad argument, judged on the arguments alone as the plugin's
+    ``validate`` does at declare."""
+    settings = settings_for_exchange(type_, arguments, durable)
+    keys = dedupe_keys(policy)
+    if settings is None or not keys:
+        return settings
+    return settings_for_exchange(type_, arguments, durable, keys)
 
 
 class DedupeLog(Protocol):
@@ -171,6 +185,31 @@ class ExchangeDedupe:
             op.expires.append(expires)
             op.floor = self.window.floor
         self._op = op
+
+    def apply_policy(self, type_: str, arguments: Mapping[str, Any], durable: bool,
+                     policy: Policy | None) -> None:
+        """The exchange's policy changed (or a policy did): its window keys apply now."""
+        settings = exchange_settings(type_, arguments, durable, policy)
+        if settings is not None and settings != self.settings:
+            self.reconfigure(settings)
+
+    def reconfigure(self, settings: DedupeSettings) -> None:
+        """A policy changed the window: a smaller size evicts the oldest keys now (the store
+        follows with the next key's floor); a TTL applies to keys added from now on; kept
+        in the store from now on, its keys so far are written, no longer kept, they are
+        dropped from it."""
+        was = self.settings.persistent
+        self.settings = settings
+        self._ttl = settings.ttl
+        self.window.resize(settings.size)
+        self._batch = -1  # the next key opens its batch again, record included
+        self._op = None
+        if was and not settings.persistent:
+            self._log.drop_dedupe(self.scope)
+        elif settings.persistent and not was:
+            floor = self.window.floor
+            for key, order, expires in self.window.items():
+                self._log.append_dedupe(self.scope, order, key, expires, floor)
 
     def drop(self) -> None:
         """The exchange was deleted: its window goes from the store too."""

@@ -89,15 +89,22 @@ def is_dedupe_exchange(type_: str, arguments: Mapping[str, Any]) -> bool:
     return type_ == EXCHANGE_TYPE or arguments.get(ARGUMENT) is True
 
 
-def settings_for_exchange(type_: str, arguments: Mapping[str, Any],
-                          durable: bool) -> DedupeSettings | None:
+def settings_for_exchange(type_: str, arguments: Mapping[str, Any], durable: bool,
+                          policy: Mapping[str, Any] | None = None) -> DedupeSettings | None:
     """The exchange's window, None if it does not deduplicate; 406 with the plugin's texts
     for a bad argument. A durable exchange keeps its window in the store unless
     ``x-cache-persistence`` says ``memory``; the plugin defaults to memory, but a window lost
     by a restart lets through exactly the retries it exists to stop. A transient exchange's
-    window is never stored (``disk`` included): it could only outlive its exchange."""
+    window is never stored (``disk`` included): it could only outlive its exchange.
+
+    ``policy``: the window keys of the exchange's policy (``queues/policy.dedupe_keys``,
+    checked when it was set), used where the arguments do not set the key: the argument
+    wins, as for ``alternate-exchange``. The plugin's type still needs ``x-cache-size``
+    among its arguments when declared (its ``validate`` does not look at policies)."""
     if not is_dedupe_exchange(type_, arguments):
         return None
+    if policy:
+        arguments = {**policy, **{k: v for k, v in arguments.items() if v is not None}}
     raw_size = arguments.get("x-cache-size")
     if raw_size is None and type_ != EXCHANGE_TYPE:
         size: int | None = DEFAULT_SIZE
@@ -179,11 +186,17 @@ class HeaderReader:
     was published (``properties.py``); a malformed one reads as no headers.
     """
 
-    __slots__ = ("_key", "_other")
+    __slots__ = ("_key", "_key_entry", "_other", "_other_entry")
 
     def __init__(self, key: str, other: str | None = None) -> None:
         self._key = key.encode("utf-8")
         self._other = other.encode("utf-8") if other is not None else None
+        # A table entry starts with its name's length and the name: where those bytes are
+        # not in the properties at all, the header is not there either (one C search,
+        # no walk: a message without the key, or the table's end after the key).
+        self._key_entry = bytes([len(self._key)]) + self._key
+        self._other_entry = (bytes([len(self._other)]) + self._other
+                             if self._other is not None else b"")
 
     def read(self, message: Message) -> tuple[bytes | None, object]:
         """(the typed key, ``dedupe_key``'s; the other header's value), None where absent."""
@@ -193,8 +206,13 @@ class HeaderReader:
         if at < 0:
             return key, other
         raw = message.raw_properties
-        want_key, want_other = self._key, self._other
-        left = 1 if want_other is None else 2
+        want_key = self._key if self._key_entry in raw else None
+        want_other = self._other
+        if want_other is not None and self._other_entry not in raw:
+            want_other = None
+        left = (want_key is not None) + (want_other is not None)
+        if not left:
+            return key, other
         try:
             pos = at + 4
             end = pos + _U32.unpack_from(raw, at)[0]

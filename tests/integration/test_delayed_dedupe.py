@@ -122,3 +122,48 @@ def test_delayed_publishes_count_in_the_exchanges_publish_in(broker, api: HttpAp
     listed = {x["name"]: x for x in api.ok("/exchanges/%2F?columns=name,message_stats")}
     assert listed[qname]["message_stats"]["publish_in"] == 5
     assert api.ok(f"/exchanges/%2F/{qname}")["messages_delayed"] == 4
+
+
+# -- the deduplication plugin's window keys by policy -------------------------------------------
+
+@pytest.mark.parametrize("definition, text", [
+    ({"x-cache-size": 0}, "'x-cache-size' must be an integer greater than 0, got 0"),
+    ({"x-cache-ttl": "60"}, "'x-cache-ttl' must be an integer greater than 0, got <<\"60\">>"),
+    ({"x-cache-persistence": "ram"},
+     "'x-cache-persistence' must be either 'disk' or 'memory', got <<\"ram\">>"),
+    ({"x-delayed-type": "direct"}, "are not recognised policy settings"),
+])
+def test_bad_window_policies_are_refused_with_the_plugins_texts(api: HttpApi, qname,
+                                                                definition, text):
+    status, _, body = api.put(f"/policies/%2F/{qname}", {"pattern": "^never$",
+                                                          "definition": definition})
+    assert status == 400 and text in body["reason"], body
+
+
+def test_a_policy_sizes_a_window_its_arguments_leave_unset(broker, api: HttpApi, qname):
+    """LavinMQ's argument with no ``x-cache-size`` (128 keys) takes the policy's size, at
+    once and at declare; an exchange's own argument wins; clearing the policy restores it."""
+    conn, ch = _channel(broker)
+    ch.exchange_declare(qname, "fanout", durable=True,
+                        arguments={"x-message-deduplication": True})
+    ch.exchange_declare(qname + ".own", "fanout", durable=True,
+                        arguments={"x-message-deduplication": True, "x-cache-size": 50})
+    ch.queue_declare(qname, durable=True)
+    ch.queue_bind(qname, qname)
+
+    def size(name: str) -> int:
+        return int(api.ok(f"/exchanges/%2F/{name}")["deduplication"]["size"])
+
+    assert (size(qname), size(qname + ".own")) == (128, 50)
+    policy = {"pattern": f"^{qname}", "apply-to": "exchanges", "definition": {
+        "x-cache-size": 2, "x-cache-ttl": 3_600_000, "x-cache-persistence": "memory"}}
+    assert api.put(f"/policies/%2F/{qname}", policy)[0] == 201
+    assert (size(qname), size(qname + ".own")) == (2, 50)
+    for key in ("k1", "k2", "k3", "k1"):  # k1 was evicted by k3: taken again
+        ch.basic_publish(qname, "", key.encode(), _props(key))
+    assert ch.queue_declare(qname, passive=True).method.message_count == 4
+    ch.exchange_declare(qname + ".later", "fanout", arguments={"x-message-deduplication": True})
+    assert size(qname + ".later") == 2
+    assert api.delete(f"/policies/%2F/{qname}")[0] == 204
+    assert (size(qname), size(qname + ".later")) == (128, 128)
+    conn.close()

@@ -279,3 +279,28 @@ async def test_a_failed_write_takes_its_keys_out_of_the_window() -> None:
     assert not window.duplicate(b"slost", 0) and window.duplicate(b"skept", 0)
     assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"skept"]
     log.close()
+
+
+def test_a_policy_moves_a_window_into_the_store_and_out() -> None:
+    """``x-cache-persistence`` set by a policy: the keys so far are written, then dropped;
+    a smaller ``x-cache-size`` evicts the oldest, on disk too."""
+    store = MemoryStore()
+    log = _Log(store.state())
+    memory = DedupeSettings(3, None, "h", False)
+    window = ExchangeDedupe(memory, "/", "x", log, Timekeeping())
+    for key in (b"sa", b"sb"):
+        window.remember(key, None, 0)
+    store.write_batch(log.take_batch())
+    assert store.load_dedupe(window.scope) == []
+    window.reconfigure(DedupeSettings(3, None, "h", True))
+    window.remember(b"sc", None, 0)
+    store.write_batch(log.take_batch())
+    assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"sa", b"sb", b"sc"]
+    window.reconfigure(DedupeSettings(2, None, "h", True))
+    window.remember(b"sd", None, 0)  # the floor goes out with the next key
+    store.write_batch(log.take_batch())
+    assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"sc", b"sd"]
+    window.reconfigure(DedupeSettings(2, None, "h", False))
+    store.write_batch(log.take_batch())
+    assert store.load_dedupe(window.scope) == []
+    assert window.duplicate(b"sd", 0) and not window.duplicate(b"sa", 0)
