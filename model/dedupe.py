@@ -186,17 +186,11 @@ class HeaderReader:
     was published (``properties.py``); a malformed one reads as no headers.
     """
 
-    __slots__ = ("_key", "_key_entry", "_other", "_other_entry")
+    __slots__ = ("_key", "_other")
 
     def __init__(self, key: str, other: str | None = None) -> None:
         self._key = key.encode("utf-8")
         self._other = other.encode("utf-8") if other is not None else None
-        # A table entry starts with its name's length and the name: where those bytes are
-        # not in the properties at all, the header is not there either (one C search,
-        # no walk: a message without the key, or the table's end after the key).
-        self._key_entry = bytes([len(self._key)]) + self._key
-        self._other_entry = (bytes([len(self._other)]) + self._other
-                             if self._other is not None else b"")
 
     def read(self, message: Message) -> tuple[bytes | None, object]:
         """(the typed key, ``dedupe_key``'s; the other header's value), None where absent."""
@@ -206,13 +200,8 @@ class HeaderReader:
         if at < 0:
             return key, other
         raw = message.raw_properties
-        want_key = self._key if self._key_entry in raw else None
-        want_other = self._other
-        if want_other is not None and self._other_entry not in raw:
-            want_other = None
-        left = (want_key is not None) + (want_other is not None)
-        if not left:
-            return key, other
+        want_key, want_other = self._key, self._other
+        left = 1 if want_other is None else 2
         try:
             pos = at + 4
             end = pos + _U32.unpack_from(raw, at)[0]
