@@ -15,7 +15,13 @@ key and its evictions through the group commit (``batch.DedupeAppend``: one oper
 window and batch, keyed on disk by the key's place, so new keys are appended and the
 evicted ones are a range), so they are written in the same store transaction as the
 enqueue they admitted: after ``kill -9`` the store holds the message and its key, or
-neither. ``load`` rebuilds the window, in its FIFO order, at start.
+neither. ``load`` rebuilds the window, in its FIFO order, at start. The first key of a
+batch opens the window's record in it (``Recorder.dedupe_op``); the later ones are
+appended to that record directly, so a publish costs two list appends, not a call.
+
+A policy's ``x-cache-size``, ``x-cache-ttl`` and ``x-cache-persistence`` fill in what the
+exchange's arguments leave unset (``exchange_settings``) and apply at once
+(``reconfigure``).
 
 A duplicate is confirmed with ``basic.ack`` (as the stream protocol does for a publishing
 id it has seen), never nacked: the publisher retrying after a lost confirm is who dedupe is
