@@ -15,7 +15,13 @@ key and its evictions through the group commit (``batch.DedupeAppend``: one oper
 window and batch, keyed on disk by the key's place, so new keys are appended and the
 evicted ones are a range), so they are written in the same store transaction as the
 enqueue they admitted: after ``kill -9`` the store holds the message and its key, or
-neither. ``load`` rebuilds the window, in its FIFO order, at start.
+neither. ``load`` rebuilds the window, in its FIFO order, at start. The first key of a
+batch opens the window's record in it (``Recorder.dedupe_op``); the later ones are
+appended to that record directly, so a publish costs two list appends, not a call.
+
+A policy's ``x-cache-size``, ``x-cache-ttl`` and ``x-cache-persistence`` fill in what the
+exchange's arguments leave unset (``exchange_settings``) and apply at once
+(``reconfigure``).
 
 A duplicate is confirmed with ``basic.ack`` (as the stream protocol does for a publishing
 id it has seen), never nacked: the publisher retrying after a lost confirm is who dedupe is
@@ -30,21 +36,37 @@ A message refused by every queue (``reject-publish``) leaves no key: its retry m
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from leveret.model.dedupe import (
+    EXPIRY_MASK,
     TTL_HEADER,
     DedupeSettings,
     HeaderReader,
     Window,
     message_ttl,
+    settings_for_exchange,
 )
 from leveret.model.message import Message
+from leveret.persistence.batch import DedupeAppend
 from leveret.persistence.records import dedupe_scope
+from leveret.queues.policy import Policy, dedupe_keys
 from leveret.queues.ttl import Timekeeping, now_ms
 
-__all__ = ["DedupeLog", "ExchangeDedupe"]
+__all__ = ["DedupeLog", "ExchangeDedupe", "exchange_settings"]
+
+
+def exchange_settings(type_: str, arguments: Mapping[str, Any], durable: bool,
+                      policy: Policy | None) -> DedupeSettings | None:
+    """An exchange's window as its arguments and its policy's window keys make it (the
+    argument wins); 406 for a bad argument, judged on the arguments alone as the plugin's
+    ``validate`` does at declare."""
+    settings = settings_for_exchange(type_, arguments, durable)
+    keys = dedupe_keys(policy)
+    if settings is None or not keys:
+        return settings
+    return settings_for_exchange(type_, arguments, durable, keys)
 
 
 class DedupeLog(Protocol):
@@ -59,6 +81,8 @@ class DedupeLog(Protocol):
     def append_dedupe(self, scope: bytes, order: int, key: bytes, expires_at: int,
                       floor: int) -> None: ...
 
+    def dedupe_op(self, scope: bytes, order: int) -> DedupeAppend: ...
+
     def drop_dedupe(self, scope: bytes) -> None: ...
 
     def after_commit(self, callback: Callable[[bool], None]) -> None: ...
@@ -71,21 +95,30 @@ class DedupeStore(Protocol):
 class ExchangeDedupe:
     """One exchange's window, its counters, and (if durable) its records."""
 
-    __slots__ = ("_batches", "_headers", "_log", "_order", "_time", "duplicates", "scope",
-                 "settings", "window")
+    __slots__ = ("_batch", "_batches", "_keys", "_log", "_op", "_order", "_time", "_ttl",
+                 "duplicates", "read", "scope", "settings", "window")
 
     def __init__(self, settings: DedupeSettings, vhost: str, exchange: str, log: DedupeLog,
                  time: Timekeeping) -> None:
         self.settings = settings
         self.window = Window(settings.size)
         self.scope = dedupe_scope(vhost, exchange)
-        self._headers = HeaderReader(settings.header, TTL_HEADER)
+        # The message's key (None: not deduplicated) and its ``x-cache-ttl`` header: the
+        # reader's own method, no call of ours around it on every publish.
+        self.read: Callable[[Message], tuple[bytes | None, object]] = HeaderReader(
+            settings.header, TTL_HEADER).read
+        self._ttl = settings.ttl
         self.duplicates = 0  # publishes confirmed without being enqueued
         self._log = log
         self._time = time
         self._order = 0  # the next key's place in the window (its FIFO order on disk)
         # Keys added per batch not yet committed, oldest batch first: (batch, keys).
         self._batches: deque[tuple[int, list[bytes]]] = deque()
+        # The batch being filled (the log's number, -1: none), its keys (the newest of
+        # _batches) and, for a durable window, its record.
+        self._batch = -1
+        self._keys: list[bytes] = []
+        self._op: DedupeAppend | None = None
 
     def load(self, store: DedupeStore) -> None:
         """A recovered durable window: its committed keys, oldest first. A size lowered since
@@ -101,53 +134,98 @@ class ExchangeDedupe:
         """Keys added since the last commit: a duplicate's confirm waits for the next one."""
         return bool(self._batches)
 
-    def read(self, message: Message) -> tuple[bytes | None, object]:
-        """The message's key (None: not deduplicated) and its ``x-cache-ttl`` header."""
-        return self._headers.read(message)
-
-    def now(self) -> int:
-        """Wall-clock ms, the window's time (read once per publish)."""
+    def now(self, ttl_header: object) -> int:
+        """Wall-clock ms, the window's time (read once per publish); 0 when no key can
+        expire: no TTL, none in the window, none asked for by ``ttl_header``."""
+        if self._ttl is None and ttl_header is None and not self.window.timed:
+            return 0
         return now_ms(self._time)
 
     def duplicate(self, key: bytes, now: int) -> bool:
-        if self.window.seen(key, now):
-            self.duplicates += 1
-            return True
-        return False
+        """``key`` is in the window, unexpired at ``now``: counted as a duplicate."""
+        value = self.window.keys.get(key)  # Window.seen, inline: once per publish
+        if value is None:
+            return False
+        expires = value & EXPIRY_MASK
+        if expires and now >= expires:
+            return False
+        self.duplicates += 1
+        return True
 
     def remember(self, key: bytes, ttl_header: object, now: int) -> None:
         """Some queue took the message carrying ``key``: the window holds it from ``now``
         until its ``x-cache-ttl`` header's TTL, or the exchange's, is over."""
-        ttl = self.settings.ttl if ttl_header is None else message_ttl(ttl_header,
-                                                                       self.settings.ttl)
+        ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
         expires = now + ttl if ttl is not None else 0
         order = self._order
         self._order = order + 1
         window = self.window
         window.add(key, order, expires)
+        if self._log.batch != self._batch:  # the first key of a batch
+            self._first_of_batch(key, order, expires)
+            return
+        self._keys.append(key)
+        op = self._op
+        if op is not None:
+            op.keys.append(key)
+            op.expires.append(expires)
+            op.floor = window.floor
+
+    def _first_of_batch(self, key: bytes, order: int, expires: int) -> None:
+        """Open this window's share of the log's pending batch: its record (durable) and
+        its list of keys to take back if the write fails (``_on_commit``). A synchronous log
+        writes each record at once, so there is no batch to keep appending to."""
         log = self._log
+        if not log.deferred:
+            if self.settings.persistent:
+                log.append_dedupe(self.scope, order, key, expires, self.window.floor)
+            return
+        self._batch = log.batch
+        self._keys = [key]
+        self._batches.append((self._batch, self._keys))
+        log.after_commit(self._on_commit)
+        op = None
         if self.settings.persistent:
-            log.append_dedupe(self.scope, order, key, expires, window.floor(order))
-        if log.deferred:
-            self._track(key)
+            op = log.dedupe_op(self.scope, order)
+            op.keys.append(key)
+            op.expires.append(expires)
+            op.floor = self.window.floor
+        self._op = op
+
+    def apply_policy(self, type_: str, arguments: Mapping[str, Any], durable: bool,
+                     policy: Policy | None) -> None:
+        """The exchange's policy changed (or a policy did): its window keys apply now."""
+        settings = exchange_settings(type_, arguments, durable, policy)
+        if settings is not None and settings != self.settings:
+            self.reconfigure(settings)
+
+    def reconfigure(self, settings: DedupeSettings) -> None:
+        """A policy changed the window: a smaller size evicts the oldest keys now (the store
+        follows with the next key's floor); a TTL applies to keys added from now on; kept
+        in the store from now on, its keys so far are written, no longer kept, they are
+        dropped from it."""
+        was = self.settings.persistent
+        self.settings = settings
+        self._ttl = settings.ttl
+        self.window.resize(settings.size)
+        self._batch = -1  # the next key opens its batch again, record included
+        self._op = None
+        if was and not settings.persistent:
+            self._log.drop_dedupe(self.scope)
+        elif settings.persistent and not was:
+            floor = self.window.floor
+            for key, order, expires in self.window.items():
+                self._log.append_dedupe(self.scope, order, key, expires, floor)
 
     def drop(self) -> None:
         """The exchange was deleted: its window goes from the store too."""
         if self.settings.persistent:
             self._log.drop_dedupe(self.scope)
-
-    # -- failed writes ------------------------------------------------------------------
-
-    def _track(self, key: bytes) -> None:
-        batch = self._log.batch
-        batches = self._batches
-        if batches and batches[-1][0] == batch:
-            batches[-1][1].append(key)
-            return
-        batches.append((batch, [key]))
-        self._log.after_commit(self._on_commit)
+        self._op = None
+        self._batch = -1
 
     def _on_commit(self, ok: bool) -> None:
+        """A batch holding keys of this window was written (``ok``) or lost."""
         _, keys = self._batches.popleft()
         if not ok:  # their copies were nacked and forgotten: let the retries in
             for key in keys:

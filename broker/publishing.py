@@ -108,6 +108,10 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
         else:
             delays = vhost.delays.by_name
             if delays and message.exchange in delays:  # a delayed exchange (broker/delayed.py)
+                windows = vhost.dedupe
+                if windows and message.exchange in windows:  # deduplicated before scheduling
+                    return _deduplicated(vhost, windows[message.exchange], message,
+                                         extra_routing_keys, mandatory, counters, origin, None)
                 return vhost.delays.publish(message, extra_routing_keys, mandatory, counters,
                                             origin)
             queues = vhost.route(message, extra_routing_keys)
@@ -165,23 +169,32 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
 def _deduplicated(vhost: VirtualHost, window: ExchangeDedupe, message: Message,
                   extra_routing_keys: tuple[str, ...], mandatory: bool,
                   counters: ExchangeCounters | None, origin: Origin | None,
-                  queues: Sequence[Queue]) -> Published:
+                  queues: Sequence[Queue] | None) -> Published:
     """A publish to an exchange with a window: a duplicate is counted and confirmed, a new
-    key is remembered once some queue took the message (``dedupe.py``)."""
+    key is remembered once some queue took the message (``dedupe.py``). ``queues`` None: a
+    delayed exchange's, checked before it is scheduled (a scheduled message counts as
+    taken), so a duplicate is never scheduled."""
     key, ttl = window.read(message)
     if key is None:
-        return basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
-                             queues)
-    now = window.now()
+        return _onward(vhost, message, extra_routing_keys, mandatory, counters, origin, queues)
+    now = window.now(ttl)
     if window.duplicate(key, now):
         if counters is not None:
             counters.publish += 1
         return DUPLICATE_HELD if window.pending else DUPLICATE
-    out = basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
-                        queues)
+    out = _onward(vhost, message, extra_routing_keys, mandatory, counters, origin, queues)
     if out.stored:
         window.remember(key, ttl, now)
     return out
+
+
+def _onward(vhost: VirtualHost, message: Message, extra_routing_keys: tuple[str, ...],
+            mandatory: bool, counters: ExchangeCounters | None, origin: Origin | None,
+            queues: Sequence[Queue] | None) -> Published:
+    if queues is None:
+        return vhost.delays.publish(message, extra_routing_keys, mandatory, counters, origin)
+    return basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
+                         queues)
 
 
 class AwaitingOrigin:

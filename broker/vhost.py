@@ -18,7 +18,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from leveret.broker import limits, publishing
-from leveret.broker.dedupe import DedupeStore, ExchangeDedupe
+from leveret.broker.dedupe import DedupeStore, ExchangeDedupe, exchange_settings
 from leveret.broker.delayed import Delays, check_declaration
 from leveret.broker.equivalence import check_arguments_equivalent, queue_equivalence_args
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
@@ -26,7 +26,6 @@ from leveret.broker.reply_to import ReplyTo
 from leveret.exchanges import Exchange, route
 from leveret.exchanges.headers import HeadersMatcher
 from leveret.exchanges.router import Step, explain
-from leveret.model.dedupe import settings_for_exchange
 from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -126,7 +125,8 @@ class VirtualHost:
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal, arguments)
             return existing
         check_declaration(type_, arguments)
-        dedupe = settings_for_exchange(type_, arguments, durable)  # 406 for a bad window
+        dedupe = exchange_settings(type_, arguments, durable,  # 406 for a bad window
+                                   self.policies.for_exchange(name) if self.policies else None)
         exchange = Exchange(name, type_, durable, auto_delete, internal, arguments, vhost=self.name)
         self.exchanges[name] = exchange
         if dedupe is not None:
@@ -145,7 +145,8 @@ class VirtualHost:
     def recover_dedupe(self, exchange: Exchange, store: DedupeStore) -> None:
         """A recovered exchange's window, with its stored keys if it is durable."""
         try:
-            settings = settings_for_exchange(exchange.type, exchange.arguments, exchange.durable)
+            settings = exchange_settings(exchange.type, exchange.arguments, exchange.durable,
+                                         self.policies.for_exchange(exchange.name))
         except ChannelError as exc:  # stored by an older version that did not check
             log.warning("exchange %r: no deduplication window (%s)", exchange.name, exc)
             return
@@ -459,8 +460,12 @@ class VirtualHost:
                 queue.apply_settings(settings)
         for exchange in self.exchanges.values():
             if exchange is not self.default_exchange:  # no AE on the default exchange
-                exchange.policy_alternate_exchange = alternate_exchange(
-                    self.policies.for_exchange(exchange.name))
+                policy = self.policies.for_exchange(exchange.name)
+                exchange.policy_alternate_exchange = alternate_exchange(policy)
+                window = self.dedupe.get(exchange.name)
+                if window is not None:  # the window keys the policy sets (broker/dedupe.py)
+                    window.apply_policy(exchange.type, exchange.arguments, exchange.durable,
+                                        policy)
 
 
 def _routing_headers(exchange: Exchange, message: Message) -> dict[str, Any] | None:

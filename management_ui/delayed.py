@@ -18,11 +18,12 @@ while scheduled), ``due`` (ms since the epoch) and ``due_in_ms``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from leveret.broker.delayed import DelayedExchange
+from leveret.broker.delayed import DelayedExchange, Delays
 from leveret.broker.permissions import CONFIGURE, READ
 from leveret.management_ui import messages, read, rights
 from leveret.management_ui.router import Request, bad_request, json_response, not_found
@@ -78,24 +79,23 @@ async def listing(req: Request) -> web.Response:
                           "messages": out})
 
 
-async def cancel_all(req: Request) -> web.Response:
+def _act(req: Request, action: Callable[[Delays, DelayedExchange], bool]) -> web.Response:
+    """An operator's action on the schedule: ``configure`` on the exchange first (as deleting
+    it would need), then ``action``; 204, or 404 when it found nothing to act on."""
     vhost, dx = _target(req)
     rights.check_configure(req, vhost, "exchange", dx.exchange.name)
-    vhost.delays.cancel_all(dx)
+    if not action(vhost.delays, dx):
+        raise not_found()
     return web.Response(status=204)
+
+
+async def cancel_all(req: Request) -> web.Response:
+    return _act(req, lambda delays, dx: delays.cancel_all(dx) >= 0)
 
 
 async def cancel(req: Request) -> web.Response:
-    vhost, dx = _target(req)
-    rights.check_configure(req, vhost, "exchange", dx.exchange.name)
-    if not vhost.delays.cancel(dx, _key(req)):
-        raise not_found()
-    return web.Response(status=204)
+    return _act(req, lambda delays, dx: delays.cancel(dx, _key(req)))
 
 
 async def release(req: Request) -> web.Response:
-    vhost, dx = _target(req)
-    rights.check_configure(req, vhost, "exchange", dx.exchange.name)
-    if not vhost.delays.release_now(dx, _key(req)):
-        raise not_found()
-    return web.Response(status=204)
+    return _act(req, lambda delays, dx: delays.release_now(dx, _key(req)))

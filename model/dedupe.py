@@ -89,15 +89,22 @@ def is_dedupe_exchange(type_: str, arguments: Mapping[str, Any]) -> bool:
     return type_ == EXCHANGE_TYPE or arguments.get(ARGUMENT) is True
 
 
-def settings_for_exchange(type_: str, arguments: Mapping[str, Any],
-                          durable: bool) -> DedupeSettings | None:
+def settings_for_exchange(type_: str, arguments: Mapping[str, Any], durable: bool,
+                          policy: Mapping[str, Any] | None = None) -> DedupeSettings | None:
     """The exchange's window, None if it does not deduplicate; 406 with the plugin's texts
     for a bad argument. A durable exchange keeps its window in the store unless
     ``x-cache-persistence`` says ``memory``; the plugin defaults to memory, but a window lost
     by a restart lets through exactly the retries it exists to stop. A transient exchange's
-    window is never stored (``disk`` included): it could only outlive its exchange."""
+    window is never stored (``disk`` included): it could only outlive its exchange.
+
+    ``policy``: the window keys of the exchange's policy (``queues/policy.dedupe_keys``,
+    checked when it was set), used where the arguments do not set the key: the argument
+    wins, as for ``alternate-exchange``. The plugin's type still needs ``x-cache-size``
+    among its arguments when declared (its ``validate`` does not look at policies)."""
     if not is_dedupe_exchange(type_, arguments):
         return None
+    if policy:
+        arguments = {**policy, **{k: v for k, v in arguments.items() if v is not None}}
     raw_size = arguments.get("x-cache-size")
     if raw_size is None and type_ != EXCHANGE_TYPE:
         size: int | None = DEFAULT_SIZE
@@ -244,77 +251,83 @@ def message_ttl(value: object, default: int | None) -> int | None:
 # A window entry's value packs its place (order) and its expiry (wall-clock ms, 0: never) in
 # one int: one object a key instead of a tuple of two (a million-key window is ~60 MB less).
 _EXPIRY_BITS = 44  # ms: enough until the year 2527
-_EXPIRY_MASK = (1 << _EXPIRY_BITS) - 1
+EXPIRY_MASK = (1 << _EXPIRY_BITS) - 1
 
 
 class Window:
     """Keys seen, oldest first, each with its place in the window (``order``, increasing)
     and its expiry (wall-clock ms, 0: never).
 
-    ``add`` evicts the oldest keys beyond ``size`` (exact FIFO); since eviction is by age,
-    what a durable window has lost is every place below ``floor()``, one number. A key added
-    again after it expired moves to the newest end.
+    ``add`` evicts the oldest key beyond ``size`` (exact FIFO). Since eviction is by age,
+    what a durable window has lost is every place below ``floor``, one number: it is moved
+    past each evicted key's place as it goes, so it costs nothing while the window is
+    filling and no walk when it is full (a key taken out of the middle, by ``discard`` or
+    by being added again, may leave it below the oldest place held: it is a lower bound).
+    A key added again after it expired moves to the newest end. ``timed``: some key was
+    added with an expiry, so ``seen`` needs the time (until then, callers may pass 0).
     """
 
-    __slots__ = ("_keys", "size")
+    __slots__ = ("floor", "keys", "size", "timed")
 
     def __init__(self, size: int, entries: Iterable[tuple[bytes, int, int]] = ()) -> None:
         """``entries``: (key, order, expires), oldest first; a key given twice keeps its
         later place."""
         self.size = size
+        self.floor = 0
+        self.timed = False
+        # Insertion-ordered with O(1) removal of the oldest: a plain dict would scan the
+        # deleted slots at its front on every eviction until it is next resized.
         keys: OrderedDict[bytes, int] = OrderedDict()
         for key, order, expires in entries:
             if key in keys:
                 del keys[key]
             keys[key] = (order << _EXPIRY_BITS) | expires
-        self._keys = keys
+            if expires:
+                self.timed = True
+        for value in keys.values():
+            self.floor = value >> _EXPIRY_BITS
+            break
+        self.keys = keys
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self.keys)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._keys
+        return key in self.keys
 
     def seen(self, key: bytes, now: int) -> bool:
         """``key`` is in the window and not expired at ``now``."""
-        value = self._keys.get(key)
+        value = self.keys.get(key)
         if value is None:
             return False
-        expires = value & _EXPIRY_MASK
+        expires = value & EXPIRY_MASK
         return expires == 0 or now < expires
 
-    def add(self, key: bytes, order: int, expires: int) -> int:
-        """Remember ``key`` at place ``order`` (above every other) until ``expires``;
-        returns how many of the oldest keys it evicted."""
-        keys = self._keys
+    def add(self, key: bytes, order: int, expires: int) -> None:
+        """Remember ``key`` at place ``order`` (above every other) until ``expires``,
+        evicting the oldest key if the window is then over its size."""
+        keys = self.keys
         if key in keys:
             del keys[key]
         keys[key] = (order << _EXPIRY_BITS) | expires
-        evicted = 0
-        while len(keys) > self.size:
-            keys.popitem(last=False)
-            evicted += 1
-        return evicted
-
-    def floor(self, next_order: int) -> int:
-        """The place of the oldest key (``next_order`` when empty): none below it is held."""
-        for value in self._keys.values():
-            return value >> _EXPIRY_BITS
-        return next_order
+        if expires:
+            self.timed = True
+        if len(keys) > self.size:
+            self.floor = (keys.popitem(last=False)[1] >> _EXPIRY_BITS) + 1
 
     def discard(self, key: bytes) -> bool:
-        return self._keys.pop(key, None) is not None
+        return self.keys.pop(key, None) is not None
 
     def items(self) -> list[tuple[bytes, int, int]]:
         """(key, order, expires), oldest first."""
-        return [(k, v >> _EXPIRY_BITS, v & _EXPIRY_MASK) for k, v in self._keys.items()]
+        return [(k, v >> _EXPIRY_BITS, v & EXPIRY_MASK) for k, v in self.keys.items()]
 
     def resize(self, size: int) -> int:
         """A new size (a recovered window whose definition changed); returns how many of
         the oldest keys it evicted."""
         self.size = size
         evicted = 0
-        while len(self._keys) > size:
-            self._keys.popitem(last=False)
+        while len(self.keys) > size:
+            self.floor = (self.keys.popitem(last=False)[1] >> _EXPIRY_BITS) + 1
             evicted += 1
         return evicted

@@ -342,12 +342,25 @@ class Recorder:
         now; recorded in the batch of the enqueue it admitted, folded into one
         ``DedupeAppend`` per window and batch (one list append per publish)."""
         op = self._dedupe.get(scope)
-        if op is None or op.first + len(op.keys) != order:
+        fresh = op is None or op.first + len(op.keys) != order
+        if fresh:
             op = self._dedupe[scope] = DedupeAppend(scope, order)
-            self._add(op)
+        assert op is not None
         op.keys.append(key)
         op.expires.append(expires_at)
         op.floor = floor
+        if fresh:  # added once filled: a synchronous log writes it at once
+            self._add(op)
+
+    def dedupe_op(self, scope: bytes, order: int) -> DedupeAppend:
+        """The pending batch's ``DedupeAppend`` for window ``scope``, to which a deferred log's
+        window appends its keys from place ``order`` on itself until the batch is taken
+        (``broker/dedupe.py``): a publish then costs two list appends, no call here."""
+        op = self._dedupe.get(scope)
+        if op is None or op.first + len(op.keys) != order:
+            op = self._dedupe[scope] = DedupeAppend(scope, order)
+            self._add(op)
+        return op
 
     def drop_dedupe(self, scope: bytes) -> None:
         self._dedupe.pop(scope, None)  # applied in order: the drop comes after its appends

@@ -35,8 +35,10 @@ both the policy wins over the argument, as in RabbitMQ.
 The result is a ``QueueSettings`` (``settings.py``); queue features read only
 that, so applying a policy is ``queue.apply_settings(...)``. Keys that
 policies cannot set (``max-priority``, ``queue-type``, single active
-consumer) come from the arguments alone. For exchanges the one key is
-``alternate-exchange``, where the argument wins (``Exchange.alternate_exchange``).
+consumer) come from the arguments alone. For exchanges the keys are
+``alternate-exchange``, where the argument wins (``Exchange.alternate_exchange``), and the
+deduplication plugin's ``x-cache-size``, ``x-cache-ttl`` and ``x-cache-persistence``, which
+fill in what a deduplicating exchange's arguments leave unset (``broker/dedupe.py``).
 
 Patterns are compiled by RE2 (``model.name_pattern``, case-sensitive): every
 declare searches them in a client-chosen name, which a backtracking engine would
@@ -80,7 +82,10 @@ QUEUE_KEYS = {
     "delivery-limit": "delivery_limit",
     "max-age": "max_age",
 }
-EXCHANGE_KEYS = ("alternate-exchange",)
+# The deduplication plugin's window keys (its ``Policies`` validator): they fill in what a
+# deduplicating exchange's own arguments leave unset (``model/dedupe.py``).
+DEDUPE_KEYS = ("x-cache-size", "x-cache-ttl", "x-cache-persistence")
+EXCHANGE_KEYS = ("alternate-exchange", *DEDUPE_KEYS)
 
 MIN = "min"
 ARGUMENT = "argument"
@@ -164,6 +169,12 @@ def _validate_key(key: str, value: Any) -> None:
         _check(isinstance(value, str), value, "dead letter routing key")
     elif key == "alternate-exchange":
         _check(isinstance(value, str), value, "alternate exchange name")
+    elif key in ("x-cache-size", "x-cache-ttl"):  # the plugin's texts
+        if not (_is_int(value) and value > 0):
+            raise PolicyError(f"'{key}' must be an integer greater than 0, got {_erl(value)}")
+    elif key == "x-cache-persistence" and value not in ("disk", "memory"):
+        raise PolicyError(f"'x-cache-persistence' must be either 'disk' or 'memory', "
+                          f"got {_erl(value)}")
 
 
 def validate(vhost: str, name: str, pattern: str, definition: Any, priority: Any = 0,
@@ -225,6 +236,13 @@ def queue_settings(arguments: dict[str, Any], policy: Policy | None) -> QueueSet
         elif rule == POLICY:
             changes[attr] = value
     return dataclasses.replace(settings, **changes) if changes else settings
+
+
+def dedupe_keys(policy: Policy | None) -> dict[str, Any]:
+    """The deduplication window keys a policy sets on an exchange."""
+    if policy is None:
+        return {}
+    return {k: v for k, v in policy.definition.items() if k in DEDUPE_KEYS}
 
 
 def alternate_exchange(policy: Policy | None) -> str | None:

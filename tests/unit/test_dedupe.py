@@ -49,11 +49,12 @@ OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KE
 def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, int]]) -> None:
     """A list of (key, order, expires) in insertion order is the model: a re-added key
     moves to the end, the oldest go beyond ``size``, an expired key is not seen, and the
-    floor is the oldest key's place."""
+    floor is above every evicted key's place and at most the oldest held one's."""
     window = Window(size)
     model: list[tuple[bytes, int, int]] = []
     now = 1000
     order = 0
+    evicted_orders: list[int] = []
     for op, key, n in ops:
         if op == "tick":
             now += n
@@ -61,8 +62,9 @@ def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, in
             expires = now + n if n else 0
             model = [e for e in model if e[0] != key] + [(key, order, expires)]
             evicted = max(0, len(model) - size)
+            evicted_orders += [e[1] for e in model[:evicted]]
             model = model[evicted:]
-            assert window.add(key, order, expires) == evicted
+            window.add(key, order, expires)
             order += 1
         elif op == "discard":
             assert window.discard(key) == any(e[0] == key for e in model)
@@ -71,7 +73,10 @@ def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, in
             found = [e[2] for e in model if e[0] == key]
             assert window.seen(key, now) == bool(found and (found[0] == 0 or now < found[0]))
         assert window.items() == model
-        assert window.floor(order) == (model[0][1] if model else order)
+        assert all(o < window.floor for o in evicted_orders)
+        assert not model or window.floor <= model[0][1]
+        if any(e[2] for e in model):
+            assert window.timed  # it may not be told 0 for the time
 
 
 def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
@@ -193,6 +198,7 @@ def test_queue_keys_are_counted() -> None:
 
 class _Log(Recorder):
     deferred = False
+    batch = 0
 
     def after_commit(self, callback: object) -> None:
         raise AssertionError("not deferred: nothing waits for a commit")
@@ -273,3 +279,28 @@ async def test_a_failed_write_takes_its_keys_out_of_the_window() -> None:
     assert not window.duplicate(b"slost", 0) and window.duplicate(b"skept", 0)
     assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"skept"]
     log.close()
+
+
+def test_a_policy_moves_a_window_into_the_store_and_out() -> None:
+    """``x-cache-persistence`` set by a policy: the keys so far are written, then dropped;
+    a smaller ``x-cache-size`` evicts the oldest, on disk too."""
+    store = MemoryStore()
+    log = _Log(store.state())
+    memory = DedupeSettings(3, None, "h", False)
+    window = ExchangeDedupe(memory, "/", "x", log, Timekeeping())
+    for key in (b"sa", b"sb"):
+        window.remember(key, None, 0)
+    store.write_batch(log.take_batch())
+    assert store.load_dedupe(window.scope) == []
+    window.reconfigure(DedupeSettings(3, None, "h", True))
+    window.remember(b"sc", None, 0)
+    store.write_batch(log.take_batch())
+    assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"sa", b"sb", b"sc"]
+    window.reconfigure(DedupeSettings(2, None, "h", True))
+    window.remember(b"sd", None, 0)  # the floor goes out with the next key
+    store.write_batch(log.take_batch())
+    assert [k for k, _, _ in store.load_dedupe(window.scope)] == [b"sc", b"sd"]
+    window.reconfigure(DedupeSettings(2, None, "h", False))
+    store.write_batch(log.take_batch())
+    assert store.load_dedupe(window.scope) == []
+    assert window.duplicate(b"sd", 0) and not window.duplicate(b"sa", 0)

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Instructions a deduplicating exchange's window costs per publish, under callgrind.
+
+    python bench/dedupe_icount.py --window 20000 --messages 20000
+    PYTHONPATH=/tmp/other-build python bench/dedupe_icount.py   # another build of leveret
+
+The model work of a publish into a full durable window (``broker/dedupe.py``): read the
+key from the raw properties, check it, remember it (evicting the oldest key) and record it
+in the pending batch, as ``publishing._deduplicated`` does, without sockets or a store
+write. Run in-process under ``valgrind --tool=callgrind`` for ``--messages`` and for twice
+as many, after filling the window; the difference over the extra messages is the cost of
+one publish, load-independent (unlike ``dedupe_cost.py``'s throughput ratio, which moves
+with whatever else the machine runs). ``--baseline`` runs the same loop without the window
+(building and peeking the messages only): subtract it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SUMMARY_RE = re.compile(r"Collected : (\d+)")
+BATCH = 1000  # publishes per recorded batch (taken, as the group commit would)
+
+
+def workload(window: int, messages: int, baseline: bool) -> None:
+    """Fill a ``window``-key durable window, then publish ``messages`` fresh keys into it."""
+    import pamqp.commands as cmd
+    from pamqp.header import ContentHeader
+
+    from leveret.broker.dedupe import ExchangeDedupe
+    from leveret.model.dedupe import DedupeSettings
+    from leveret.model.message import Message
+    from leveret.persistence.batch import Recorder
+    from leveret.queues.ttl import Timekeeping
+
+    props = cmd.Basic.Properties(delivery_mode=2, headers={"x-deduplication-header": "K" * 12})
+    raw = ContentHeader(0, 100, props).marshal()[12:]  # after class, weight and body size
+
+    class Log(Recorder):
+        """The group commit as the window sees it: deferred, a batch per ``BATCH`` keys."""
+
+        deferred = True
+        batch = 0
+
+        def after_commit(self, callback: object) -> None:
+            pass
+
+    log = Log()
+    dedupe = ExchangeDedupe(DedupeSettings(window, None, "x-deduplication-header", True),
+                            "/", "x", log, Timekeeping())
+
+    # Builds before the window learnt to skip the clock read it with no argument.
+    takes_ttl = "ttl_header" in str(inspect.signature(ExchangeDedupe.now))
+
+    def run(first: int, n: int) -> None:
+        for start in range(first, first + n, BATCH):
+            msgs = [Message("x", "", raw.replace(b"K" * 12, b"%012d" % i), b"x")
+                    for i in range(start, start + BATCH)]
+            for m in msgs:
+                m.persistent  # noqa: B018  (the queue's publish peeks every message anyway)
+            if not baseline:
+                for m in msgs:
+                    key, ttl = dedupe.read(m)
+                    if key is None:
+                        raise SystemExit("no key read")
+                    now = dedupe.now(ttl) if takes_ttl else dedupe.now()  # type: ignore[call-arg]
+                    if not dedupe.duplicate(key, now):
+                        dedupe.remember(key, ttl, now)
+            log.take_batch()
+            log.batch += 1
+            dedupe._batches.clear()  # no commit comes to pop them
+
+    run(0, window)
+    run(window, messages)
+
+
+def instructions(window: int, messages: int, baseline: bool, out_dir: Path) -> int:
+    out = out_dir / f"callgrind-{messages}.out"
+    args = [sys.executable, __file__, "--workload", "--window", str(window),
+            "--messages", str(messages)] + (["--baseline"] if baseline else [])
+    done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                           "--dump-instr=no", *args], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONHASHSEED="0"), check=True)
+    match = SUMMARY_RE.search(done.stderr)
+    if match is None:
+        raise SystemExit(f"no callgrind summary:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--window", type=int, default=20_000, help="keys in the full window")
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--baseline", action="store_true", help="the loop without the window")
+    p.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.workload:
+        workload(args.window, args.messages, args.baseline)
+        return
+    with tempfile.TemporaryDirectory(prefix="leveret-dedupe-icount-") as tmp:
+        small = instructions(args.window, args.messages, args.baseline, Path(tmp))
+        large = instructions(args.window, 2 * args.messages, args.baseline, Path(tmp))
+    print(f"instructions per publish{' (baseline)' if args.baseline else ''}: "
+          f"{(large - small) / args.messages:,.0f}")
+
+
+if __name__ == "__main__":
+    main()
