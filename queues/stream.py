@@ -18,8 +18,8 @@ time goes in every entry of it (``stream_log.py``).
 Reading. Consumers see committed offsets only, as RabbitMQ delivers written
 chunks only: once a batch is committed (``_on_commit``) the readers waiting at
 the end of the log resume. Each consumer has a ``Reader``: its next offset and
-a bounded read-ahead (``stream_reader.py``), so memory is bounded per consumer
-and many consumers at different offsets cost one read of the store each. Every delivery carries header ``x-stream-offset``
+a bounded read-ahead (``stream_reader.py``) taken from pages of the log read and
+prepared once for all readers and kept within a byte bound (``stream_cache.py``). Every delivery carries header ``x-stream-offset``
 (``stream_header.py``). Credit is the consumer's prefetch: ``basic.ack``,
 ``basic.nack`` and ``basic.reject`` each give one delivery's credit back and
 change nothing else (RabbitMQ 3.11+; 3.10 closes the connection with 540 on a
@@ -55,7 +55,7 @@ from leveret.queues.stream_arguments import (
     OffsetSpec,
     parse_max_age,
 )
-from leveret.queues.stream_header import with_stream_offset
+from leveret.queues.stream_cache import PageCache
 from leveret.queues.stream_log import StreamIndex
 from leveret.queues.stream_reader import Reader
 from leveret.queues.stream_tracking import AckWindow, TrackedOffsets
@@ -82,7 +82,7 @@ class StreamLog(stream_tracking.OffsetLog, Protocol):
 class Stream(Queue):
     """A stream queue: see the module docstring."""
 
-    __slots__ = ("_chunk_ts", "_committed", "_index", "_readers", "_tracked")
+    __slots__ = ("_chunk_ts", "_committed", "_index", "_pages", "_readers", "_tracked")
 
     def __init__(self, vhost: QueueHost | None, name: str, durable: bool = True,
                  exclusive_owner: object | None = None, auto_delete: bool = False,
@@ -93,6 +93,7 @@ class Stream(Queue):
             segment, bool) else DEFAULT_SEGMENT_BYTES)
         self._committed = 0  # offsets below it are committed: readers may deliver them
         self._chunk_ts = 0  # arrival ms of the last chunk (strictly increasing)
+        self._pages = PageCache(self._read_entries)  # read once for all readers
         self._tracked = TrackedOffsets(vhost.name if vhost is not None else "/", name)
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
 
@@ -153,6 +154,7 @@ class Stream(Queue):
         if not dropped or stream_log is None:
             return
         stream_log.truncate(self.qid, dropped[-1].next)  # one operation, whole segments
+        self._pages.drop_below(self._index.first_offset)
         log.debug("stream %r: retention dropped %d segment(s), first offset now %d",
                   self.name, len(dropped), self._index.first_offset)
 
@@ -214,12 +216,17 @@ class Stream(Queue):
         if not self.deleted:
             raise stream_arguments.refused_operation("queue.purge", self.what, (50, 30))
         count = self._index.count
-        self._readers.clear()
+        self.close()
         self._tracked.forget_all(cast("StreamLog | None", self.log))
         return count
 
     def close(self) -> None:
         self._readers.clear()
+        self._pages.clear()
+
+    def _read_entries(self, position: int, limit: int) -> list[StoredEntry]:
+        assert self.log is not None  # readers read a stream with a store only
+        return self.log.read_queue(self.qid, position, limit)
 
     def behind(self) -> bool:
         return False  # consumers read the log at their own pace: publishers never wait
@@ -297,16 +304,16 @@ class Stream(Queue):
         """Deliver to ``reader``'s consumer what its credit allows, from the committed log."""
         consumer = reader.consumer
         ahead = reader.ahead
-        queue_log = self.log
         while consumer.can_take() and not self.deleted:
             if not ahead:
-                if reader.position >= self._committed or queue_log is None:
+                if reader.position >= self._committed or self.log is None:
                     return
-                ahead.extend(queue_log.read_queue(self.qid, reader.position,
-                                                  reader.page_size()))
-                if not ahead:  # a gap up to the end (a failed write): nothing to read
-                    reader.position = self._committed
-                    return
+                page, after = self._pages.entries(reader.position, self._committed,
+                                                  reader.page_size())
+                if not page:  # a gap (a failed write): step over it
+                    reader.position = after
+                    continue
+                ahead.extend(page)
             stored = ahead.popleft()
             reader.position = stored.seq + 1
             if not reader.wants(stored):
@@ -318,13 +325,8 @@ class Stream(Queue):
             self._deliver(consumer, stored)
 
     def _deliver(self, consumer: Consumer, stored: StoredEntry) -> None:
-        message = stored.message
-        try:
-            raw = with_stream_offset(message.raw_properties, stored.seq)
-        except ValueError:
-            raw = message.raw_properties  # accepted at publish; relayed as it is
-        entry = QueueEntry(stored.seq, Message(message.exchange, message.routing_key, raw,
-                                               message.body))
+        """``stored`` is shared by the readers (``stream_cache.py``): the entry is not."""
+        entry = QueueEntry(stored.seq, stored.message)
         entry.holder = consumer
         self.dispatcher.unacked += 1
         self.dispatcher.delivered += 1

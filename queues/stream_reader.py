@@ -50,9 +50,9 @@ class Reader:
         self.match_unfiltered = match_unfiltered
 
     def page_size(self) -> int:
-        """Entries to read next: a page of its prefetch at most (memory follows the
-        consumer's window; a page of its remaining credit would be a read per ack), unless
-        it skips entries (a filter, a timestamp seek)."""
+        """Entries to take next from the shared pages: its prefetch at most (its memory
+        follows its window; its remaining credit would be a take per ack), unless it skips
+        entries (a filter, a timestamp seek)."""
         if self.filters is None and not self.min_ts:
             return min(READ_AHEAD, max(self.consumer.prefetch, 1))
         return READ_AHEAD
