@@ -14,6 +14,14 @@ Message shape (RabbitMQ's get, with ``position`` instead of
 ``payload_bytes``, ``properties``, ``exchange``, ``routing_key``,
 ``redelivered``; unacked ones add ``consumer_tag``, ``channel`` and
 ``unacked_for_seconds``.
+
+A stream (``queues/stream_browse.py``) is peeked and searched in its log: from
+``offset`` (a stream offset, clamped to the log) or from ``timestamp`` (ms since
+the epoch: the first chunk that arrived at or after it); each message's
+``position`` is its offset, and it adds ``timestamp`` (its arrival, ms). Nothing
+is consumed and no reader, credit or tracked offset changes; ``X-Scanned-Until``
+is the offset a search continues from. Acting on a stream's messages is refused
+by the model (a stream takes no message out of its log).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker import queue_messages
-from leveret.broker.api import Queue, browse
+from leveret.broker.api import Queue, Stream, browse, stream_browse
 from leveret.broker.permissions import READ, Access
 from leveret.broker.queue_messages import Outcome, Selection
 from leveret.management_ui import basic, read, rights, views
@@ -92,6 +100,9 @@ async def peek(req: Request) -> web.Response:
     offset, count = _int(body, "offset", 0), _int(body, "count", 10)
     state = _choice(body, "state", STATES)
     encoding = _choice(body, "encoding", ENCODINGS)
+    if isinstance(queue, Stream) and state == "ready":
+        found = stream_browse.peek(queue, offset, _timestamp(body), count)
+        return json_response([_stream_json(s, encoding) for s in found])
     if state == "unacked":
         return json_response(_unacked(req, queue, encoding)[offset:offset + count])
     return json_response([message_json(b.position, b.message, b.redelivered, encoding)
@@ -131,12 +142,29 @@ async def search(req: Request) -> web.Response:
         header=next(iter(header.items())) if header else None,
         body_contains=str(contains).encode() if contains is not None else None)
     encoding = _choice(body, "encoding", ENCODINGS)
+    if isinstance(queue, Stream):
+        logged, after = stream_browse.search(queue, criteria, _int(body, "limit", 100),
+                                             _int(body, "offset", 0), _timestamp(body))
+        return json_response([_stream_json(s, encoding) for s in logged], headers={
+            "X-Scanned-Until": str(after), "X-Queue-Length": str(queue.message_count)})
     found, until = browse.search(queue, criteria, _int(body, "limit", 100),
                                  _int(body, "offset", 0))
     # Where the bounded scan stopped: the next request continues from there ("offset").
     headers = {"X-Scanned-Until": str(until), "X-Queue-Length": str(queue.message_count)}
     return json_response([message_json(b.position, b.message, b.redelivered, encoding)
                           for b in found], headers=headers)
+
+
+def _timestamp(body: dict[str, Any]) -> int | None:
+    """A stream browse's ``timestamp`` (ms since the epoch), if given."""
+    return _int(body, "timestamp", 0) if body.get("timestamp") is not None else None
+
+
+def _stream_json(logged: stream_browse.Logged, encoding: str) -> dict[str, Any]:
+    """A stream's message: at its offset, with its arrival time."""
+    item = message_json(logged.offset, logged.message, False, encoding)
+    item["timestamp"] = logged.timestamp
+    return item
 
 
 def _opt_text(body: dict[str, Any], key: str) -> str | None:

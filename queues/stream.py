@@ -26,9 +26,8 @@ change nothing else (RabbitMQ 3.11+; 3.10 closes the connection with 540 on a
 nack or reject: Leveret keeps the consumer going and says so in
 docs/differences.md). Nothing is ever redelivered.
 
-Offset tracking (``stream_tracking.py``, consumer argument
-``x-stream-offset-tracking: true``) keeps, per consumer tag, the highest offset
-up to which every delivery was settled, so a consumer resumes after it.
+Offset tracking (``stream_tracking.py``) keeps, per consumer tag, the highest
+offset up to which every delivery was settled: a consumer resumes after it.
 
 Retention drops whole segments (``stream_log.py``, which also rebuilds the
 index at startup) when a segment opens and when a policy changes; the entries
@@ -122,6 +121,11 @@ class Stream(Queue):
         return self._index.next_offset
 
     @property
+    def committed_offset(self) -> int:
+        """Offsets below it are committed: what readers and the console may read."""
+        return self._committed
+
+    @property
     def log_index(self) -> StreamIndex:
         """The log's segments (read-only use: the management plane)."""
         return self._index
@@ -195,9 +199,7 @@ class Stream(Queue):
 
     def recover(self, count: int, first_seq: int, next_seq: int,
                 size: int | None = None) -> None:
-        """After a restart: rebuild the index from the entries on disk (one pass over the
-        store's index in pages, no message read; chunks are the runs of equal arrival
-        times)."""
+        """After a restart: rebuild the index from the entries on disk."""
         store = cast("StreamLog | None", self.log)
         assert store is not None
         qid = self.qid
@@ -225,8 +227,7 @@ class Stream(Queue):
         self._pages.clear()
 
     def _read_entries(self, position: int, limit: int) -> list[StoredEntry]:
-        assert self.log is not None  # readers read a stream with a store only
-        return self.log.read_queue(self.qid, position, limit)
+        return self.log.read_queue(self.qid, position, limit) if self.log else []
 
     def behind(self) -> bool:
         return False  # consumers read the log at their own pace: publishers never wait
