@@ -18,12 +18,19 @@ each phase, and the broker's CPU per message (its process tree's user+system tim
 /proc over the phase, divided by the messages published or delivered): on a shared
 machine the rates move with the load (printed), CPU per message much less.
 ``--profile`` runs the Leveret under cProfile (stopped with SIGINT, which writes it).
+
+Readers (``--client``): ``raw`` (the default) reads each consumer in its own process with
+the Spark bridge's blocking client in raw-delivery mode (frames counted, not decoded),
+so that the broker, not one Python client process decoding every delivery, is what is
+measured: with ``aiormq`` the ten readers share one client process, which saturates its
+core before either broker does (the broker CPU per message shows it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import signal
 import socket
@@ -111,9 +118,45 @@ async def read_all(url: str, name: str, count: int) -> None:
     await conn.close()
 
 
+def read_raw(url: str, name: str, count: int) -> None:
+    """One reader in a child process: ``count`` deliveries from ``first``, acked in steps."""
+    from leveret.spark_sink.amqp_client import Connection
+
+    conn = Connection(url, raw_deliveries=True).open()
+    try:
+        conn.qos(PREFETCH)
+        conn.consume(name, {"x-stream-offset": "first"})
+        seen = 0
+        while seen < count:
+            if not conn.pump(120):
+                raise SystemExit(f"no delivery for 120 s after {seen}")
+            raw = conn.raw
+            while raw:
+                tag, _frames = raw.popleft()
+                seen += 1
+                if seen % ACK_EVERY == 0 or seen == count:
+                    conn.ack(tag, multiple=True)
+    finally:
+        conn.close()
+
+
+CLIENT = ["raw"]  # --client
+
+
 async def consume(url: str, name: str, count: int, readers: int) -> float:
     start = time.perf_counter()
-    await asyncio.gather(*(read_all(url, name, count) for _ in range(readers)))
+    if CLIENT[0] == "aiormq":
+        await asyncio.gather(*(read_all(url, name, count) for _ in range(readers)))
+        return readers * count / (time.perf_counter() - start)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=read_raw, args=(url, name, count)) for _ in range(readers)]
+    for proc in procs:
+        proc.start()
+    loop = asyncio.get_running_loop()
+    for proc in procs:
+        await loop.run_in_executor(None, proc.join)
+        if proc.exitcode:
+            raise SystemExit(f"a reader failed (exit code {proc.exitcode})")
     return readers * count / (time.perf_counter() - start)
 
 
@@ -172,7 +215,9 @@ def main() -> None:
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="cProfile output of the Leveret")
+    parser.add_argument("--client", choices=("raw", "aiormq"), default="raw")
     args = parser.parse_args()
+    CLIENT[0] = args.client
     results: dict[str, Figures] = {}
     load = [os.getloadavg()[0]]
     wrapper = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
@@ -191,7 +236,8 @@ def main() -> None:
     if not args.no_rabbitmq and rabbitmq_up() and beam is not None:
         results["rabbitmq"] = rounds(RABBITMQ, beam, args)
     load.append(os.getloadavg()[0])
-    print(f"{args.messages} x {args.size} B, median of {args.rounds} round(s); msg/s "
+    print(f"{args.messages} x {args.size} B, {args.client} readers, median of {args.rounds} "
+          f"round(s); msg/s "
           f"(consume: deliveries/s over all readers) and broker CPU µs/msg; "
           f"load average {load[0]:.2f} -> {load[1]:.2f}")
     for broker, figures in results.items():
