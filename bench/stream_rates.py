@@ -118,14 +118,14 @@ async def read_all(url: str, name: str, count: int) -> None:
     await conn.close()
 
 
-def read_raw(url: str, name: str, count: int) -> None:
-    """One reader in a child process: ``count`` deliveries from ``first``, acked in steps."""
+def read_raw(url: str, name: str, count: int, offset: object = "first") -> None:
+    """One reader in a child process: ``count`` deliveries from ``offset``, acked in steps."""
     from leveret.spark_sink.amqp_client import Connection
 
     conn = Connection(url, raw_deliveries=True).open()
     try:
         conn.qos(PREFETCH)
-        conn.consume(name, {"x-stream-offset": "first"})
+        conn.consume(name, {"x-stream-offset": offset})
         seen = 0
         while seen < count:
             if not conn.pump(120):
