@@ -133,6 +133,21 @@ def test_credit_is_the_prefetch_and_nothing_is_redelivered() -> None:
         s.purge()
 
 
+def test_pages_shared_before_retention_are_not_served_after_it() -> None:
+    clock = FakeClock()
+    vhost = FakeVhost(clock)
+    s = stream(vhost, **{"x-max-age": "10s", "x-stream-max-segment-size-bytes": 1})
+    for i in range(3):
+        s.publish(msg(b"old%d" % i))
+    early = consumer(1)
+    s.add_consumer(early)  # reads, and so shares, the page holding offsets 0..2
+    assert [e.message.body for e in early.got] == [b"old0"]
+    clock.advance(11)
+    s.publish(msg(b"new"))  # retention drops offsets 0..2
+    settle_all(s, early)  # the reader behind the log's start goes on at its first offset
+    assert [e.seq for e in early.got] == [0, 3]
+
+
 def test_age_retention_drops_old_segments_when_one_opens() -> None:
     clock = FakeClock()
     vhost = FakeVhost(clock)
