@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from leveret.model.message import Message
 from leveret.persistence.store import AccessDef
@@ -55,7 +55,7 @@ from leveret.queues.stream_arguments import (
     parse_max_age,
 )
 from leveret.queues.stream_cache import PageCache
-from leveret.queues.stream_log import StreamIndex
+from leveret.queues.stream_log import StreamIndex, StreamLog
 from leveret.queues.stream_reader import Reader
 from leveret.queues.stream_tracking import AckWindow, TrackedOffsets
 
@@ -68,14 +68,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _HELD = PublishResult.HELD
-
-
-class StreamLog(stream_tracking.OffsetLog, Protocol):
-    """The group commit, as retention, recovery and offset tracking use it."""
-
-    def truncate(self, qid: int, below: int) -> None: ...
-
-    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]: ...
 
 
 class Stream(Queue):
@@ -92,7 +84,8 @@ class Stream(Queue):
             segment, bool) else DEFAULT_SEGMENT_BYTES)
         self._committed = 0  # offsets below it are committed: readers may deliver them
         self._chunk_ts = 0  # arrival ms of the last chunk (strictly increasing)
-        self._pages = PageCache(self._read_entries)  # read once for all readers
+        self._pages = PageCache(self._read_entries,  # read once for all readers
+                                lambda: [r.position for r in self._readers.values()])
         self._tracked = TrackedOffsets(vhost.name if vhost is not None else "/", name)
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
 
@@ -279,6 +272,8 @@ class Stream(Queue):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self._readers.pop(consumer, None)
+        if not self._readers:
+            self._pages.clear()  # nobody reads: keep nothing prepared
         ring = self.dispatcher.ring
         if consumer in ring:
             ring.remove(consumer)

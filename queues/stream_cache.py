@@ -9,8 +9,14 @@ header (``stream_header.py``): ten consumers, ten times the work. Here the log
 is cut into *pages* of ``PAGE`` offsets aligned on multiples of ``PAGE``; a
 page is read in one store transaction, each entry prepared once for delivery
 (its message with the ``x-stream-offset`` header already in its properties), and
-kept while it fits in ``CACHE_BYTES`` (least recently used first out). A reader
-takes a slice of a page: the entries themselves are shared, never copied.
+kept while it fits in ``CACHE_BYTES``. A reader takes a slice of a page: the
+entries themselves are shared, never copied.
+
+Eviction knows where the readers are (``positions``), since least-recently-used
+is the wrong order for readers scanning forward at different speeds: the page
+the leader read first is the very one the laggard needs next. Out go first the
+pages no reader still has to read (every reader is past them), then the page
+farthest ahead of the nearest reader behind it (needed last).
 
 A page is complete up to ``end``, the committed end of the log when it was read
 (at most its last offset + 1): a reader at or past ``end`` of a partly written
@@ -27,7 +33,7 @@ each at most): bounded, whatever the length of the log.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from leveret.model.message import Message
@@ -73,11 +79,13 @@ class _Page:
 class PageCache:
     """The prepared pages of one stream's log."""
 
-    __slots__ = ("_pages", "_read", "bytes", "max_bytes", "reads")
+    __slots__ = ("_pages", "_positions", "_read", "bytes", "max_bytes", "reads")
 
-    def __init__(self, read: ReadEntries, max_bytes: int = CACHE_BYTES) -> None:
+    def __init__(self, read: ReadEntries, positions: Callable[[], Iterable[int]],
+                 max_bytes: int = CACHE_BYTES) -> None:
         self._read = read
-        self._pages: dict[int, _Page] = {}  # by first offset; least recently used first
+        self._positions = positions  # the readers' next offsets
+        self._pages: dict[int, _Page] = {}  # by first offset
         self.max_bytes = max_bytes
         self.bytes = 0
         self.reads = 0  # store reads (for tests and the curious)
@@ -88,14 +96,13 @@ class PageCache:
         end)."""
         start = position - position % PAGE
         pages = self._pages
-        page = pages.pop(start, None)
+        page = pages.get(start)
         if page is None:
-            page = _Page()
+            page = pages[start] = _Page()
             page.end = start
         if position >= page.end:
             self._extend(page, start, committed)
-        pages[start] = page  # most recently used
-        self._evict(keep=start)
+            self._evict(keep=start)
         entries = page.entries
         first = bisect_left(entries, position, key=_seq)
         out = entries[first:first + limit]
@@ -118,12 +125,22 @@ class PageCache:
         self.bytes += added
 
     def _evict(self, keep: int) -> None:
+        """Over the bound: drop pages, those needed last first (see the module docstring)."""
         pages = self._pages
-        while self.bytes > self.max_bytes and len(pages) > 1:
-            oldest = next(iter(pages))
-            if oldest == keep:
+        if self.bytes <= self.max_bytes:
+            return
+        positions = sorted(self._positions())
+
+        def needed_in(start: int) -> int:
+            """How far behind the page its nearest reader is (no reader: never needed)."""
+            behind = bisect_left(positions, start + PAGE) - 1  # readers before its end
+            return start - positions[behind] if behind >= 0 else 1 << 62
+
+        for start in sorted(pages, key=needed_in, reverse=True):
+            if self.bytes <= self.max_bytes:
                 break
-            self.bytes -= pages.pop(oldest).bytes
+            if start != keep:
+                self.bytes -= pages.pop(start).bytes
 
     def drop_below(self, first_offset: int) -> None:
         """Retention dropped the offsets below ``first_offset``: forget pages holding any."""

@@ -32,6 +32,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+from leveret.queues.stream_tracking import OffsetLog
+
+
+class StreamLog(OffsetLog, Protocol):
+    """The group commit, as a stream's retention, recovery and offset tracking use it."""
+
+    def truncate(self, qid: int, below: int) -> None: ...
+
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]: ...
+
 
 # Entries per read when the index is rebuilt at startup.
 RECOVER_PAGE = 4096
