@@ -20,8 +20,8 @@ A stream (``queues/stream_browse.py``) is peeked and searched in its log: from
 the epoch: the first chunk that arrived at or after it); each message's
 ``position`` is its offset, and it adds ``timestamp`` (its arrival, ms). Nothing
 is consumed and no reader, credit or tracked offset changes; ``X-Scanned-Until``
-is the offset a search continues from. Acting on a stream's messages is refused
-by the model (a stream takes no message out of its log).
+is the offset a search continues from. Redrive, move and delete answer 400 on a
+stream: it takes no message out of its log (as queue.purge is refused, 540).
 """
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ def _target(req: Request, right: str = READ) -> tuple[Any, Queue, Access]:
         raise not_found()
     access = rights.access_of(req, vhost.name)
     access.check(right, "queue", queue.name)
+    return vhost, queue, access
+
+
+def _acted_on(req: Request) -> tuple[Any, Queue, Access]:
+    """``_target`` for a route that takes messages out: not a stream's."""
+    vhost, queue, access = _target(req)
+    if isinstance(queue, Stream):
+        raise bad_request(f"{queue.what} is a stream: its messages stay in its log")
     return vhost, queue, access
 
 
@@ -192,14 +200,14 @@ def _answer(outcome: Outcome, key: str = "moved") -> web.Response:
 
 async def redrive(req: Request) -> web.Response:
     """Republish dead-lettered messages to the exchange and routing keys of their x-death."""
-    vhost, queue, access = _target(req)
+    vhost, queue, access = _acted_on(req)
     selection = _selection(await req.body())
     return _answer(queue_messages.redrive(vhost, queue, access, selection))
 
 
 async def move(req: Request) -> web.Response:
     """Move ready messages from the head to another queue of the vhost."""
-    vhost, queue, access = _target(req)
+    vhost, queue, access = _acted_on(req)
     body = await req.body()
     if "destination" not in body:
         raise bad_request("[{key_missing,destination}]")
@@ -215,6 +223,6 @@ async def move(req: Request) -> web.Response:
 
 async def delete_messages(req: Request) -> web.Response:
     """Delete selected ready messages, or the first count (not dead-lettered)."""
-    _, queue, _ = _target(req)
+    _, queue, _ = _acted_on(req)
     outcome = queue_messages.delete(queue, _selection(await req.body()))
     return _answer(outcome, "deleted")

@@ -49,6 +49,10 @@ def test_peek_and_search_a_stream_by_offset_and_time_take_nothing(broker: Any,
     assert api.get(f"/queues/%2F/{name}")[2]["messages"] == 20
     assert [offset for offset, _, _ in read(conn, name, 20)] == list(range(20))
     assert api.post(f"/queues/%2F/{name}/peek", {"offset": -1})[0] == 400
+    status, _, refused = api.request("DELETE", f"/queues/%2F/{name}/messages", {"count": 5})
+    assert status == 400 and "is a stream" in refused["reason"], refused
+    assert api.post(f"/queues/%2F/{name}/move", {"destination": name, "count": 1})[0] == 400
+    assert api.get(f"/queues/%2F/{name}")[2]["messages"] == 20
     conn.channel().queue_delete(name)
     conn.close()
 
