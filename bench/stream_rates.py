@@ -16,7 +16,9 @@ streams do not fsync.
 ``--rounds`` runs it all that many times on fresh streams and prints the median rate of
 each phase, and the broker's CPU per message (its process tree's user+system time from
 /proc over the phase, divided by the messages published or delivered): on a shared
-machine the rates move with the load (printed), CPU per message much less.
+machine the rates move with the load (printed), CPU per message much less. The client's
+CPU per message (this process and its reader processes) is printed beside the broker's:
+when it is the larger, the readers, not the broker, set the rate.
 ``--profile`` runs the Leveret under cProfile (stopped with SIGINT, which writes it).
 
 Readers (``--client``): ``raw`` (the default) reads each consumer in its own process with
@@ -160,17 +162,26 @@ async def consume(url: str, name: str, count: int, readers: int) -> float:
     return readers * count / (time.perf_counter() - start)
 
 
-Figures = dict[str, tuple[float, float]]  # phase -> (msg/s, broker CPU µs per message)
+# phase -> (msg/s, broker CPU µs per message, client CPU µs per message)
+Figures = dict[str, tuple[float, float, float]]
+
+
+def client_cpu() -> float:
+    """This process's CPU seconds and its waited-for children's (the reader processes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 async def run(url: str, pid: int, count: int, size: int) -> Figures:
     name = f"bench-stream-{uuid.uuid4().hex[:8]}"
 
-    async def phase(messages: int, work: Callable[[], Awaitable[float]]) -> tuple[float, float]:
+    async def phase(messages: int,
+                    work: Callable[[], Awaitable[float]]) -> tuple[float, float, float]:
         pids = process_tree(pid)
-        cpu = tree_cpu_seconds(pids)
+        cpu, client = tree_cpu_seconds(pids), client_cpu()
         rate = await work()
-        return rate, (tree_cpu_seconds(pids) - cpu) / messages * 1e6
+        return (rate, (tree_cpu_seconds(pids) - cpu) / messages * 1e6,
+                (client_cpu() - client) / messages * 1e6)
 
     try:
         return {"publish": await phase(count, lambda: publish(url, name, count, size)),
@@ -186,7 +197,8 @@ def rounds(url: str, pid: int, args: argparse.Namespace) -> Figures:
     """Each phase's median rate and median CPU per message over ``args.rounds`` runs."""
     runs = [asyncio.run(run(url, pid, args.messages, args.size)) for _ in range(args.rounds)]
     return {k: (statistics.median(r[k][0] for r in runs),
-                statistics.median(r[k][1] for r in runs)) for k in runs[0]}
+                statistics.median(r[k][1] for r in runs),
+                statistics.median(r[k][2] for r in runs)) for k in runs[0]}
 
 
 def rabbitmq_pid() -> int | None:
@@ -238,11 +250,11 @@ def main() -> None:
     load.append(os.getloadavg()[0])
     print(f"{args.messages} x {args.size} B, {args.client} readers, median of {args.rounds} "
           f"round(s); msg/s "
-          f"(consume: deliveries/s over all readers) and broker CPU µs/msg; "
+          f"(consume: deliveries/s over all readers), broker / client CPU µs/msg; "
           f"load average {load[0]:.2f} -> {load[1]:.2f}")
     for broker, figures in results.items():
-        print(f"  {broker:9}" + "".join(f"  {k} {v:>9,.0f} ({c:5.1f} µs)"
-                                        for k, (v, c) in figures.items()))
+        print(f"  {broker:9}" + "".join(f"  {k} {v:>7,.0f} ({c:4.1f} / {u:4.1f} µs)"
+                                        for k, (v, c, u) in figures.items()))
     if "rabbitmq" in results:
         lev, rmq = results["leveret"], results["rabbitmq"]
         print("  ratio    " + "".join(f"  {k} {lev[k][0] / rmq[k][0]:>9.2f} "
