@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,26 +23,11 @@ import uuid
 from pathlib import Path
 
 import pika
-
-from leveret.node import ready_file
+from broker_proc import start_leveret
 
 CONSUMERS = 300
 PREFETCH = 10
 MESSAGES = 6_000
-
-
-def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    ready = workdir / "ready.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
-         "--data-dir", str(workdir / "data"), "--ready-file", str(ready)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    document = ready_file.wait(ready, proc, 120)
-    if document is None:
-        proc.kill()
-        raise SystemExit("the broker did not start")
-    return proc, f"amqp://guest:guest@127.0.0.1:{document['amqp']}/%2F"
 
 
 def one_round(url: str) -> tuple[float, float]:
@@ -91,7 +74,7 @@ def main() -> None:
     parser.add_argument("--url", help="a broker to measure; default: start a Leveret here")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    proc, url = (None, args.url) if args.url else start_broker(Path(tempfile.mkdtemp()))
+    proc, url = (None, args.url) if args.url else start_leveret(Path(tempfile.mkdtemp()))[:2]
     try:
         results = [one_round(url) for _ in range(args.rounds)]
     finally:

@@ -2,6 +2,7 @@
 
     python bench/stream_rates.py                      # a Leveret started here, and RabbitMQ
     python bench/stream_rates.py --messages 200000 --size 1024 --no-rabbitmq
+    python bench/stream_rates.py --rounds 1 --no-rabbitmq --profile /tmp/stream.prof
 
 One run per broker, same client, same machine: a stream is declared, ``--messages``
 messages of ``--size`` bytes are published with confirms (aiormq, up to ``WINDOW`` in
@@ -11,44 +12,47 @@ the whole log; the rate counts every delivery), prefetch ``PREFETCH``, acked wit
 delay only through their own speed; each costs one read of the store. For Leveret the
 broker's peak RSS (VmHWM) is printed too. Leveret fsyncs every confirmed batch; RabbitMQ's
 streams do not fsync.
+
+``--rounds`` runs it all that many times on fresh streams and prints the median rate of
+each phase, and the broker's CPU per message (its process tree's user+system time from
+/proc over the phase, divided by the messages published or delivered): on a shared
+machine the rates move with the load (printed), CPU per message much less. The client's
+CPU per message (this process and its reader processes) is printed beside the broker's:
+when it is the larger, the readers, not the broker, set the rate.
+``--profile`` runs the Leveret under cProfile (stopped with SIGINT, which writes it).
+
+Readers (``--client``): ``raw`` (the default) reads each consumer in its own process with
+the Spark bridge's blocking client in raw-delivery mode (frames counted, not decoded),
+so that the broker, not one Python client process decoding every delivery, is what is
+measured: with ``aiormq`` the ten readers share one client process, which saturates its
+core before either broker does (the broker CPU per message shows it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import os
+import signal
 import socket
-import subprocess
-import sys
+import statistics
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiormq
-
-from leveret.node import ready_file
+from broker_proc import start_leveret
+from loadgen_proc import process_tree, tree_cpu_seconds
 
 WINDOW = 2_000  # publishes awaiting their confirm
 PREFETCH = 1_000
 ACK_EVERY = 500
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"
 STREAM = {"x-queue-type": "stream"}
-
-
-def start_leveret(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    ready = workdir / "ready.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--management-host", "127.0.0.1", "--management-port", "0", "--prometheus-port", "0",
-         "--data-dir", str(workdir / "data"), "--ready-file", str(ready)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    document = ready_file.wait(ready, proc, 120)
-    if document is None:
-        proc.kill()
-        raise SystemExit("the broker did not start")
-    return proc, f"amqp://guest:guest@127.0.0.1:{document['amqp']}/%2F"
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -116,22 +120,96 @@ async def read_all(url: str, name: str, count: int) -> None:
     await conn.close()
 
 
+def read_raw(url: str, name: str, count: int, offset: object = "first") -> None:
+    """One reader in a child process: ``count`` deliveries from ``offset``, acked in steps."""
+    from leveret.spark_sink.amqp_client import Connection
+
+    conn = Connection(url, raw_deliveries=True).open()
+    try:
+        conn.qos(PREFETCH)
+        conn.consume(name, {"x-stream-offset": offset})
+        seen = 0
+        while seen < count:
+            if not conn.pump(120):
+                raise SystemExit(f"no delivery for 120 s after {seen}")
+            raw = conn.raw
+            while raw:
+                tag, _frames = raw.popleft()
+                seen += 1
+                if seen % ACK_EVERY == 0 or seen == count:
+                    conn.ack(tag, multiple=True)
+    finally:
+        conn.close()
+
+
+CLIENT = ["raw"]  # --client
+
+
 async def consume(url: str, name: str, count: int, readers: int) -> float:
     start = time.perf_counter()
-    await asyncio.gather(*(read_all(url, name, count) for _ in range(readers)))
+    if CLIENT[0] == "aiormq":
+        await asyncio.gather(*(read_all(url, name, count) for _ in range(readers)))
+        return readers * count / (time.perf_counter() - start)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=read_raw, args=(url, name, count)) for _ in range(readers)]
+    for proc in procs:
+        proc.start()
+    loop = asyncio.get_running_loop()
+    for proc in procs:
+        await loop.run_in_executor(None, proc.join)
+        if proc.exitcode:
+            raise SystemExit(f"a reader failed (exit code {proc.exitcode})")
     return readers * count / (time.perf_counter() - start)
 
 
-async def run(url: str, count: int, size: int) -> dict[str, float]:
+# phase -> (msg/s, broker CPU µs per message, client CPU µs per message)
+Figures = dict[str, tuple[float, float, float]]
+
+
+def client_cpu() -> float:
+    """This process's CPU seconds and its waited-for children's (the reader processes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+async def run(url: str, pid: int, count: int, size: int) -> Figures:
     name = f"bench-stream-{uuid.uuid4().hex[:8]}"
+
+    async def phase(messages: int,
+                    work: Callable[[], Awaitable[float]]) -> tuple[float, float, float]:
+        pids = process_tree(pid)
+        cpu, client = tree_cpu_seconds(pids), client_cpu()
+        rate = await work()
+        return (rate, (tree_cpu_seconds(pids) - cpu) / messages * 1e6,
+                (client_cpu() - client) / messages * 1e6)
+
     try:
-        return {"publish": await publish(url, name, count, size),
-                "consume x1": await consume(url, name, count, 1),
-                "consume x10": await consume(url, name, count, 10)}
+        return {"publish": await phase(count, lambda: publish(url, name, count, size)),
+                "consume x1": await phase(count, lambda: consume(url, name, count, 1)),
+                "consume x10": await phase(10 * count, lambda: consume(url, name, count, 10))}
     finally:
         conn = await aiormq.connect(url)
         await (await conn.channel()).queue_delete(name)
         await conn.close()
+
+
+def rounds(url: str, pid: int, args: argparse.Namespace) -> Figures:
+    """Each phase's median rate and median CPU per message over ``args.rounds`` runs."""
+    runs = [asyncio.run(run(url, pid, args.messages, args.size)) for _ in range(args.rounds)]
+    return {k: (statistics.median(r[k][0] for r in runs),
+                statistics.median(r[k][1] for r in runs),
+                statistics.median(r[k][2] for r in runs)) for k in runs[0]}
+
+
+def rabbitmq_pid() -> int | None:
+    """The RabbitMQ node's pid (Erlang's ``beam.smp``), for its CPU time."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "beam.smp":
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
 
 
 def rabbitmq_up() -> bool:
@@ -147,27 +225,40 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--no-rabbitmq", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", type=Path, help="cProfile output of the Leveret")
+    parser.add_argument("--client", choices=("raw", "aiormq"), default="raw")
     args = parser.parse_args()
-    results: dict[str, dict[str, float]] = {}
+    CLIENT[0] = args.client
+    results: dict[str, Figures] = {}
+    load = [os.getloadavg()[0]]
+    wrapper = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_leveret(Path(tmp))
+        proc, url, _ = start_leveret(Path(tmp), wrapper=wrapper)
         sampler = Sampler(proc.pid)
         sampler.start()
         try:
-            results["leveret"] = asyncio.run(run(url, args.messages, args.size))
+            results["leveret"] = rounds(url, proc.pid, args)
             sampler.stopped.set()
             memory = memory_mib(proc.pid)
         finally:
-            proc.terminate()
-            proc.wait(30)
-    if not args.no_rabbitmq and rabbitmq_up():
-        results["rabbitmq"] = asyncio.run(run(RABBITMQ, args.messages, args.size))
-    print(f"{args.messages} x {args.size} B, msg/s (consume: deliveries/s over all readers)")
+            proc.send_signal(signal.SIGINT if args.profile else signal.SIGTERM)
+            proc.wait(60)
+    beam = rabbitmq_pid()
+    if not args.no_rabbitmq and rabbitmq_up() and beam is not None:
+        results["rabbitmq"] = rounds(RABBITMQ, beam, args)
+    load.append(os.getloadavg()[0])
+    print(f"{args.messages} x {args.size} B, {args.client} readers, median of {args.rounds} "
+          f"round(s); msg/s "
+          f"(consume: deliveries/s over all readers), broker / client CPU µs/msg; "
+          f"load average {load[0]:.2f} -> {load[1]:.2f}")
     for broker, figures in results.items():
-        print(f"  {broker:9}" + "".join(f"  {k} {v:>9,.0f}" for k, v in figures.items()))
+        print(f"  {broker:9}" + "".join(f"  {k} {v:>7,.0f} ({c:4.1f} / {u:4.1f} µs)"
+                                        for k, (v, c, u) in figures.items()))
     if "rabbitmq" in results:
-        ratios = {k: results["leveret"][k] / results["rabbitmq"][k] for k in results["leveret"]}
-        print("  ratio    " + "".join(f"  {k} {v:>9.2f}" for k, v in ratios.items()))
+        lev, rmq = results["leveret"], results["rabbitmq"]
+        print("  ratio    " + "".join(f"  {k} {lev[k][0] / rmq[k][0]:>9.2f} "
+                                      f"(CPU {rmq[k][1] / lev[k][1]:4.2f}x less)" for k in lev))
     print(f"  Leveret peak RSS (VmHWM) {memory.get('VmHWM', 0):.0f} MiB; sampled peaks: "
           f"RSS {sampler.peaks['VmRSS']:.0f} MiB, heap (RssAnon) "
           f"{sampler.peaks['RssAnon']:.0f} MiB (the rest is the store's mapped page cache)")

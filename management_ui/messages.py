@@ -14,6 +14,14 @@ Message shape (RabbitMQ's get, with ``position`` instead of
 ``payload_bytes``, ``properties``, ``exchange``, ``routing_key``,
 ``redelivered``; unacked ones add ``consumer_tag``, ``channel`` and
 ``unacked_for_seconds``.
+
+A stream (``queues/stream_browse.py``) is peeked and searched in its log: from
+``offset`` (a stream offset, clamped to the log) or from ``timestamp`` (ms since
+the epoch: the first chunk that arrived at or after it); each message's
+``position`` is its offset, and it adds ``timestamp`` (its arrival, ms). Nothing
+is consumed and no reader, credit or tracked offset changes; ``X-Scanned-Until``
+is the offset a search continues from. Redrive, move and delete answer 400 on a
+stream: it takes no message out of its log (as queue.purge is refused, 540).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker import queue_messages
-from leveret.broker.api import Queue, browse
+from leveret.broker.api import Queue, Stream, browse, stream_browse
 from leveret.broker.permissions import READ, Access
 from leveret.broker.queue_messages import Outcome, Selection
 from leveret.management_ui import basic, read, rights, views
@@ -66,6 +74,14 @@ def _target(req: Request, right: str = READ) -> tuple[Any, Queue, Access]:
     return vhost, queue, access
 
 
+def _acted_on(req: Request) -> tuple[Any, Queue, Access]:
+    """``_target`` for a route that takes messages out: not a stream's."""
+    vhost, queue, access = _target(req)
+    if isinstance(queue, Stream):
+        raise bad_request(f"{queue.what} is a stream: its messages stay in its log")
+    return vhost, queue, access
+
+
 def message_json(position: int, message: Message, redelivered: bool,
                  encoding: str) -> dict[str, Any]:
     body = message.body
@@ -92,6 +108,9 @@ async def peek(req: Request) -> web.Response:
     offset, count = _int(body, "offset", 0), _int(body, "count", 10)
     state = _choice(body, "state", STATES)
     encoding = _choice(body, "encoding", ENCODINGS)
+    if isinstance(queue, Stream) and state == "ready":
+        found = stream_browse.peek(queue, offset, _timestamp(body), count)
+        return json_response([_stream_json(s, encoding) for s in found])
     if state == "unacked":
         return json_response(_unacked(req, queue, encoding)[offset:offset + count])
     return json_response([message_json(b.position, b.message, b.redelivered, encoding)
@@ -131,12 +150,29 @@ async def search(req: Request) -> web.Response:
         header=next(iter(header.items())) if header else None,
         body_contains=str(contains).encode() if contains is not None else None)
     encoding = _choice(body, "encoding", ENCODINGS)
+    if isinstance(queue, Stream):
+        logged, after = stream_browse.search(queue, criteria, _int(body, "limit", 100),
+                                             _int(body, "offset", 0), _timestamp(body))
+        return json_response([_stream_json(s, encoding) for s in logged], headers={
+            "X-Scanned-Until": str(after), "X-Queue-Length": str(queue.message_count)})
     found, until = browse.search(queue, criteria, _int(body, "limit", 100),
                                  _int(body, "offset", 0))
     # Where the bounded scan stopped: the next request continues from there ("offset").
     headers = {"X-Scanned-Until": str(until), "X-Queue-Length": str(queue.message_count)}
     return json_response([message_json(b.position, b.message, b.redelivered, encoding)
                           for b in found], headers=headers)
+
+
+def _timestamp(body: dict[str, Any]) -> int | None:
+    """A stream browse's ``timestamp`` (ms since the epoch), if given."""
+    return _int(body, "timestamp", 0) if body.get("timestamp") is not None else None
+
+
+def _stream_json(logged: stream_browse.Logged, encoding: str) -> dict[str, Any]:
+    """A stream's message: at its offset, with its arrival time."""
+    item = message_json(logged.offset, logged.message, False, encoding)
+    item["timestamp"] = logged.timestamp
+    return item
 
 
 def _opt_text(body: dict[str, Any], key: str) -> str | None:
@@ -164,14 +200,14 @@ def _answer(outcome: Outcome, key: str = "moved") -> web.Response:
 
 async def redrive(req: Request) -> web.Response:
     """Republish dead-lettered messages to the exchange and routing keys of their x-death."""
-    vhost, queue, access = _target(req)
+    vhost, queue, access = _acted_on(req)
     selection = _selection(await req.body())
     return _answer(queue_messages.redrive(vhost, queue, access, selection))
 
 
 async def move(req: Request) -> web.Response:
     """Move ready messages from the head to another queue of the vhost."""
-    vhost, queue, access = _target(req)
+    vhost, queue, access = _acted_on(req)
     body = await req.body()
     if "destination" not in body:
         raise bad_request("[{key_missing,destination}]")
@@ -187,6 +223,6 @@ async def move(req: Request) -> web.Response:
 
 async def delete_messages(req: Request) -> web.Response:
     """Delete selected ready messages, or the first count (not dead-lettered)."""
-    _, queue, _ = _target(req)
+    _, queue, _ = _acted_on(req)
     outcome = queue_messages.delete(queue, _selection(await req.body()))
     return _answer(outcome, "deleted")

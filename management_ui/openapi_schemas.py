@@ -108,7 +108,8 @@ SCHEMAS.update({
     "BrowsedMessage": obj({"position": INT, "payload": STR, "payload_encoding": STR,
                            "payload_bytes": INT, "properties": OBJ, "exchange": STR,
                            "routing_key": STR, "redelivered": BOOL},
-                          consumer_tag=STR, channel=STR, unacked_for_seconds=NUM),
+                          consumer_tag=STR, channel=STR, unacked_for_seconds=NUM,
+                          timestamp=INT),  # a stream's: its arrival, ms
     "Moved": obj({"moved": INT, "skipped": SKIPPED}),
     "Deleted": obj({"deleted": INT, "skipped": SKIPPED}),
     "TraceEvent": obj({"event": {"type": "string", "enum": [
@@ -193,11 +194,13 @@ REQUEST_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "bindings/{vhost}/e/{source}/{kind}/{dest}"): {"type": "object", "properties": {
         "routing_key": STR, "arguments": OBJ}},
     ("POST", "queues/{vhost}/{name}/peek"): {"type": "object", "properties": {
-        "offset": INT, "count": INT, "state": {"type": "string", "enum": ["ready", "unacked"]},
+        "offset": INT, "count": INT, "timestamp": INT,
+        "state": {"type": "string", "enum": ["ready", "unacked"]},
         "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
     ("POST", "queues/{vhost}/{name}/search"): {"type": "object", "properties": {
         "message_id": STR, "correlation_id": STR, "header": OBJ, "body_contains": STR,
-        "limit": INT, "offset": INT, "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
+        "limit": INT, "offset": INT, "timestamp": INT,
+        "encoding": {"type": "string", "enum": ["auto", "base64"]}}},
     ("POST", "queues/{vhost}/{name}/redrive"): {"type": "object", "properties": SELECTION},
     ("POST", "queues/{vhost}/{name}/move"): {"type": "object", "properties": {
         "destination": STR, **SELECTION}},

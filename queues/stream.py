@@ -18,34 +18,31 @@ time goes in every entry of it (``stream_log.py``).
 Reading. Consumers see committed offsets only, as RabbitMQ delivers written
 chunks only: once a batch is committed (``_on_commit``) the readers waiting at
 the end of the log resume. Each consumer has a ``Reader``: its next offset and
-a read-ahead of at most ``READ_AHEAD`` entries read from the store, so memory
-is bounded per consumer and many consumers at different offsets cost one read
-of the store each. Every delivery carries header ``x-stream-offset``
+a bounded read-ahead (``stream_reader.py``) taken from pages of the log read and
+prepared once for all readers and kept within a byte bound (``stream_cache.py``). Every delivery carries header ``x-stream-offset``
 (``stream_header.py``). Credit is the consumer's prefetch: ``basic.ack``,
 ``basic.nack`` and ``basic.reject`` each give one delivery's credit back and
 change nothing else (RabbitMQ 3.11+; 3.10 closes the connection with 540 on a
 nack or reject: Leveret keeps the consumer going and says so in
 docs/differences.md). Nothing is ever redelivered.
 
-Offset tracking (``stream_tracking.py``, consumer argument
-``x-stream-offset-tracking: true``) keeps, per consumer tag, the highest offset
-up to which every delivery was settled, so a consumer resumes after it.
+Offset tracking (``stream_tracking.py``) keeps, per consumer tag, the highest
+offset up to which every delivery was settled: a consumer resumes after it.
 
-Retention drops whole segments (``stream_log.py``) when a segment opens and
-when a policy changes; the entries go in the same batch as the publish that
-opened the segment.
+Retention drops whole segments (``stream_log.py``, which also rebuilds the
+index at startup) when a segment opens and when a policy changes; the entries
+go in the same batch as the publish that opened the segment.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from leveret.model.message import Message
 from leveret.persistence.store import AccessDef
-from leveret.queues import stream_arguments, stream_tracking, ttl
+from leveret.queues import stream_arguments, stream_log, stream_tracking, ttl
 from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.queue import Queue
 from leveret.queues.stream_arguments import (
@@ -57,9 +54,10 @@ from leveret.queues.stream_arguments import (
     OffsetSpec,
     parse_max_age,
 )
-from leveret.queues.stream_header import with_stream_offset
-from leveret.queues.stream_log import StreamIndex
-from leveret.queues.stream_tracking import AckWindow
+from leveret.queues.stream_cache import PageCache
+from leveret.queues.stream_log import StreamIndex, StreamLog
+from leveret.queues.stream_reader import Reader
+from leveret.queues.stream_tracking import AckWindow, TrackedOffsets
 
 if TYPE_CHECKING:
     from leveret.persistence.store import StoredEntry
@@ -70,73 +68,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _HELD = PublishResult.HELD
-# Entries a reader reads from the store at once, at most (and no more than its consumer's
-# credit): its memory bound.
-READ_AHEAD = 128
-# Entries per read when the index is rebuilt at startup.
-RECOVER_PAGE = 4096
-FILTER_VALUE = "x-stream-filter-value"
-
-
-class StreamLog(Protocol):
-    """The group commit, as retention and offset tracking record through it."""
-
-    @property
-    def batch(self) -> int: ...
-
-    def truncate(self, qid: int, below: int) -> None: ...
-
-    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]: ...
-
-    def put_definition(self, definition: AccessDef) -> None: ...
-
-    def delete_access(self, kind: str, key: tuple[str, ...]) -> None: ...
-
-
-class Reader:
-    """One consumer's place in the log."""
-
-    __slots__ = ("ahead", "consumer", "filters", "match_unfiltered", "min_ts", "position",
-                 "window")
-
-    def __init__(self, consumer: Consumer, position: int, min_ts: int = 0,
-                 filters: frozenset[str] | None = None, match_unfiltered: bool = False,
-                 window: AckWindow | None = None) -> None:
-        self.consumer = consumer
-        self.window = window  # offset tracking on: what it settled (stream_tracking.py)
-        self.position = position  # the next offset to deliver
-        self.ahead: deque[StoredEntry] = deque()  # read from the store, not yet delivered
-        self.min_ts = min_ts  # a timestamp seek: skip chunks that arrived before it
-        self.filters = filters  # x-stream-filter values (None: no filtering)
-        self.match_unfiltered = match_unfiltered
-
-    def wants(self, entry: StoredEntry) -> bool:
-        if self.min_ts:
-            if entry.expires_at < self.min_ts:
-                return False
-            self.min_ts = 0  # arrival times grow with offsets: the seek is over
-        if self.filters is None:
-            return True
-        headers = _headers(entry.message)
-        value = headers.get(FILTER_VALUE) if headers else None
-        if value is None:
-            return self.match_unfiltered
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        return value in self.filters
-
-
-def _headers(message: Message) -> Mapping[str, object] | None:
-    try:
-        return message.headers
-    except ValueError:
-        return None
 
 
 class Stream(Queue):
     """A stream queue: see the module docstring."""
 
-    __slots__ = ("_chunk_ts", "_committed", "_index", "_readers", "_tracked", "_tracking_ops")
+    __slots__ = ("_chunk_ts", "_committed", "_index", "_pages", "_readers", "_tracked")
 
     def __init__(self, vhost: QueueHost | None, name: str, durable: bool = True,
                  exclusive_owner: object | None = None, auto_delete: bool = False,
@@ -147,10 +84,9 @@ class Stream(Queue):
             segment, bool) else DEFAULT_SEGMENT_BYTES)
         self._committed = 0  # offsets below it are committed: readers may deliver them
         self._chunk_ts = 0  # arrival ms of the last chunk (strictly increasing)
-        # Offset tracking: each tracked consumer tag's settled floor, and the record of it
-        # pending in the current commit batch (updated in place until the batch is taken).
-        self._tracked: dict[str, int] = {}
-        self._tracking_ops: dict[str, tuple[int, dict[str, int]]] = {}
+        self._pages = PageCache(self._read_entries,  # read once for all readers
+                                lambda: [r.position for r in self._readers.values()])
+        self._tracked = TrackedOffsets(vhost.name if vhost is not None else "/", name)
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
 
     def __repr__(self) -> str:
@@ -176,6 +112,11 @@ class Stream(Queue):
     @property
     def next_offset(self) -> int:
         return self._index.next_offset
+
+    @property
+    def committed_offset(self) -> int:
+        """Offsets below it are committed: what readers and the console may read."""
+        return self._committed
 
     @property
     def log_index(self) -> StreamIndex:
@@ -210,6 +151,7 @@ class Stream(Queue):
         if not dropped or stream_log is None:
             return
         stream_log.truncate(self.qid, dropped[-1].next)  # one operation, whole segments
+        self._pages.drop_below(self._index.first_offset)
         log.debug("stream %r: retention dropped %d segment(s), first offset now %d",
                   self.name, len(dropped), self._index.first_offset)
 
@@ -250,25 +192,14 @@ class Stream(Queue):
 
     def recover(self, count: int, first_seq: int, next_seq: int,
                 size: int | None = None) -> None:
-        """After a restart: rebuild the index from the entries on disk (one pass over the
-        store's index in pages, no message read; chunks are the runs of equal arrival
-        times)."""
-        stream_log = cast("StreamLog | None", self.log)
-        assert stream_log is not None
-        index = self._index
-        index.next_offset = index.last_chunk = first_seq
-        position, last_ts = first_seq, -1
-        while count:
-            page = stream_log.read_stamps(self.qid, position, RECOVER_PAGE)
-            if not page:
-                break
-            for seq, ts, size in page:
-                index.append(seq, size, ts, ts != last_ts)
-                last_ts = ts
-            position = page[-1][0] + 1
-        index.next_offset = max(index.next_offset, next_seq)
-        self._next_seq = self._committed = index.next_offset
-        self._chunk_ts = max(last_ts, 0)
+        """After a restart: rebuild the index from the entries on disk."""
+        store = cast("StreamLog | None", self.log)
+        assert store is not None
+        qid = self.qid
+        self._chunk_ts = stream_log.rebuild(
+            self._index, lambda position, limit: store.read_stamps(qid, position, limit),
+            count, first_seq, next_seq)
+        self._next_seq = self._committed = self._index.next_offset
 
     # -- refused operations -------------------------------------------------------------
 
@@ -280,16 +211,16 @@ class Stream(Queue):
         if not self.deleted:
             raise stream_arguments.refused_operation("queue.purge", self.what, (50, 30))
         count = self._index.count
-        self._readers.clear()
-        offsets = cast("StreamLog | None", self.log)
-        if offsets is not None:
-            for tag in self._tracked:
-                offsets.delete_access(stream_tracking.RECORD_KIND, self._record_key(tag))
-        self._tracked.clear()
+        self.close()
+        self._tracked.forget_all(cast("StreamLog | None", self.log))
         return count
 
     def close(self) -> None:
         self._readers.clear()
+        self._pages.clear()
+
+    def _read_entries(self, position: int, limit: int) -> list[StoredEntry]:
+        return self.log.read_queue(self.qid, position, limit) if self.log else []
 
     def behind(self) -> bool:
         return False  # consumers read the log at their own pace: publishers never wait
@@ -341,6 +272,8 @@ class Stream(Queue):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self._readers.pop(consumer, None)
+        if not self._readers:
+            self._pages.clear()  # nobody reads: keep nothing prepared
         ring = self.dispatcher.ring
         if consumer in ring:
             ring.remove(consumer)
@@ -367,21 +300,16 @@ class Stream(Queue):
         """Deliver to ``reader``'s consumer what its credit allows, from the committed log."""
         consumer = reader.consumer
         ahead = reader.ahead
-        queue_log = self.log
         while consumer.can_take() and not self.deleted:
             if not ahead:
-                if reader.position >= self._committed or queue_log is None:
+                if reader.position >= self._committed or self.log is None:
                     return
-                # A page of its prefetch at most (memory follows the consumer's window;
-                # a page of its remaining credit would be a read per ack), unless it
-                # skips entries (a filter, a timestamp seek).
-                limit = READ_AHEAD
-                if reader.filters is None and not reader.min_ts:
-                    limit = min(limit, max(consumer.prefetch, 1))
-                ahead.extend(queue_log.read_queue(self.qid, reader.position, limit))
-                if not ahead:  # a gap up to the end (a failed write): nothing to read
-                    reader.position = self._committed
-                    return
+                page, after = self._pages.entries(reader.position, self._committed,
+                                                  reader.page_size())
+                if not page:  # a gap (a failed write): step over it
+                    reader.position = after
+                    continue
+                ahead.extend(page)
             stored = ahead.popleft()
             reader.position = stored.seq + 1
             if not reader.wants(stored):
@@ -393,13 +321,8 @@ class Stream(Queue):
             self._deliver(consumer, stored)
 
     def _deliver(self, consumer: Consumer, stored: StoredEntry) -> None:
-        message = stored.message
-        try:
-            raw = with_stream_offset(message.raw_properties, stored.seq)
-        except ValueError:
-            raw = message.raw_properties  # accepted at publish; relayed as it is
-        entry = QueueEntry(stored.seq, Message(message.exchange, message.routing_key, raw,
-                                               message.body))
+        """``stored`` is shared by the readers (``stream_cache.py``): the entry is not."""
+        entry = QueueEntry(stored.seq, stored.message)
         entry.holder = consumer
         self.dispatcher.unacked += 1
         self.dispatcher.delivered += 1
@@ -432,30 +355,15 @@ class Stream(Queue):
         reader = self._readers.get(entry.holder)
         if reader is None or reader.window is None or not reader.window.settled(entry.seq):
             return
-        tag = reader.consumer.tag
-        floor = self._tracked[tag] = reader.window.floor
-        offsets = cast("StreamLog | None", self.log)
-        if offsets is None or self.deleted:
-            return
-        pending = self._tracking_ops.get(tag)
-        if pending is not None and pending[0] == offsets.batch:
-            pending[1]["offset"] = floor  # still in the batch being recorded
-            return
-        record = {"offset": floor}
-        self._tracking_ops[tag] = (offsets.batch, record)
-        offsets.put_definition(AccessDef(stream_tracking.RECORD_KIND, self._record_key(tag),
-                                         record))
-
-    def _record_key(self, tag: str) -> tuple[str, ...]:
-        vhost = self.vhost.name if self.vhost is not None else "/"
-        return stream_tracking.record_key(vhost, self.name, tag)
+        self._tracked.moved(reader.consumer.tag, reader.window.floor,
+                            None if self.deleted else cast("StreamLog | None", self.log))
 
     def restore_offset(self, tag: str, floor: int) -> None:
         """A tracked offset read back from the store at startup."""
-        self._tracked[tag] = floor
+        self._tracked.restore(tag, floor)
 
     def tracked_offsets(self) -> dict[str, int]:
-        return dict(self._tracked)
+        return dict(self._tracked.floors)
 
     def requeue(self, entry: QueueEntry) -> None:
         """A nack or reject with requeue, or a closed channel's unacked delivery: credit

@@ -30,7 +30,25 @@ Pure data (no I/O, no clock): ``stream.py`` feeds it and applies what
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+from leveret.queues.stream_tracking import OffsetLog
+
+
+class StreamLog(OffsetLog, Protocol):
+    """The group commit, as a stream's retention, recovery and offset tracking use it."""
+
+    def truncate(self, qid: int, below: int) -> None: ...
+
+    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]: ...
+
+
+# Entries per read when the index is rebuilt at startup.
+RECOVER_PAGE = 4096
+# (offset, arrival ms, body bytes) of up to ``limit`` entries from an offset on.
+StampPages = Callable[[int, int], list[tuple[int, int, int]]]
 
 
 @dataclass
@@ -114,3 +132,22 @@ class StreamIndex:
             if segment.last_ts >= ts:
                 return segment.first
         return self.next_offset
+
+
+def rebuild(index: StreamIndex, read_stamps: StampPages, count: int, first_seq: int,
+            next_seq: int) -> int:
+    """After a restart: index the ``count`` entries on disk from ``first_seq`` (one pass
+    over the store's index in pages, no message read; chunks are the runs of equal arrival
+    times). Returns the last chunk's arrival ms (0 when empty)."""
+    index.next_offset = index.last_chunk = first_seq
+    position, last_ts = first_seq, -1
+    while count:
+        page = read_stamps(position, RECOVER_PAGE)
+        if not page:
+            break
+        for seq, ts, size in page:
+            index.append(seq, size, ts, ts != last_ts)
+            last_ts = ts
+        position = page[-1][0] + 1
+    index.next_offset = max(index.next_offset, next_seq)
+    return max(last_ts, 0)

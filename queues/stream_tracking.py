@@ -14,14 +14,19 @@ unacked when its channel closes, does not settle: it comes again on resume.
 A consumer with a stored offset resumes there whatever its ``x-stream-offset``
 says; without one (its first run) ``x-stream-offset`` applies.
 
-``AckWindow`` is the pure part; the record (``RECORD_KIND``, keyed by vhost,
-stream and consumer tag) is written through the group commit as one of the
-broker's access-style records, at most once per commit batch per consumer.
+``AckWindow`` is the pure part; ``TrackedOffsets`` keeps one stream's floors
+and writes each as a record (``RECORD_KIND``, keyed by vhost, stream and
+consumer tag) through the group commit, one of the broker's access-style
+records, at most once per commit batch per consumer: later settles in the same
+batch update the pending record in place.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
+
+from leveret.persistence.store import AccessDef
 
 RECORD_KIND = "stream_offset"
 ARGUMENT = "x-stream-offset-tracking"
@@ -66,3 +71,58 @@ class AckWindow:
 
 def record_key(vhost: str, stream: str, tag: str) -> tuple[str, ...]:
     return (vhost, stream, tag)
+
+
+class OffsetLog(Protocol):
+    """The group commit, as offset tracking records through it."""
+
+    @property
+    def batch(self) -> int: ...
+
+    def put_definition(self, definition: AccessDef) -> None: ...
+
+    def delete_access(self, kind: str, key: tuple[str, ...]) -> None: ...
+
+
+class TrackedOffsets:
+    """One stream's tracked consumers: each tag's settled floor, stored."""
+
+    __slots__ = ("_pending", "floors", "stream", "vhost")
+
+    def __init__(self, vhost: str, stream: str) -> None:
+        self.vhost = vhost
+        self.stream = stream
+        self.floors: dict[str, int] = {}
+        # The record pending in the current commit batch, per tag: (batch, record).
+        self._pending: dict[str, tuple[int, dict[str, int]]] = {}
+
+    def get(self, tag: str) -> int | None:
+        return self.floors.get(tag)
+
+    def restore(self, tag: str, floor: int) -> None:
+        """A floor read back from the store at startup."""
+        self.floors[tag] = floor
+
+    def moved(self, tag: str, floor: int, log: OffsetLog | None) -> None:
+        """``tag``'s floor moved to ``floor``: keep it, and store it unless ``log`` is None."""
+        self.floors[tag] = floor
+        if log is None:
+            return
+        pending = self._pending.get(tag)
+        if pending is not None and pending[0] == log.batch:
+            pending[1]["offset"] = floor  # still in the batch being recorded
+            return
+        record = {"offset": floor}
+        self._pending[tag] = (log.batch, record)
+        log.put_definition(AccessDef(RECORD_KIND, self.key(tag), record))
+
+    def forget_all(self, log: OffsetLog | None) -> None:
+        """The stream is deleted: its records go with it."""
+        if log is not None:
+            for tag in self.floors:
+                log.delete_access(RECORD_KIND, self.key(tag))
+        self.floors.clear()
+        self._pending.clear()
+
+    def key(self, tag: str) -> tuple[str, ...]:
+        return record_key(self.vhost, self.stream, tag)

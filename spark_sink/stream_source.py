@@ -30,6 +30,17 @@ carries no ``x-stream-offset`` (brokers ignore that consumer argument on
 classic queues), with an error that says so; the delivery is not acked, so
 closing the connection requeues it.
 
+Filtering: option ``streamFilter`` (values, comma-separated) becomes the
+consumer argument ``x-stream-filter`` (and ``streamMatchUnfiltered=true``
+``x-stream-match-unfiltered``), so the broker sends only the messages whose
+header ``x-stream-filter-value`` is one of the values. Offsets stay the
+stream's (a batch's offsets have holes where messages were filtered out) and
+Leveret's filter is exact; a RabbitMQ 3.13+ Bloom filter may let others
+through, so rows are not filtered again here: add a ``where`` on the headers for
+RabbitMQ. Keep the filter of a checkpointed query: a batch replayed with
+another one may end before its end offset (the read then fails, saying so).
+``end_of_stream`` reads unfiltered: it asks where the log ends.
+
 Unlike :mod:`.source` there is no background drain thread: a stream's
 messages are already stored, so reading them when Spark asks costs one
 round of socket reads, and the code stays small.
@@ -67,6 +78,23 @@ from .source import (
 )
 
 OFFSET_HEADER = "x-stream-offset"
+FILTER_ARGUMENT = "x-stream-filter"
+MATCH_UNFILTERED_ARGUMENT = "x-stream-match-unfiltered"
+
+
+def stream_filter(options: Mapping[str, str]) -> dict[str, object]:
+    """Options ``streamFilter`` and ``streamMatchUnfiltered`` as consumer arguments
+    (none without ``streamFilter``)."""
+    opts = {k.lower(): v for k, v in options.items()}
+    values = [v.strip() for v in str(opts.get("streamfilter") or "").split(",") if v.strip()]
+    if not values:
+        if opts.get("streammatchunfiltered") is not None:
+            raise ValueError("streamMatchUnfiltered needs streamFilter")
+        return {}
+    unfiltered = str(opts.get("streammatchunfiltered", "false")).strip().lower()
+    if unfiltered not in ("true", "false"):
+        raise ValueError(f"streamMatchUnfiltered must be true or false, not {unfiltered!r}")
+    return {FILTER_ARGUMENT: values, MATCH_UNFILTERED_ARGUMENT: unfiltered == "true"}
 
 
 def starting_offset(options: Mapping[str, str]) -> int:
@@ -117,6 +145,7 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.opts = SourceOptions.from_options(options)
         self.layout = layout_of(schema, self.opts)
         self.start = starting_offset(options)
+        self.filter = stream_filter(options)
         self.window = min(self.opts.prefetch, MAX_PREFETCH)
         self._conn: Connection | None = None
         self._buf: deque[tuple[int, int, bytes]] = deque()  # (offset, delivery tag, frames)
@@ -137,7 +166,7 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         try:
             check_queue(conn, self.opts.queue)
             conn.qos(self.window)
-            conn.consume(self.opts.queue, {OFFSET_HEADER: start})
+            conn.consume(self.opts.queue, {OFFSET_HEADER: start, **self.filter})
         except BaseException:
             conn.close()
             raise
@@ -208,8 +237,9 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         # After a restart Spark replays the batch in its offset log: read up to its end.
         self._read(conn, lambda: self._pos >= stop, self.opts.refill_timeout_s)
         if self._pos < stop:
+            changed = " (did streamFilter change since the checkpoint?)" if self.filter else ""
             raise AmqpError(404, f"stream {self.opts.queue!r} ended at offset {self._pos}, "
-                            f"before the batch [{begin}, {stop}) Spark asked for")
+                            f"before the batch [{begin}, {stop}) Spark asked for{changed}")
         batch = [(offset, frames) for offset, _tag, frames in self._buf if offset < stop]
         return split([o for o, _ in batch], [f for _, f in batch], self.opts.partitions,
                      self.layout)
@@ -245,8 +275,13 @@ class StreamBatchReader(DataSourceReader):  # type: ignore[misc]
         end = end_of_stream(r.opts.url, r.opts.queue, r.opts.poll_s)
         if end is None:
             return empty
-        end = min(end, r.start + min(r.window, r.opts.max_messages or r.window))
+        most = min(r.window, r.opts.max_messages or r.window)
         try:
+            if r.filter:  # offsets with holes: up to the last match before the end
+                r._until = end
+                end = r.latestOffset({"offset": r.start}, ReadMaxRows(most))["offset"]
+            else:
+                end = min(end, r.start + most)
             return r.partitions({"offset": r.start}, {"offset": end}) or empty
         finally:
             r.stop()

@@ -380,3 +380,6 @@ def test_stream_queue_read_by_offset_replays_from_the_checkpoint(spark, broker, 
     batch = (spark.read.format("leveret").option("url", url).option("queue", qname)
              .option("stream", "true").option("startingOffset", half).load())
     assert sorted(r["seq"] for r in batch.select("seq").collect()) == list(range(half, 2 * half))
+    none = (spark.read.format("leveret").option("url", url).option("queue", qname)
+            .option("stream", "true").option("streamFilter", "no-such-value").load())
+    assert none.count() == 0  # no message carries x-stream-filter-value: none matches

@@ -129,3 +129,34 @@ def test_a_batch_read_of_a_stream_reads_from_the_starting_offset_and_consumes_no
         got = [seq for part in batch.partitions() for b in batch.read(part)
                for seq in b.to_pydict()["seq"]]
         assert got == list(want), extra
+
+
+def test_stream_filter_option_reads_only_matching_messages_at_their_offsets(broker, qname):
+    url = broker.url
+    with Connection(url) as conn:
+        conn.queue_declare(qname, arguments=STREAM)
+        conn.confirm_select()
+        for i in range(30):  # a, b, none, a, b, none, ...
+            value = ("a", "b", None)[i % 3]
+            headers = {"x-stream-filter-value": value} if value else None
+            conn.publish("", qname, wire.encode_properties(
+                {"message_id": f"m{i}", "headers": headers}), b"p")
+        conn.wait_window(0)
+    r = reader(url, qname, streamFilter="b")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"offset": 29}  # one past the last "b" (offset 28)
+    assert rows(r, start, end) == [(i, f"m{i}") for i in range(1, 30, 3)]
+    r.commit(end)
+    r.stop()
+    both = reader(url, qname, streamFilter="a, b", streamMatchUnfiltered="true")
+    end = both.latestOffset(both.initialOffset(), ReadMaxRows(12))
+    assert [o for o, _ in rows(both, {"offset": 0}, end)] == list(range(12))
+    both.stop()
+    batch = StreamBatchReader({"url": url, "queue": qname, "stream": "true",
+                               "streamFilter": "a", "startingOffset": "10"})
+    got = [seq for part in batch.partitions() for b in batch.read(part)
+           for seq in b.to_pydict()["seq"]]
+    assert got == list(range(12, 30, 3))
+    with pytest.raises(ValueError, match="streamFilter"):
+        reader(url, qname, streamMatchUnfiltered="true")

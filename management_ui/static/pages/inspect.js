@@ -1,6 +1,8 @@
 // The message inspector on a queue page: peek (ready or unacked, changes nothing), search
 // (streamed, with a stop button), and acting on what was found: redrive to the x-death origin,
 // move to another queue, delete selected, delete the first N.
+// A stream (stream: true) is read by offset or arrival time and nothing is taken from it: no
+// ready/unacked choice, no selection, no action; each message shows its offset and arrival.
 //
 // API: POST queues/{vh}/{q}/peek | search | redrive | move, DELETE .../messages.
 
@@ -10,7 +12,7 @@ import {
 } from "../lib.js";
 import { guard, whyLine } from "../rights.js";
 
-export function inspector(vhost, name) {
+export function inspector(vhost, name, { stream = false } = {}) {
   const base = `queues/${enc(vhost)}/${enc(name)}`;
   const read = ["read", "queue", name, vhost];
   const selected = new Set();
@@ -28,6 +30,8 @@ export function inspector(vhost, name) {
     value: Math.max(0, Number(saved.get("offset")) || 0) });
   const count = h("input", { name: "count", type: "number", min: 1, max: 500,
     value: Math.min(500, Math.max(1, Number(saved.get("count")) || 10)) });
+  // A stream's peek and search may start at a time instead (its first chunk that arrived then).
+  const since = h("input", { name: "timestamp", type: "datetime-local", step: 1 });
   const mode = select("view", [["text", "text"], ["json", "JSON"], ["hex", "hex"]],
     ["json", "hex"].includes(saved.get("view")) ? saved.get("view") : "text");
   view = mode.value;
@@ -42,11 +46,22 @@ export function inspector(vhost, name) {
     setHashState({ peek: state.value, offset: offset.value, count: count.value });
     selected.clear();
     const found = await attempt(out, () => api("POST", `${base}/peek`, {
-      offset: Number(offset.value), count: Number(count.value), state: state.value,
+      ...from(), count: Number(count.value), state: stream ? "ready" : state.value,
       encoding: "auto" }));
     if (found === undefined) return;
+    if (stream && found.length) {  // page on from what was shown (clamped, or found by time)
+      offset.value = found[0].position;
+      since.value = "";
+    }
     shown = found;
-    draw(found.length ? null : (Number(offset.value) ? "No messages at this position." : `No ${state.value} messages in this queue.`));
+    draw(found.length ? null : (stream ? "No messages in the log from there."
+      : Number(offset.value) ? "No messages at this position." : `No ${state.value} messages in this queue.`));
+  }
+
+  // Where a stream's peek or search starts: the time if one is given (local time), else the offset.
+  function from() {
+    const at = since.value ? Date.parse(since.value) : NaN;
+    return Number.isFinite(at) ? { timestamp: at } : { offset: Number(offset.value) };
   }
 
   function draw(empty) {
@@ -54,7 +69,7 @@ export function inspector(vhost, name) {
       clear(results, h("p.empty", empty || "Peek to see messages; nothing in the queue changes."));
       return;
     }
-    clear(results, ...shown.map((m) => messageView(m, view, selected)));
+    clear(results, ...shown.map((m) => messageView(m, view, stream ? null : selected)));
   }
 
   // -- search, streamed: results are drawn as they arrive; Stop aborts the request --
@@ -69,7 +84,7 @@ export function inspector(vhost, name) {
 
   async function search(event) {
     event.preventDefault();
-    const query = { limit: Number(searchLimit.value) || 100 };
+    const query = { limit: Number(searchLimit.value) || 100, ...(stream ? from() : {}) };
     if (searchId.value) query.message_id = searchId.value;
     if (searchCorrelation.value) query.correlation_id = searchCorrelation.value;
     if (searchBody.value) query.body_contains = searchBody.value;
@@ -87,7 +102,7 @@ export function inspector(vhost, name) {
     try {
       await streamSearch(`${base}/search`, query, controller.signal, (m) => {
         shown.push(m);
-        results.append(messageView(m, view, selected));
+        results.append(messageView(m, view, stream ? null : selected));
         if (shown.length === 1) results.querySelector("p.empty")?.remove();
         clear(searchStatus, `${shown.length} found so far…`);
       }, () => clear(results, h("p.empty", "Searching…")));
@@ -121,7 +136,9 @@ export function inspector(vhost, name) {
   }
 
   const peekForm = h("form.toolbar", { onsubmit: (e) => { e.preventDefault(); peek(0); } },
-    field("Messages", state), field("From position", offset), field("How many", count),
+    stream ? null : field("Messages", state),
+    field(stream ? "From offset" : "From position", offset),
+    stream ? field("Or from time", since) : null, field("How many", count),
     field("Show body as", mode),
     guard(h("button.primary", { type: "submit" }, "Peek"), read),
     h("button", { type: "button", onclick: () => peek(-1), "aria-label": "Previous messages" }, "‹"),
@@ -162,6 +179,13 @@ export function inspector(vhost, name) {
     } }, "Delete first N")));
   draw();
   if (saved.has("peek")) setTimeout(() => peek(0), 0);  // where the URL says it was
+  if (stream) {
+    return h("section.panel.inspector",
+      h("h2", "Messages"),
+      h("p.hint", "Peek and search read the stream's log by offset or arrival time; nothing "
+        + "is consumed and no consumer's offset moves."),
+      peekForm, searchForm, out, results);
+  }
   return h("section.panel.inspector",
     h("h2", "Messages"),
     h("p.hint", "Peek and search read the queue without changing it: no redelivered flag, no "
@@ -250,13 +274,16 @@ function messageView(m, view, selected) {
   delete props.headers;
   const deaths = Array.isArray(headers["x-death"]) ? headers["x-death"] : [];
   const otherHeaders = Object.entries(headers).filter(([k]) => k !== "x-death");
-  const box = h("input", { type: "checkbox", "aria-label": `Select message ${m.position}`,
+  // A stream's message (no selection: nothing can be done to it) shows offset and arrival.
+  const box = selected && h("input", { type: "checkbox", "aria-label": `Select message ${m.position}`,
     checked: selected.has(m.position),
     onchange: () => (box.checked ? selected.add(m.position) : selected.delete(m.position)) });
   return h("article.message", { dataset: { position: m.position } },
-    h("header", h("label", box, ` #${m.position}`),
+    h("header", selected ? h("label", box, ` #${m.position}`) : h("span", `offset ${m.position}`),
       h("span", `exchange ${m.exchange || "(default)"}`), h("span", `key ${m.routing_key}`),
-      h("span", `${num(m.payload_bytes)} bytes`), h("span", `redelivered ${m.redelivered ? "yes" : "no"}`),
+      h("span", `${num(m.payload_bytes)} bytes`),
+      selected ? h("span", `redelivered ${m.redelivered ? "yes" : "no"}`)
+        : h("span", `arrived ${readableTime(m.timestamp)}`),
       m.consumer_tag ? h("span", `held by ${m.consumer_tag} on ${m.channel} for ${Math.round(m.unacked_for_seconds || 0)} s`) : null),
     h("pre.body", renderBody(m, view)),
     Object.keys(props).length ? h("details", h("summary", "Properties"), kv(Object.entries(props))) : null,

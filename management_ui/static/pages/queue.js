@@ -68,7 +68,7 @@ export async function render(page, vhost, name) {
     h("div.charts", chart.element, rates.element), details,
     h("h2", "Consumers"), consumers,
     h("h2", "Bindings"), bindings.element, bindForm(vhost, name, bindings.reload),
-    inspector(vhost, name),
+    inspector(vhost, name, { stream: first.type === "stream" }),
     h("section.panel.danger-zone", h("h2", "Purge or delete"), actions,
       h("div.toolbar", purgeButton, deleteButton), whyLine(purgeButton, deleteButton)));
 

@@ -9,13 +9,14 @@ browser log must be free of JavaScript errors.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 
 import pika
 import pytest
 from selenium.webdriver.common.by import By
 
-from .browser import Console
+from .browser import Console, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,6 +74,51 @@ def test_search_by_message_id_finds_only_that_message(ui: Console, channel) -> N
     assert found.get_attribute("data-position") == "4" and "body 4" in found.text
     ui.screenshot("queue-search")
     assert channel.queue_declare(queue, passive=True).method.message_count == 6
+
+
+def test_a_streams_log_is_peeked_by_offset_and_time_with_no_action_offered(
+        ui: Console, channel) -> None:
+    stream = _name("ui-stream")
+    channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    channel.confirm_delivery()
+    for i in range(5):
+        channel.basic_publish("", stream, b"early %d" % i)
+    # The time field has seconds: the later chunks arrive in a later second than these.
+    later = int(time.time()) + 1
+    wait_until(lambda: time.time() >= later)
+    for i in range(5):
+        channel.basic_publish("", stream, b"late %d" % i)
+    ui.login()
+    ui.go(f"/queues/%2F/{stream}")
+    ui.wait_text("read the stream's log by offset or arrival time")
+    assert not ui.all("select[name=state]")  # a log has no ready or unacked messages
+    assert not [b for b in ui.all("button") if b.text in ("Delete selected", "Move selected")]
+    ui.fill("input[name=offset]", "3")
+    ui.fill("input[name=count]", "4")
+    ui.click("Peek")
+    shown = _messages(ui, 4)
+    assert [m.get_attribute("data-position") for m in shown] == ["3", "4", "5", "6"]
+    assert "offset 3" in shown[0].text and "arrived " in shown[0].text
+    assert "early 3" in shown[0].text and "late 1" in shown[3].text
+    assert not ui.all("article.message input[type=checkbox]")
+    since = ui.find("input[name=timestamp]")
+    ui.driver.execute_script(  # the browser's local time of second ``later``
+        "const d = new Date(arguments[1] * 1000);"
+        "arguments[0].value = new Date(d - d.getTimezoneOffset() * 60000)"
+        ".toISOString().slice(0, 19);", since, later)
+    ui.click("Peek")
+    ui.wait(lambda d: d.find_element(By.CSS_SELECTOR, "article.message")
+            .get_attribute("data-position") == "5", "the first message of the later chunks")
+    assert ui.find("input[name=offset]").get_attribute("value") == "5"
+    ui.screenshot("stream-peek")
+    # Nothing was taken: a consumer from "first" starts at offset 0.
+    channel.basic_qos(prefetch_count=1)
+    got: list[int] = []
+    channel.basic_consume(stream, lambda ch, m, props, body: got.append(
+        props.headers["x-stream-offset"]), arguments={"x-stream-offset": "first"})
+    wait_until(lambda: channel.connection.process_data_events(time_limit=0.05) or got)
+    assert got[0] == 0
+    channel.queue_delete(stream)
 
 
 def test_redrive_dead_letters_home_from_the_ui(ui: Console, channel) -> None:

@@ -1,0 +1,80 @@
+"""One stream consumer's place in the log: its next offset, its read-ahead and what it skips.
+
+A stream consumer never takes a message: it reads the log from an offset on.
+Its ``Reader`` holds the next offset to deliver and a read-ahead of at most
+``READ_AHEAD`` entries (no more than its credit unless it skips entries), so
+memory is bounded per consumer whatever the length of the log. What it skips
+is decided here: the chunks before a timestamp seek (arrival times grow with
+offsets, so the seek ends at the first entry at or after it) and, with
+``x-stream-filter``, the entries whose ``x-stream-filter-value`` is not among
+its values. The filter is exact, per message (RabbitMQ's per-chunk Bloom filter
+lets false positives through and asks clients to filter again).
+
+Pure data: ``stream.py`` feeds it entries read from the store.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from leveret.model.message import Message
+
+if TYPE_CHECKING:
+    from leveret.persistence.store import StoredEntry
+    from leveret.queues.consumer import Consumer
+    from leveret.queues.stream_tracking import AckWindow
+
+# Entries a reader reads from the store at once, at most (and no more than its consumer's
+# credit): its memory bound.
+READ_AHEAD = 128
+FILTER_VALUE = "x-stream-filter-value"
+
+
+class Reader:
+    """One consumer's place in the log."""
+
+    __slots__ = ("ahead", "consumer", "filters", "match_unfiltered", "min_ts", "position",
+                 "window")
+
+    def __init__(self, consumer: Consumer, position: int, min_ts: int = 0,
+                 filters: frozenset[str] | None = None, match_unfiltered: bool = False,
+                 window: AckWindow | None = None) -> None:
+        self.consumer = consumer
+        self.window = window  # offset tracking on: what it settled (stream_tracking.py)
+        self.position = position  # the next offset to deliver
+        self.ahead: deque[StoredEntry] = deque()  # read from the store, not yet delivered
+        self.min_ts = min_ts  # a timestamp seek: skip chunks that arrived before it
+        self.filters = filters  # x-stream-filter values (None: no filtering)
+        self.match_unfiltered = match_unfiltered
+
+    def page_size(self) -> int:
+        """Entries to take next from the shared pages: its prefetch at most (its memory
+        follows its window; its remaining credit would be a take per ack), unless it skips
+        entries (a filter, a timestamp seek)."""
+        if self.filters is None and not self.min_ts:
+            return min(READ_AHEAD, max(self.consumer.prefetch, 1))
+        return READ_AHEAD
+
+    def wants(self, entry: StoredEntry) -> bool:
+        if self.min_ts:
+            if entry.expires_at < self.min_ts:
+                return False
+            self.min_ts = 0  # arrival times grow with offsets: the seek is over
+        if self.filters is None:
+            return True
+        headers = _headers(entry.message)
+        value = headers.get(FILTER_VALUE) if headers else None
+        if value is None:
+            return self.match_unfiltered
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        return value in self.filters
+
+
+def _headers(message: Message) -> Mapping[str, object] | None:
+    try:
+        return message.headers
+    except ValueError:
+        return None
