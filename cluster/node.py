@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from leveret.cluster import crash_hook, wire
 from leveret.cluster import lineage as lineage_file
-from leveret.cluster import wire
 from leveret.cluster.coordinator import CoordinatorError, EtcdCoordinator, Leadership
 from leveret.cluster.follower import FollowerLink
 from leveret.cluster.leader import Leader, ReplicatedStore
@@ -200,8 +200,11 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     watchdog = asyncio.create_task(_watch_lease(coordinator, leader))
     try:
         view = ClusterService(name, config.cluster_name, coordinator, leader)
-        await process.main(config, [view, *front_doors],
-                           (ReplicatedStore(store, leader, asyncio.get_running_loop()), lock))
+        replicated = ReplicatedStore(store, leader, asyncio.get_running_loop())
+        if (crash_dir := crash_hook.trigger_dir()) is not None:  # tests only
+            replicated = crash_hook.CrashBeforeShipping(store, leader, replicated.loop)
+            replicated.trigger = crash_dir / name
+        await process.main(config, [view, *front_doors], (replicated, lock))
     finally:
         watchdog.cancel()
         await leader.close()
