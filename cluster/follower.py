@@ -59,6 +59,7 @@ class FollowerLink:
         self.lineage = lineage_file.load(data_dir)
         self.applied = store.state().last_seq
         self.failed_on = 0  # the epoch whose leader we last failed to reach (to log once)
+        self.connected = False  # streaming from the leader now (for this node's metrics)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "leveret-follow")
 
     def close(self) -> None:
@@ -73,6 +74,7 @@ class FollowerLink:
         try:
             await self._follow(reader, writer, epoch)
         finally:
+            self.connected = False
             writer.close()
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -106,6 +108,7 @@ class FollowerLink:
                     raise wire.WireError(f"the leader refused us: {payload.decode(errors='replace')}")
                 elif kind == wire.STREAM:
                     self._adopt(wire.parse_json(payload))
+                    self.connected = True
                     log.info("following from batch %d", self.applied)
                 elif kind == wire.SNAPSHOT:
                     snapshot = _Incoming(self.data_dir / "store.incoming",
@@ -118,6 +121,7 @@ class FollowerLink:
                     await loop.run_in_executor(self._executor, self._install, incoming)
                     self.applied = incoming.seq
                     self._adopt(incoming.header)
+                    self.connected = True
                     log.info("snapshot installed at batch %d", incoming.seq)
                     writer.write(wire.ack_frame(incoming.seq))
                 else:

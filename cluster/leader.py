@@ -106,7 +106,7 @@ class Leader:
     def figures(self, cluster: str) -> ReplicationFigures:
         return ReplicationFigures(
             cluster, self.epoch, len(self.in_sync), len(self.followers), self.shipped,
-            self.ack_seconds, {n: max(0, self.last_seq - f.acked)
+            self.last_seq, self.ack_seconds, {n: max(0, self.last_seq - f.acked)
                                for n, f in sorted(self.followers.items())})
 
     async def listen(self, hosts: Sequence[str], port: int,
