@@ -24,9 +24,30 @@ from aiohttp import web
 from leveret.cluster.coordinator import Coordinator, CoordinatorError, Leadership
 from leveret.cluster.follower import FollowerLink
 from leveret.cluster.service import broker_node_name
-from leveret.management_ui.prometheus import CONTENT_TYPE, Writer
 
 log = logging.getLogger(__name__)
+
+# Prometheus's text format 0.0.4, as the broker's endpoint serves it. Written here, a handful
+# of series, rather than borrowed from ``management_ui``, a layer above this package.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def one(self, name: str, type_: str, help_: str, value: int,
+            labels: tuple[tuple[str, str], ...] = ()) -> None:
+        pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+        self.lines.append(f"# TYPE {name} {type_}\n# HELP {name} {help_}\n"
+                          f"{name}{'{' + pairs + '}' if pairs else ''} {int(value)}\n")
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class FollowerMetrics:
@@ -67,7 +88,7 @@ class FollowerMetrics:
                             headers={"Content-Type": CONTENT_TYPE})
 
     def render(self, in_sync: set[str] | None) -> str:
-        w = Writer()
+        w = _Text()
         w.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
             ("rabbitmq_node", broker_node_name(self.node)), ("rabbitmq_cluster", self.cluster),
             ("rabbitmq_cluster_permanent_id", f"leveret-{self.cluster}")))

@@ -72,35 +72,42 @@ def test_a_follower_reports_itself_and_its_replication(cluster: harness.Cluster)
     led = _wait(lambda: _series(cluster.nodes[leader]), "the leader's metrics")
     assert led["leveret_replication_leader"] == "1"
     assert led["leveret_replication_member_in_sync"] == "1"
-    last, epoch = led["leveret_replication_last_batch"], led["leveret_replication_epoch"]
-    assert int(last) > 0
+    assert int(led["leveret_replication_last_batch"]) > 0
+    epoch = led["leveret_replication_epoch"]
     def identity(node: str) -> str:
         return (f'rabbitmq_identity_info{{rabbitmq_node="leveret@{node}",rabbitmq_cluster='
                 f'"{cluster.name}",rabbitmq_cluster_permanent_id="leveret-{cluster.name}"}}')
     assert led[identity(leader)] == "1"
+    # Idle now: each follower has applied the leader's last batch. A starved machine may
+    # drop one from the set for a while: the state is waited for, not caught at an instant.
+    synced = {"leveret_replication_in_sync": "3", "leveret_replication_member_in_sync": "1",
+              "leveret_replication_leader_connected": "1"}
+
+    def in_step(name: str) -> dict[str, str] | None:
+        own = _series(cluster.nodes[name])
+        now = _series(cluster.nodes[leader]).get("leveret_replication_last_batch")
+        return own if own.get("leveret_replication_last_batch") == now and all(
+            own.get(k) == v for k, v in synced.items()) else None
     for name in (follower, other):
-        # Idle now: each follower has applied the leader's last batch.
-        own = _wait(lambda n=name: (s := _series(cluster.nodes[n])).get(
-            "leveret_replication_last_batch") == last and s, f"{name} at batch {last}")
+        own = _wait(lambda n=name: in_step(n), f"{name} in sync, at the leader's last batch")
         assert own[identity(name)] == "1"  # itself, not the leader
         assert own["leveret_replication_leader"] == "0"
         assert own["leveret_replication_epoch"] == epoch
-        assert own["leveret_replication_leader_connected"] == "1"
-        assert own["leveret_replication_member_in_sync"] == "1"
-        assert own["leveret_replication_in_sync"] == "3"
 
     cluster.nodes[other].kill()
     _publish(cluster.nodes[leader].port, 1)  # its ack never comes: it leaves the set
-    own = _wait(lambda: (s := _series(cluster.nodes[follower])).get(
-        "leveret_replication_in_sync") == "2" and s, "the killed follower out of the set")
-    assert own["leveret_replication_member_in_sync"] == "1"
+    _wait(lambda: (s := _series(cluster.nodes[follower])).get(
+        "leveret_replication_in_sync") == "2" and s.get(
+        "leveret_replication_member_in_sync") == "1", "the killed follower out of the set")
     # Asked of a follower, which relays the API to the leader.
     gone = {"running": False, "role": "follower", "in_sync": False, "replication_lag": None}
-    rows = _wait(lambda: (r := _nodes(cluster.nodes[follower]))[f"leveret@{other}"] == gone
-                 and r, "the killed follower not running and out of sync in /api/nodes")
+    # (etcd's member list is re-read every 2 s: wait for a node missing from it too)
+    rows = _wait(lambda: (r := _nodes(cluster.nodes[follower])).get(f"leveret@{other}") == gone
+                 and r.get(f"leveret@{follower}", {}).get("in_sync") and r,
+                 "the killed follower not running and out of sync in /api/nodes")
     assert rows[f"leveret@{leader}"] == {"running": True, "role": "leader", "in_sync": True,
                                           "replication_lag": 0}
-    assert rows[f"leveret@{follower}"]["in_sync"] is True
+    assert rows[f"leveret@{follower}"]["role"] == "follower"
 
 
 def _nodes(node: harness.Node) -> dict[str, dict[str, Any]]:
@@ -133,13 +140,14 @@ def test_the_console_overview_shows_every_node(cluster: harness.Cluster) -> None
         ui.login()
         ui.open("/")
         rows = _cluster_rows(ui, lambda r: len(r) == 3 and all(
-            c["Lag (batches)"] == "0" for c in r.values()), "three nodes, none lagging")
+            c["Lag (batches)"] == "0" and c["In sync"] == "in sync" for c in r.values()),
+            "three nodes in sync, none lagging")
         assert rows[f"leveret@{leader}"] == {
             "Node": f"leveret@{leader}", "Role": "leader", "Running": "running",
             "In sync": "in sync", "Lag (batches)": "0"}
         for name in (follower, other):
             assert rows[f"leveret@{name}"]["Role"] == "follower"
-            assert rows[f"leveret@{name}"]["In sync"] == "in sync"
+            assert rows[f"leveret@{name}"]["Running"] == "running"
         ui.driver.execute_script("arguments[0].scrollIntoView()", ui.find("section.cluster"))
         ui.screenshot("cluster-overview")
 
@@ -150,6 +158,7 @@ def test_the_console_overview_shows_every_node(cluster: harness.Cluster) -> None
         rows = _cluster_rows(ui, lambda r: r.get(f"leveret@{other}") == gone,
                              "the killed follower shown not running and out of sync")
         assert rows[f"leveret@{follower}"]["Running"] == "running"
+        assert rows[f"leveret@{leader}"]["Role"] == "leader"
         assert ui.js_errors() == []
     finally:
         sessions.close()
