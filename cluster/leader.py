@@ -293,7 +293,10 @@ class Leader:
             if held_seq > seq:
                 writer.write(frame)
         follower.held = []
-        follower.acked = seq
+        # ``acked`` stays where it was until the follower acks the snapshot, which it does
+        # once it has installed and synced it: until then its store is still the old one,
+        # and admitting it to the in-sync set would let it win an election without
+        # batches confirmed meanwhile.
         follower.streaming = True
         await writer.drain()
 
