@@ -4,7 +4,8 @@
 
 Starts a private etcd and three nodes on 127.0.0.1 (tests/cluster/harness.py), runs
 ``bench/loadgen.py --scenario confirmed`` against the leader, stops them, then runs the
-same against a single node (no ``--etcd``) on a fresh data dir; prints each round's
+same against a single node (no ``--etcd``) on a fresh data dir (the order alternates
+from round to round); prints each round's
 ``consumed_per_s``, the broker's CPU per message (the leader's process only, with its two
 followers; the single node's), and the cluster/single ratios. All processes share the
 machine's cores, so the cluster pays for its followers' CPU too: this is the pessimistic
@@ -75,28 +76,36 @@ def main() -> int:
     cpu_single: list[float | None] = []
     for round_ in range(1, args.rounds + 1):
         directory = Path(tempfile.mkdtemp(prefix="leveret-cluster-throughput-"))
-        etcd = harness.Etcd(directory).start()
-        cluster = harness.Cluster(directory, etcd, name="tp", lease_ttl=5)
-        try:
-            cluster.start(3)
-            leader = cluster.nodes[cluster.wait_leader()]
-            cluster.wait_in_sync(3)
-            assert leader.proc is not None
-            rate, cpu = loadgen(leader.port, args.duration, leader.proc.pid)
-            clustered.append(rate)
-            cpu_leader.append(cpu)
-        finally:
-            cluster.stop()
-            etcd.stop()
-        node = harness.Node("solo", directory, etcd="", cluster="")  # no etcd: one node
-        try:
-            node.start()
-            assert node.proc is not None
-            rate, cpu = loadgen(node.port, args.duration, node.proc.pid)
-            single.append(rate)
-            cpu_single.append(cpu)
-        finally:
-            node.kill()
+
+        def clustered_run(directory: Path = directory) -> None:
+            etcd = harness.Etcd(directory).start()
+            cluster = harness.Cluster(directory, etcd, name="tp", lease_ttl=5)
+            try:
+                cluster.start(3)
+                leader = cluster.nodes[cluster.wait_leader()]
+                cluster.wait_in_sync(3)
+                assert leader.proc is not None
+                rate, cpu = loadgen(leader.port, args.duration, leader.proc.pid)
+                clustered.append(rate)
+                cpu_leader.append(cpu)
+            finally:
+                cluster.stop()
+                etcd.stop()
+
+        def single_run(directory: Path = directory) -> None:
+            node = harness.Node("solo", directory, etcd="", cluster="")  # no etcd: one node
+            try:
+                node.start()
+                assert node.proc is not None
+                rate, cpu = loadgen(node.port, args.duration, node.proc.pid)
+                single.append(rate)
+                cpu_single.append(cpu)
+            finally:
+                node.kill()
+
+        # Alternated: whichever runs second ran measurably slower here (a busy shared VM).
+        for run in (clustered_run, single_run) if round_ % 2 else (single_run, clustered_run):
+            run()
         print(f"round {round_}: cluster {clustered[-1]:.0f} msg/s (leader CPU "
               f"{cpu_leader[-1]} µs/msg), single {single[-1]:.0f} msg/s (CPU {cpu_single[-1]} "
               f"µs/msg)", flush=True)
