@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pause publishing while published-consumed exceeds N; 0 = off "
                         "(default 0; fanout 20,000 and topic 10,000 deliveries owed)")
     p.add_argument("--queue-args", default="",
-                   help="backlog: the queue's arguments as JSON, e.g. '{\"x-message-ttl\": 86400000}'")
+                   help="backlog, confirmed: the queue's arguments as JSON, e.g. '{\"x-message-ttl\": 86400000}'")
     p.add_argument("--priorities", type=int, default=d.priorities,
                    help="confirmed/backlog: publishes cycle through priorities 0..N-1 (0: none)")
     p.add_argument("--broker-pid", type=int, default=None,

@@ -93,7 +93,8 @@ async def scenario_confirmed(cfg: Config) -> dict:
     try:
         await open_channel(cconn, 1)
         pre = await delete_queue(cconn, qname, 2)  # leftovers of an aborted run
-        await declare_durable(cconn, qname)
+        # e.g. '{"x-queue-type": "quorum"}': RabbitMQ's replicated queue, for comparison
+        await declare_durable(cconn, qname, arguments=json.loads(cfg.queue_args or "{}"))
         consumer = await start_consumer(cfg, cconn, qname)
         pconn, pub = await confirm_publisher(cfg, qname)
         task = asyncio.create_task(pub.run())

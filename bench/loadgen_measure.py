@@ -51,7 +51,7 @@ class Config:
     multi_ack_every: int = 0  # PerfTest default: 0 = ack every message, multiple=false
     no_ack: bool = False
     max_backlog: int = 0  # 0 = publisher unthrottled (PerfTest default)
-    queue_args: str = ""  # backlog: the queue's arguments, JSON ("" = none)
+    queue_args: str = ""  # backlog, confirmed: the queue's arguments, JSON ("" = none)
     priorities: int = 0  # confirm publishers: cycle through priorities 0..N-1 (0 = none set)
     broker_pid: int | None = None
     window: int = 1000  # confirm scenarios: max unconfirmed publishes

@@ -16,6 +16,8 @@ class ClusterNode:
     name: str  # as /api/nodes names nodes: "leveret@<node_name>"
     running: bool
     leader: bool
+    in_sync: bool = False  # in the in-sync set (the leader always is)
+    lag: int | None = None  # batches shipped and not yet acked; None: not connected
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class ReplicationFigures:
     in_sync: int  # nodes in the in-sync set, the leader included
     followers: int  # followers connected now
     batches_shipped: int
+    last_batch: int  # the last batch written (its seq): a follower's applied one trails it
     ack_seconds_sum: float  # time from local commit to the last needed follower ack
     lag: dict[str, int] = field(default_factory=dict)  # follower -> batches not yet acked
 

@@ -14,6 +14,8 @@ the epoch and the in-sync set, and sees no message. Modules:
 * ``leader.py``: ships batches, and confirms only what every in-sync follower holds;
 * ``follower.py``: applies them through the store's one write path;
 * ``proxy.py``: a follower relays AMQP clients to the leader;
+* ``follower_metrics.py``: a follower's own Prometheus endpoint;
+* ``crash_hook.py``: a test hook, a leader dying between its local commit and shipping;
 * ``node.py``: a node's life (follow, campaign, lead), the entry point ``cli.py`` uses
   instead of ``node.process.run`` when ``--etcd`` is set, so a single node pays nothing.
 """

@@ -106,7 +106,7 @@ class Leader:
     def figures(self, cluster: str) -> ReplicationFigures:
         return ReplicationFigures(
             cluster, self.epoch, len(self.in_sync), len(self.followers), self.shipped,
-            self.ack_seconds, {n: max(0, self.last_seq - f.acked)
+            self.last_seq, self.ack_seconds, {n: max(0, self.last_seq - f.acked)
                                for n, f in sorted(self.followers.items())})
 
     async def listen(self, hosts: Sequence[str], port: int,
@@ -293,7 +293,10 @@ class Leader:
             if held_seq > seq:
                 writer.write(frame)
         follower.held = []
-        follower.acked = seq
+        # ``acked`` stays where it was until the follower acks the snapshot, which it does
+        # once it has installed and synced it: until then its store is still the old one,
+        # and admitting it to the in-sync set would let it win an election without
+        # batches confirmed meanwhile.
         follower.streaming = True
         await writer.drain()
 

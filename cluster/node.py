@@ -6,8 +6,9 @@ Theory of operation
 start-up; a single node never imports this package). The node takes its etcd lease, locks
 its data dir and opens its store, then loops as a follower: it reads the leader key; while
 there is a leader it proxies AMQP clients to it (``proxy.py``) and applies its batches
-(``follower.py``); when there is none it campaigns (``coordinator.py``: only an in-sync
-node can win). Winning, it stops proxying, records the new epoch in its lineage, removes
+(``follower.py``), serving its own metrics meanwhile (``follower_metrics.py``); when there
+is none it campaigns (``coordinator.py``: only an in-sync node can win). Winning, it stops
+proxying and serving those metrics, records the new epoch in its lineage, removes
 the previous leader from the in-sync set, listens for followers (``leader.py``) and runs
 the broker exactly as a single node does (``node.process.main``) on its warm store wrapped
 in ``ReplicatedStore``. A leader whose lease lapses exits at once (status 3, as LavinMQ):
@@ -26,10 +27,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from leveret.cluster import crash_hook, wire
 from leveret.cluster import lineage as lineage_file
-from leveret.cluster import wire
 from leveret.cluster.coordinator import CoordinatorError, EtcdCoordinator, Leadership
 from leveret.cluster.follower import FollowerLink
+from leveret.cluster.follower_metrics import FollowerMetrics
 from leveret.cluster.leader import Leader, ReplicatedStore
 from leveret.cluster.proxy import Proxy
 from leveret.cluster.service import ClusterService
@@ -150,6 +152,9 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
         except OSError as exc:
             log.warning("not relaying the management API on port %d: %s",
                         config.management_port, exc.strerror)
+    metrics = FollowerMetrics(name, config.cluster_name, coordinator, link, lambda: current)
+    if config.prometheus_port and not config.prometheus_authentication:
+        await metrics.listen(config.management_host, config.prometheus_port)
     log.info("cluster node %s (cluster %r) started as a follower", name, config.cluster_name)
     previous: str | None = None
     epoch = 0
@@ -174,6 +179,7 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     log.info("node %s leads the cluster, epoch %d", name, epoch)
     await proxy.close()
     await api_proxy.close()
+    await metrics.close()
     link.close()
     # Reopened as a restarted node's is: transient entries replicated from the previous
     # leader (paged out, not meant to survive it) are dropped, as at any start.
@@ -200,8 +206,11 @@ async def _serve(config: Config, front_doors: Sequence[Service], coordinator: Et
     watchdog = asyncio.create_task(_watch_lease(coordinator, leader))
     try:
         view = ClusterService(name, config.cluster_name, coordinator, leader)
-        await process.main(config, [view, *front_doors],
-                           (ReplicatedStore(store, leader, asyncio.get_running_loop()), lock))
+        replicated = ReplicatedStore(store, leader, asyncio.get_running_loop())
+        if (crash_dir := crash_hook.trigger_dir()) is not None:  # tests only
+            replicated = crash_hook.CrashBeforeShipping(store, leader, replicated.loop)
+            replicated.trigger = crash_dir / name
+        await process.main(config, [view, *front_doors], (replicated, lock))
     finally:
         watchdog.cancel()
         await leader.close()

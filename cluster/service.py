@@ -41,7 +41,18 @@ class ClusterService:
         self._task: asyncio.Task[None] | None = None
 
     def nodes(self) -> list[ClusterNode]:
-        return list(self._nodes)
+        """The members etcd lists, with the in-sync set and each follower's lag as this
+        leader knows them now (from memory: a request costs no etcd call)."""
+        leader = self.leader
+        out = []
+        for node in self._nodes:
+            name = node.name.removeprefix("leveret@")
+            follower = leader.followers.get(name)
+            lag = (0 if node.leader else max(0, leader.last_seq - follower.acked)
+                   if follower is not None else None)
+            out.append(ClusterNode(node.name, node.running, node.leader,
+                                   name in leader.in_sync, lag))
+        return out
 
     def figures(self) -> ReplicationFigures:
         return self.leader.figures(self.cluster)

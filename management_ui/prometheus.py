@@ -133,10 +133,11 @@ def write_info(w: Writer, state: State) -> None:
         ("prometheus_plugin_version", state.version),
         ("prometheus_client_version", state.version), ("erlang_version", "n/a"),
         ("product_name", state.product_name), ("product_version", state.version)))
+    cluster = (broker.cluster.figures().cluster if broker.cluster is not None
+               else broker.cluster_name)  # a cluster's id outlives its leaders
     w.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, (
-        ("rabbitmq_node", state.node), ("rabbitmq_cluster", broker.cluster.figures().cluster
-                                         if broker.cluster is not None else broker.cluster_name),
-        ("rabbitmq_cluster_permanent_id", f"leveret-{broker.cluster_name}")))
+        ("rabbitmq_node", state.node), ("rabbitmq_cluster", cluster),
+        ("rabbitmq_cluster_permanent_id", f"leveret-{cluster}")))
 
 
 def write_node(w: Writer, state: State) -> None:

@@ -1,7 +1,8 @@
 """``leveret_replication_*``: a cluster leader's replication figures (``Broker.cluster``).
 
-Only a leader serves Prometheus; a single node (``Broker.cluster`` None) has none of these
-series. The lag is per follower connected now, in batches shipped and not yet acked.
+A single node (``Broker.cluster`` None) has none of these series. A follower serves the
+same names from its own point of view (``cluster/follower_metrics.py``). The lag is per
+follower connected now, in batches shipped and not yet acked.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ class _Writer(Protocol):
 
 
 def write_replication(w: _Writer, figures: ReplicationFigures) -> None:
+    w.one("leveret_replication_leader", "gauge", "1 on the leader, 0 on a follower", 1)
     w.one("leveret_replication_epoch", "gauge",
           "Epoch of this node's leadership (etcd revision of its win)", figures.epoch)
+    w.one("leveret_replication_last_batch", "gauge",
+          "The last batch this node holds (the leader: written)", figures.last_batch)
     w.one("leveret_replication_in_sync", "gauge",
           "Nodes in the in-sync set, the leader included", figures.in_sync)
+    w.one("leveret_replication_member_in_sync", "gauge",
+          "1 when this node is in the in-sync set", 1)
     w.one("leveret_replication_followers_connected", "gauge",
           "Followers connected to this leader", figures.followers)
     w.one("leveret_replication_batches_shipped_total", "counter",

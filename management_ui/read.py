@@ -268,10 +268,12 @@ async def nodes(req: Request) -> web.Response:
     serves the API, so the others' resources are not known here)."""
     rows = [node_json(req.state)]
     cluster = req.state.broker.cluster
-    if cluster is not None:
-        rows += [{"name": n.name, "type": "disc", "running": n.running, "leader": n.leader}
+    if cluster is not None:  # Leveret's: role, in_sync, replication_lag (batches; null: away)
+        rows += [{"name": n.name, "type": "disc", "running": n.running, "leader": n.leader,
+                  "role": "leader" if n.leader else "follower", "in_sync": n.in_sync,
+                  "replication_lag": n.lag}
                  for n in cluster.nodes() if n.name != req.state.node]
-        rows[0]["leader"] = True
+        rows[0].update(leader=True, role="leader", in_sync=True, replication_lag=0)
     return json_response(respond_list(req.query, rows, lambda row: row))
 
 

@@ -427,14 +427,20 @@ class LmdbStore:
     # -- group commit ------------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
-        if batch.live == 0:
-            return
+        if batch.live:
+            self.write_batches((batch,))
+
+    def write_batches(self, batches: Sequence[Batch]) -> None:
+        """Several batches in order, in one transaction (one fsync): a cluster follower
+        catching up applies what has arrived this way; each batch is applied exactly as
+        ``write_batch`` would, seeing the ones before it."""
         env = self._require_env()
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
-                writer = LmdbWriter(txn, self._dbs, self.pages)
-                apply_batch(batch, writer)
-                writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
+                for batch in batches:
+                    writer = LmdbWriter(txn, self._dbs, self.pages)
+                    apply_batch(batch, writer)
+                    writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
 

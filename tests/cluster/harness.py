@@ -221,6 +221,7 @@ class Node:
     management_port: int = field(default_factory=free_port)
     prometheus_port: int = field(default_factory=free_port)
     extra: list[str] = field(default_factory=list)  # more `leveret serve` flags
+    env: dict[str, str] = field(default_factory=dict)  # more environment (test hooks)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Node:
@@ -235,7 +236,7 @@ class Node:
              "--management-port", str(self.management_port),
              "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
              "--data-dir", str(self.directory / self.name), *self.extra],
-            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ))
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:  # a follower's proxy or the leader's listener
             assert self.proc.poll() is None, f"{self.name} exited:\n{self.log_text()}"

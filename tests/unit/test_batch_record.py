@@ -90,6 +90,23 @@ def test_a_decoded_batch_applies_to_another_store_with_the_same_result(tmp_path:
     follower.close()
 
 
+def test_batches_written_in_one_transaction_leave_what_one_by_one_does(tmp_path: Path) -> None:
+    # A cluster follower catching up applies the batches that arrived together at once.
+    leader = MemoryStore()
+    follower = LmdbStore(tmp_path / "follower")
+    batches = record_some(Recorder(leader.state()))
+    for batch in batches:
+        leader.write_batch(batch)
+    follower.write_batches([decode_batch(encode_batch(b)) for b in batches[:2]])
+    assert follower.state().last_seq == 2
+    follower.write_batches([decode_batch(encode_batch(batches[2]))])
+    assert contents(follower) == contents(leader)
+    state, copied = leader.state(), follower.state()
+    assert (copied.next_msg_id, copied.next_qid, copied.last_seq) == (
+        state.next_msg_id, state.next_qid, state.last_seq)
+    follower.close()
+
+
 def test_a_message_in_several_queues_travels_once() -> None:
     recorder = Recorder()
     shared = Message("", "q", PROPS, b"x" * 1000)

@@ -24,9 +24,10 @@ export async function render(page) {
       details: (o) => (o.queue_totals || {}).messages_unacknowledged_details,
       value: (o) => (o.queue_totals || {}).messages_unacknowledged || 0 },
   ], plain);
+  const cluster = h("section.cluster", { hidden: true });
   page.append(h("h1", "Overview"), errors, totals,
     h("div.charts", rates.element, queued.element),
-    h("h2", "Node"), health, h("h2", "Listeners"), listeners,
+    h("h2", "Node"), health, cluster, h("h2", "Listeners"), listeners,
     isAdmin() ? definitions() : null);
 
   every(0, async () => {
@@ -48,8 +49,27 @@ export async function render(page) {
       return;
     }
     const nodes = await api("GET", "nodes").catch(() => null);
-    if (nodes) drawHealth(health, nodes[0] || {});
+    if (nodes) {
+      drawHealth(health, nodes[0] || {});
+      drawCluster(cluster, nodes);
+    }
   });
+}
+
+// A cluster's nodes (Leveret's /api/nodes fields role, in_sync, replication_lag); a
+// single node has no role and shows no section.
+function drawCluster(where, nodes) {
+  where.hidden = !nodes.some((n) => n.role);
+  if (where.hidden) return;
+  clear(where, h("h2", "Cluster"), table(nodes, [
+    { title: "Node", cell: (n) => n.name },
+    { title: "Role", cell: (n) => n.role || "" },
+    { title: "Running", cell: (n) => (n.running ? "running" : "not running") },
+    { title: "In sync", cell: (n) => (n.in_sync ? "in sync" : "not in sync") },
+    { title: "Lag (batches)", className: "num",
+      cell: (n) => (n.replication_lag === null || n.replication_lag === undefined
+        ? "not connected" : num(n.replication_lag)) },
+  ]));
 }
 
 function card(label, value, note, state) {
