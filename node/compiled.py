@@ -42,6 +42,8 @@ COMPILED_MODULES: Final = (
     "leveret.model.field_table", "leveret.model.properties", "leveret.model.message",
     "leveret.queues.consumer_ring", "leveret.queues.consumer", "leveret.queues.entry",
     "leveret.queues.plain_store", "leveret.broker.publishing",
+    "leveret.amqp.channel", "leveret.amqp.held_output", "leveret.amqp.publishing",
+    "leveret.queues.queue", "leveret.queues.dispatch",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
