@@ -1,5 +1,11 @@
 # C fields for amqp/connection.py when compiled (Cython pure-Python mode; the .py is the source).
-# An extension type: a connection has these attributes and no others.
+# An extension type: a connection has these attributes and no others. Its channels are
+# typed, so handing them a frame is a C call.
+
+cimport cython
+
+from leveret.amqp.channel cimport Channel as CChannel
+
 
 cdef class Connection:
     cdef public object broker, config, peer, local, name, on_output, clock, state, out
@@ -11,3 +17,11 @@ cdef class Connection:
     cdef public bint writable, released, batch_full
     cdef public object recv_oct, recv_cnt, send_oct, send_cnt, connected_at
     cdef public Py_ssize_t batch_bytes
+
+    cpdef write(self, data)
+
+    @cython.locals(channel=CChannel)
+    cpdef _on_publish(self, number, method, header, body)
+
+    @cython.locals(channel=CChannel)
+    cpdef _on_method(self, number, payload)

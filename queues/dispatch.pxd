@@ -4,3 +4,5 @@ cdef class Dispatcher:
     cdef public object ring, _continuation
     cdef public bint _dispatching, had_consumer, exclusive_consumer
     cdef public Py_ssize_t unacked, delivered, redelivered
+
+    cpdef run(self, owner)
