@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from leveret.broker.basic_get import Got
     from leveret.broker.vhost import VirtualHost
     from leveret.queues.consumer import Consumer
-    from leveret.queues.queue import Queue, QueueEntry
+    from leveret.queues.entry import QueueEntry
+    from leveret.queues.queue import Queue
 
 _PUBLISH = fastpath.BASIC_PUBLISH
 # Deliveries one connection encodes per loop turn before the rest wait for the next turn

@@ -79,11 +79,13 @@ class Consumer:
 
     def can_take(self) -> bool:
         """Room for one more delivery: no-ack consumers are only held by channel flow."""
+        channel = self.channel
         if self.no_ack:
-            return self.channel.active and self.channel.connection.writable
+            return channel.active and channel.connection.writable
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        return self.channel.has_room()
+        return channel.has_room()
 
     def deliver(self, entry: QueueEntry) -> None:
-        self.channel.deliver(self, entry)
+        channel = self.channel
+        channel.deliver(self, entry)

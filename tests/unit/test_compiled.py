@@ -27,7 +27,7 @@ def test_the_pure_finder_finds_the_source_of_compiled_modules_only() -> None:
     spec = finder.find_spec("leveret.amqp.frames", [str(ROOT / "amqp")])
     assert spec is not None and spec.origin == str(ROOT / "amqp" / "frames.py")
     assert isinstance(spec.loader, importlib.machinery.SourceFileLoader)
-    assert finder.find_spec("leveret.amqp.channel", [str(ROOT / "amqp")]) is None
+    assert finder.find_spec("leveret.amqp.handshake", [str(ROOT / "amqp")]) is None
     assert finder.find_spec("leveret.amqp.frames", None) is None
 
 
@@ -83,7 +83,7 @@ def test_a_module_edited_since_compiled_in_place_runs_from_source(tmp_path: Path
     source.write_text("X = 1\n")
     (tmp_path / "frames.pxd").write_text("cdef int X\n")  # a new .pxd is an edit too
     assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is not None
-    assert guard.find_spec("leveret.amqp.channel", [str(tmp_path)]) is None
+    assert guard.find_spec("leveret.amqp.handshake", [str(tmp_path)]) is None
 
 
 def test_the_stale_guard_is_always_installed() -> None:
