@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import checks
 
 from leveret.management_ui.api import openapi_document
@@ -59,10 +60,17 @@ def test_the_served_document_is_the_one_tested(fuzzed: BrokerProcess) -> None:
         assert json.loads(resp.read()) == json.loads(json.dumps(openapi_document()))
 
 
-@schema.parametrize()
+# One test per operation, parametrized by pytest itself: schemathesis's own
+# ``schema.parametrize()`` collapses to a single item under pytest-xdist that exercises none.
+OPERATIONS = [result.ok() for result in schema.get_all_operations()]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.label)
 @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-def test_api_conforms(case: Any, fuzzed: BrokerProcess) -> None:
+@given(data=st.data())
+def test_api_conforms(operation: Any, data: st.DataObject, fuzzed: BrokerProcess) -> None:
+    case = data.draw(operation.as_strategy())
     session = requests.Session()
     session.auth = ("guest", "guest")
     if case.operation.path.endswith("/stream"):
