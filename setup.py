@@ -80,6 +80,11 @@ def extensions() -> list[Extension]:
 class BuildExt(build_ext):
     """Compiles what it can; a module that fails to compile ships as pure Python."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:  # pip passes no options: compile on every core
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
         if getattr(self, "editable_mode", False):
             say("editable install: pure Python (a compiled module would hide edits)")
@@ -96,7 +101,8 @@ class BuildExt(build_ext):
                     group, compiler_directives={"language_level": "3",
                                                 "annotation_typing": typed},
                     build_dir=os.path.join(self.build_temp, "cython" if typed else "cython-hints"),
-                    quiet=True, include_path=[pxd_tree])} if group else {})
+                    quiet=True, include_path=[pxd_tree],
+                    nthreads=self.parallel or 1)} if group else {})
             for ext in self.extensions:  # the same objects: setuptools annotated them
                 ext.sources = generated[ext.name]
             super().run()
