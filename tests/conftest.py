@@ -49,8 +49,28 @@ def _quick(item: pytest.Item) -> bool:
     return item.nodeid.startswith(QUICK)
 
 
+# The longest files, first: spread over workers (.ci/test), one started last would run alone
+# while the others sit idle. Each is a minute or more of one worker (wheels, a JVM, etcd).
+LONGEST_FIRST = (
+    "tests/test_packaging.py",
+    "tests/integration/test_spark.py",
+    "tests/cluster/",
+    "tests/test_lint.py",
+    "tests/integration/test_celery_worker.py",
+    "tests/test_labs.py",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--quick"):
+        items.sort(key=_rank)  # stable: every file keeps its own order
         return
     keep = [item for item in items if _quick(item)]
     config.hook.pytest_deselected(items=[item for item in items if not _quick(item)])
