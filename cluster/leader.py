@@ -29,8 +29,9 @@ for seconds. This is LavinMQ's rule (``wait_for_followers`` and ``flush_isr``), 
 batches instead of file bytes.
 
 A follower whose link is lost, or silent (no ack, no heartbeat) for ``wire.LINK_TIMEOUT``,
-leaves the in-sync set at once, in etcd first, whether or not a batch waits for it: an
-idle leader's set names only nodes that can take over.
+or that has not dialled a new leader within that time, leaves the in-sync set at once, in
+etcd first, whether or not a batch waits for it: an idle leader's set names only nodes
+that can take over.
 """
 
 from __future__ import annotations
@@ -116,6 +117,15 @@ class Leader:
                      tls: ssl.SSLContext | None = None) -> None:
         self._server = await asyncio.start_server(self._serve, list(hosts) or None, port,
                                                   ssl=tls)
+        self._spawn(self._drop_absent())
+
+    async def _drop_absent(self) -> None:
+        """Members of the set this leader inherited that never dial it leave the set, as
+        a lost link would: a follower polls the leader key every fraction of a second."""
+        await asyncio.sleep(wire.LINK_TIMEOUT)
+        for node in sorted(self.required - set(self.followers) - {self.node}):
+            await self._drop_lost(node, f"no link to this leader within "
+                                        f"{wire.LINK_TIMEOUT:.0f} s of its start")
 
     async def close(self) -> None:
         if self._server is not None:

@@ -198,3 +198,16 @@ def test_follower_back_before_the_drop_stays_in_the_set() -> None:
         await asyncio.wait_for(leader._drop_lost("F2", "link lost"), 5)
         assert coordinator.calls == [] and "F2" in leader.in_sync
     asyncio.run(scenario())
+
+
+def test_inherited_member_that_never_dials_the_new_leader_leaves_the_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_module.wire, "LINK_TIMEOUT", 0.01)
+
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1", "F2"})
+        del leader.followers["F2"]  # in the set etcd handed over; never connected
+        await asyncio.wait_for(leader._drop_absent(), 5)
+        assert coordinator.calls == [("F2", False)] and leader.in_sync == {"L", "F1"}
+    asyncio.run(scenario())
