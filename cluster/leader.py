@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 # Seconds an in-sync follower may take to ack a batch before it is dropped from the set
 # (LavinMQ: 3 s; the design's 1.5 s keeps a confirm's worst pause short).
 ACK_TIMEOUT = 1.5
+# A follower admitted while a batch is in flight gets its own ack timeout for that batch,
+# but the batch waits no longer than this in all (guarantee: a lost follower pauses
+# confirms at most 2 s; the margin is for the etcd transaction that drops it).
+MAX_ACK_WAIT = 1.8
 # Batches kept for followers that reconnect (older ones get a snapshot instead): the most
 # recent ones, up to this many bytes of frames.
 RING_BYTES = 256 << 20
@@ -161,7 +165,8 @@ class Leader:
             missing = [n for n in self.required if n != self.node
                        and (n not in self.followers or self.followers[n].acked < seq)]
             now = loop.time()
-            late = [n for n in missing if now >= max(deadline, self._grace.get(n, 0.0))]
+            late = [n for n in missing if now >= max(
+                deadline, min(self._grace.get(n, 0.0), started + MAX_ACK_WAIT))]
             if not missing:
                 if len(self.in_sync) >= self.min_in_sync:
                     self.ack_seconds += now - started
