@@ -17,14 +17,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "cluster"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import harness
+from cluster_bench import etcd_missing, harness, three_nodes, verdict
 
 
 def main() -> int:
@@ -34,26 +32,15 @@ def main() -> int:
     parser.add_argument("--restart", type=float, default=10.0)
     parser.add_argument("--lease-ttl", type=int, default=3)
     args = parser.parse_args()
-    if harness.etcd_binary() is None:
-        print("etcd is not installed (apt-get install etcd-server)", file=sys.stderr)
+    if etcd_missing():
         return 2
-    directory = Path(tempfile.mkdtemp(prefix="leveret-cluster-bench-"))
-    etcd = harness.Etcd(directory).start()
-    cluster = harness.Cluster(directory, etcd, name="bench", lease_ttl=args.lease_ttl)
-    publishers: list[harness.Publisher] = []
-    consumers: list[harness.Consumer] = []
-    threads: list[threading.Thread] = []
     failovers: list[float] = []
-    try:
-        cluster.start(3)
-        cluster.wait_leader()
-        cluster.wait_in_sync(3)
+    with three_nodes("failover", args.lease_ttl) as bench:
+        cluster = bench.cluster
         ports = cluster.ports()
         publishers = [harness.Publisher(ports, "bench", f"p{i}") for i in range(4)]
         consumers = [harness.Consumer(ports, "bench") for _ in range(2)]
-        for worker in (*publishers, *consumers):
-            threads.append(threading.Thread(target=worker.run, daemon=True))
-            threads[-1].start()
+        bench.run([*publishers, *consumers])
         for cycle in range(1, args.cycles + 1):
             time.sleep(max(0.0, args.period - args.restart))
             leader = cluster.wait_leader()
@@ -76,33 +63,19 @@ def main() -> int:
                   f"{took:.2f} s; {confirmed} confirmed so far", flush=True)
             time.sleep(args.restart)
             cluster.nodes[leader].start()
-        for worker in publishers:
-            worker.stop.set()
+        bench.stop(publishers)
         cluster.wait_in_sync(3)
         time.sleep(2)
-        for worker in consumers:
-            worker.stop.set()
-        for thread in threads:
-            thread.join(60)
+        bench.join()
         received = [i for c in consumers for i in c.received]
         received += harness.drain(cluster.ports(), "bench")
-        attempted = set().union(*(p.attempted for p in publishers))
-        confirmed_ids = {i for p in publishers for i, _ in p.confirmed}
-        verdict = harness.check(attempted, confirmed_ids, received)
+        print(f"cycles {args.cycles}, lease_ttl {args.lease_ttl}:", end=" ")
+        ok = verdict(publishers, received)
         finite = sorted(f for f in failovers if f != float("inf"))
-        print(f"cycles {args.cycles}, lease_ttl {args.lease_ttl}: published {len(attempted)}, "
-              f"confirmed {len(confirmed_ids)}, received {len(received)}")
-        print(f"lost {len(verdict.lost)}, unexpected {len(verdict.unexpected)}, "
-              f"duplicates {verdict.duplicates}")
         if finite:
             print(f"failover p50 {statistics.median(finite):.2f} s, max {max(failovers):.2f} s")
-        print(f"logs in {directory}")
-        return 0 if not verdict.lost and not verdict.unexpected else 1
-    finally:
-        for worker in (*publishers, *consumers):
-            worker.stop.set()
-        cluster.stop()
-        etcd.stop()
+        print(f"logs in {bench.directory}")
+        return 0 if ok else 1
 
 
 if __name__ == "__main__":

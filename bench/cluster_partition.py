@@ -17,15 +17,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "cluster"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import harness
-from link_proxy import LinkProxy
+from cluster_bench import etcd_missing, harness, three_nodes, verdict
 
 
 def _pause(publishers: list[harness.Publisher], start: float, end: float) -> float:
@@ -41,40 +38,25 @@ def main() -> int:
     parser.add_argument("--cut", type=float, default=10.0)
     parser.add_argument("--lease-ttl", type=int, default=3)
     args = parser.parse_args()
-    if harness.etcd_binary() is None:
-        print("etcd is not installed (apt-get install etcd-server)", file=sys.stderr)
+    if etcd_missing():
         return 2
-    directory = Path(tempfile.mkdtemp(prefix="leveret-partition-bench-"))
-    etcd = harness.Etcd(directory).start()
-    cluster = harness.Cluster(directory, etcd, name="partition", lease_ttl=args.lease_ttl)
-    proxies: dict[str, LinkProxy] = {}
-    publishers: list[harness.Publisher] = []
-    threads: list[threading.Thread] = []
-    snapshots = 0
-    try:
-        for i in range(1, 4):
-            node = harness.Node(f"n{i}", directory, etcd.url, cluster.name, args.lease_ttl)
-            proxies[node.name] = LinkProxy(node.replication_port)
-            node.extra = ["--replication-advertised-port", str(proxies[node.name].port)]
-            cluster.nodes[node.name] = node.start()
+    with three_nodes("partition", args.lease_ttl, relays=True) as bench:
+        cluster, etcd = bench.cluster, bench.etcd
         leader = cluster.wait_leader()
-        cluster.wait_in_sync(3)
-        ports = cluster.ports()
-        publishers = [harness.Publisher(ports, "partition", f"p{i}") for i in range(2)]
-        for worker in publishers:
-            threads.append(threading.Thread(target=worker.run, daemon=True))
-            threads[-1].start()
+        publishers = [harness.Publisher(cluster.ports(), "partition", f"p{i}")
+                      for i in range(2)]
+        bench.run(publishers)
         followers = [n for n in cluster.nodes if n != leader]
         for cycle in range(1, args.cycles + 1):
             time.sleep(2)
             follower = followers[cycle % len(followers)]
             cut = time.monotonic()
-            proxies[leader].cut(follower)
+            bench.relays[leader].cut(follower)
             time.sleep(args.cut)
             healed = time.monotonic()
             pause = _pause(publishers, cut, healed)
             dropped = follower not in etcd.in_sync(cluster.name)
-            proxies[leader].heal(follower)
+            bench.relays[leader].heal(follower)
             while follower not in etcd.in_sync(cluster.name):
                 if time.monotonic() > healed + 120:
                     raise RuntimeError(f"{follower} did not rejoin")
@@ -83,30 +65,15 @@ def main() -> int:
             print(f"cycle {cycle}: cut {follower} for {args.cut:.0f} s; longest confirm pause "
                   f"{pause:.2f} s; dropped from the in-sync set: {dropped}; back in it "
                   f"{back:.2f} s after healing", flush=True)
-        for worker in publishers:
-            worker.stop.set()
-        for thread in threads:
-            thread.join(60)
+        bench.join()
         received = harness.drain(cluster.ports(), "partition")
-        attempted = set().union(*(p.attempted for p in publishers))
-        confirmed = {i for p in publishers for i, _ in p.confirmed}
-        verdict = harness.check(attempted, confirmed, received)
         snapshots = sum(cluster.nodes[n].log_text().count("receiving a snapshot")
                         for n in followers)
-        print(f"cycles {args.cycles}: published {len(attempted)}, confirmed {len(confirmed)}, "
-              f"received {len(received)}; snapshots {snapshots}; leader still {leader}: "
-              f"{etcd.leader(cluster.name) == leader}")
-        print(f"lost {len(verdict.lost)}, unexpected {len(verdict.unexpected)}, "
-              f"duplicates {verdict.duplicates}")
-        print(f"logs in {directory}")
-        return 0 if not verdict.lost and not verdict.unexpected and not snapshots else 1
-    finally:
-        for worker in publishers:
-            worker.stop.set()
-        for proxy in proxies.values():
-            proxy.close()
-        cluster.stop()
-        etcd.stop()
+        print(f"cycles {args.cycles}: snapshots {snapshots}; leader still {leader}: "
+              f"{etcd.leader(cluster.name) == leader};", end=" ")
+        ok = verdict(publishers, received)
+        print(f"logs in {bench.directory}")
+        return 0 if ok and not snapshots else 1
 
 
 if __name__ == "__main__":

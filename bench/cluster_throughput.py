@@ -9,15 +9,17 @@ from round to round); prints each round's
 ``consumed_per_s``, the broker's CPU per message (the leader's process only, with its two
 followers; the single node's), and the cluster/single ratios. All processes share the
 machine's cores, so the cluster pays for its followers' CPU too: this is the pessimistic
-figure. ``--rabbitmq-quorum`` also runs the same load against the machine's RabbitMQ on
-127.0.0.1:5672 with a quorum queue (``x-queue-type: quorum``; on one RabbitMQ node its
-group has one member: the comparison point when three local RabbitMQ nodes cannot be
-started beside it), with beam's CPU per message when its process is found.
+figure. ``--rabbitmq-quorum`` also starts three private RabbitMQ nodes clustered
+together (``bench/rabbitmq_nodes.py``; never the machine's own RabbitMQ) and runs the same
+load, in the same rotation, against a quorum queue replicated on all three
+(``x-quorum-initial-group-size: 3``, its members checked), with the CPU of the node the
+queue leads on; the nodes are stopped and deleted at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -27,8 +29,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "cluster"))
+sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402
+import rabbitmq_nodes  # noqa: E402
 
 
 def loadgen(port: int, duration: float, pid: int | None,
@@ -44,90 +48,117 @@ def loadgen(port: int, duration: float, pid: int | None,
     return float(result["consumed_per_s"]), float(cpu) if cpu is not None else None
 
 
-def _beam_pid() -> int | None:
-    """The local RabbitMQ's Erlang VM (for its CPU), if there is one."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"beam.smp" in cmdline and b"rabbit" in cmdline:
-                return int(entry.name)
-    return None
-
-
 def _median(values: list[float | None]) -> float:
     return statistics.median(v for v in values if v is not None)
+
+
+QUORUM_ARGS = '{"x-queue-type": "quorum", "x-quorum-initial-group-size": 3}'
+QUORUM_QUEUE = "leveret-bench-confirmed"  # the queue ``loadgen.py --scenario confirmed`` uses
+
+
+def _check_quorum_members(rabbit: rabbitmq_nodes.RabbitCluster) -> int:
+    """Declare the bench's queue as loadgen will (it deletes and redeclares it with the same
+    arguments), and return its member count: 3 means every node holds a replica."""
+    import pika  # the bench's own dependency set; only needed for this probe
+
+    params = pika.ConnectionParameters("127.0.0.1", rabbit.ports[0])
+    with pika.BlockingConnection(params) as connection:
+        channel = connection.channel()
+        channel.queue_declare(QUORUM_QUEUE, durable=True, arguments=json.loads(QUORUM_ARGS))
+    return len(rabbit.members(QUORUM_QUEUE))
+
+
+def _load_average() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rabbitmq-quorum", action="store_true")
+    args = parser.parse_args()
     if harness.etcd_binary() is None:
         print("etcd is not installed (apt-get install etcd-server)", file=sys.stderr)
         return 2
-    parser.add_argument("--rabbitmq-quorum", action="store_true")
-    args = parser.parse_args()
-    clustered: list[float] = []
-    single: list[float] = []
-    cpu_leader: list[float | None] = []
-    cpu_single: list[float | None] = []
-    for round_ in range(1, args.rounds + 1):
-        directory = Path(tempfile.mkdtemp(prefix="leveret-cluster-throughput-"))
+    if args.rabbitmq_quorum and not rabbitmq_nodes.available():
+        print("RabbitMQ is not installed (bench/rabbitmq.sh start installs it)", file=sys.stderr)
+        return 2
+    rates: dict[str, list[float]] = {"cluster": [], "single": [], "rabbit": []}
+    cpus: dict[str, list[float | None]] = {"cluster": [], "single": [], "rabbit": []}
+    with contextlib.ExitStack() as stack:
+        rabbit: rabbitmq_nodes.RabbitCluster | None = None
+        if args.rabbitmq_quorum:
+            rabbit = stack.enter_context(rabbitmq_nodes.RabbitCluster(3))
+            members = _check_quorum_members(rabbit)
+            print(f"RabbitMQ nodes {[n.name for n in rabbit.nodes]} clustered; quorum queue "
+                  f"members: {members}", flush=True)
+            if members != 3:
+                return 1
+        for round_ in range(1, args.rounds + 1):
+            directory = Path(tempfile.mkdtemp(prefix="leveret-cluster-throughput-"))
 
-        def clustered_run(directory: Path = directory) -> None:
-            etcd = harness.Etcd(directory).start()
-            cluster = harness.Cluster(directory, etcd, name="tp", lease_ttl=5)
-            try:
-                cluster.start(3)
-                leader = cluster.nodes[cluster.wait_leader()]
-                cluster.wait_in_sync(3)
-                assert leader.proc is not None
-                rate, cpu = loadgen(leader.port, args.duration, leader.proc.pid)
-                clustered.append(rate)
-                cpu_leader.append(cpu)
-            finally:
-                cluster.stop()
-                etcd.stop()
+            def clustered_run(directory: Path = directory) -> None:
+                etcd = harness.Etcd(directory).start()
+                cluster = harness.Cluster(directory, etcd, name="tp", lease_ttl=5)
+                try:
+                    cluster.start(3)
+                    leader = cluster.nodes[cluster.wait_leader()]
+                    cluster.wait_in_sync(3)
+                    assert leader.proc is not None
+                    rate, cpu = loadgen(leader.port, args.duration, leader.proc.pid)
+                    rates["cluster"].append(rate)
+                    cpus["cluster"].append(cpu)
+                finally:
+                    cluster.stop()
+                    etcd.stop()
 
-        def single_run(directory: Path = directory) -> None:
-            node = harness.Node("solo", directory, etcd="", cluster="")  # no etcd: one node
-            try:
-                node.start()
-                assert node.proc is not None
-                rate, cpu = loadgen(node.port, args.duration, node.proc.pid)
-                single.append(rate)
-                cpu_single.append(cpu)
-            finally:
-                node.kill()
+            def single_run(directory: Path = directory) -> None:
+                node = harness.Node("solo", directory, etcd="", cluster="")  # no etcd
+                try:
+                    node.start()
+                    assert node.proc is not None
+                    rate, cpu = loadgen(node.port, args.duration, node.proc.pid)
+                    rates["single"].append(rate)
+                    cpus["single"].append(cpu)
+                finally:
+                    node.kill()
 
-        # Alternated: whichever runs second ran measurably slower here (a busy shared VM).
-        for run in (clustered_run, single_run) if round_ % 2 else (single_run, clustered_run):
-            run()
-        print(f"round {round_}: cluster {clustered[-1]:.0f} msg/s (leader CPU "
-              f"{cpu_leader[-1]} µs/msg), single {single[-1]:.0f} msg/s (CPU {cpu_single[-1]} "
-              f"µs/msg)", flush=True)
-    ratio = statistics.median(clustered) / statistics.median(single)
-    leader_cpu, single_cpu = _median(cpu_leader), _median(cpu_single)
-    print(f"confirmed, 3 nodes: {statistics.median(clustered):.0f} msg/s; one node: "
-          f"{statistics.median(single):.0f} msg/s; ratio {ratio:.2f}")
+            def rabbit_run() -> None:
+                assert rabbit is not None
+                # Through the first node, where the queue's leader is placed (declared
+                # there: ``client-local``); the CPU is that node's VM alone.
+                rate, cpu = loadgen(rabbit.ports[0], args.duration, rabbit.nodes[0].pid,
+                                    ("--queue-args", QUORUM_ARGS))
+                rates["rabbit"].append(rate)
+                cpus["rabbit"].append(cpu)
+
+            # Rotated: whichever runs later ran measurably slower here (a busy shared VM).
+            runs = [clustered_run, single_run, *([rabbit_run] if rabbit else [])]
+            shift = (round_ - 1) % len(runs)
+            load = [_load_average()]
+            for run in runs[shift:] + runs[:shift]:
+                run()
+                load.append(_load_average())
+            line = (f"round {round_}: cluster {rates['cluster'][-1]:.0f} msg/s (leader CPU "
+                    f"{cpus['cluster'][-1]} µs/msg), single {rates['single'][-1]:.0f} msg/s "
+                    f"(CPU {cpus['single'][-1]} µs/msg)")
+            if rabbit:
+                line += (f", RabbitMQ quorum on 3 nodes {rates['rabbit'][-1]:.0f} msg/s (first "
+                         f"node's CPU {cpus['rabbit'][-1]} µs/msg)")
+            print(f"{line}; load average {' '.join(load)}", flush=True)
+    clustered, single = statistics.median(rates["cluster"]), statistics.median(rates["single"])
+    leader_cpu, single_cpu = _median(cpus["cluster"]), _median(cpus["single"])
+    print(f"confirmed, 3 nodes: {clustered:.0f} msg/s; one node: {single:.0f} msg/s; "
+          f"ratio {clustered / single:.2f}")
     print(f"broker CPU per message: leader with 2 followers {leader_cpu:.1f} µs; one node "
           f"{single_cpu:.1f} µs; ratio {leader_cpu / single_cpu:.2f}")
-    if args.rabbitmq_quorum:
-        quorum: list[float] = []
-        beam: list[float | None] = []
-        for _ in range(args.rounds):
-            rate, cpu = loadgen(5672, args.duration, _beam_pid(),
-                                ("--queue-args", '{"x-queue-type": "quorum"}'))
-            quorum.append(rate)
-            beam.append(cpu)
-        cpu_text = (f"; beam CPU {_median(beam):.1f} µs/msg"
-                    if any(c is not None for c in beam) else "")
-        print(f"RabbitMQ quorum queue, one local node: {statistics.median(quorum):.0f} msg/s"
-              f"{cpu_text}; 3 Leveret nodes / it: "
-              f"{statistics.median(clustered) / statistics.median(quorum):.2f}")
+    if rates["rabbit"]:
+        quorum = statistics.median(rates["rabbit"])
+        cpu_text = (f"; its first node's CPU {_median(cpus['rabbit']):.1f} µs/msg"
+                    if any(c is not None for c in cpus["rabbit"]) else "")
+        print(f"RabbitMQ quorum queue on 3 local nodes: {quorum:.0f} msg/s{cpu_text}; "
+              f"3 Leveret nodes / it: {clustered / quorum:.2f}")
     return 0
 
 

@@ -16,7 +16,7 @@ import os
 import signal
 from pathlib import Path
 
-from leveret.cluster.leader import ReplicatedStore
+from leveret.cluster.replicated_store import ReplicatedStore
 from leveret.persistence.batch import Batch
 
 ENV = "LEVERET_CLUSTER_CRASH_BEFORE_SHIPPING"

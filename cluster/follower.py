@@ -9,7 +9,9 @@ batch is decoded (``batch_codec``) and written through the store's one write pat
 LMDB transaction, synced), on a worker thread; then its seq is acked. The batches that
 arrived in one read are written in one transaction and acked by the last one's seq: a
 follower behind a busy leader catches up in a few large writes, not one fsync per batch. The leader confirms nothing before that ack, so a confirmed batch
-is on this disk before the publisher hears of it.
+is on this disk before the publisher hears of it. Once the leader has answered, a
+``HEARTBEAT`` goes out every ``wire.HEARTBEAT_INTERVAL``, so that an idle leader can tell
+this node alive from gone.
 
 A snapshot replaces the store: it is received beside it, synced, and renamed over the
 data file once complete (a cut link leaves the old store as it was), then the store is
@@ -61,6 +63,7 @@ class FollowerLink:
         self.failed_on = 0  # the epoch whose leader we last failed to reach (to log once)
         self.connected = False  # streaming from the leader now (for this node's metrics)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "leveret-follow")
+        self._beat: asyncio.Task[None] | None = None
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -71,11 +74,26 @@ class FollowerLink:
         host, _, port = address.rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(
             host, int(port), ssl=self.tls, server_hostname=host if self.tls else None), 5)
+        self._beat = None
         try:
             await self._follow(reader, writer, epoch)
         finally:
             self.connected = False
+            if self._beat is not None:
+                self._beat.cancel()
             writer.close()
+
+    def _start_beating(self, writer: asyncio.StreamWriter) -> None:
+        """Heartbeats from the leader's answer on: it counts a silent link as lost."""
+        if self._beat is None:
+            self._beat = asyncio.create_task(self._heartbeats(writer))
+
+    @staticmethod
+    async def _heartbeats(writer: asyncio.StreamWriter) -> None:
+        beat = wire.frame(wire.HEARTBEAT)
+        while not writer.is_closing():
+            writer.write(beat)
+            await asyncio.sleep(wire.HEARTBEAT_INTERVAL)
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       epoch: int) -> None:
@@ -107,10 +125,12 @@ class FollowerLink:
                 elif kind == wire.REJECT:
                     raise wire.WireError(f"the leader refused us: {payload.decode(errors='replace')}")
                 elif kind == wire.STREAM:
+                    self._start_beating(writer)
                     self._adopt(wire.parse_json(payload))
                     self.connected = True
                     log.info("following from batch %d", self.applied)
                 elif kind == wire.SNAPSHOT:
+                    self._start_beating(writer)
                     snapshot = _Incoming(self.data_dir / "store.incoming",
                                          wire.parse_json(payload))
                     log.info("receiving a snapshot at batch %d", snapshot.seq)

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-``ReplicatedStore`` wraps the node's store when the node leads; the group commit knows
-nothing of it. Its ``write_batch`` (on the group commit's writer thread) writes the batch
+``ReplicatedStore`` (``replicated_store.py``) wraps the node's store when the node leads;
+the group commit knows nothing of it. Its ``write_batch`` (on the group commit's writer thread) writes the batch
 locally as before, then hands the encoded frame to ``Leader.replicate`` on the loop and
 blocks until it returns: the batch's confirms and "-ok"s go out only after that, as they
 already wait for ``write_batch``. While it blocks, the next batch fills up (group commit).
@@ -21,8 +21,17 @@ A follower joins with its last batch and lineage: streamed from the ring when it
 the leader's history and the ring still holds what it lacks, otherwise sent a snapshot
 (``LmdbStore.snapshot``, LMDB's consistent copy) and streamed from there. It enters the
 in-sync set, locally before etcd (so no batch is confirmed without it meanwhile), once it
-has acked everything shipped. This is LavinMQ's rule (``wait_for_followers`` and
-``flush_isr``), with whole batches instead of file bytes.
+has acked every batch released so far: the batch in flight, if any, then waits for its ack
+too. Asking for every batch *shipped* instead never succeeds under a publisher running
+flat out, as the next batch is shipped the moment the in-sync members ack the last one: a
+healed follower that had applied its backlog in a few milliseconds stayed one batch behind
+for seconds. This is LavinMQ's rule (``wait_for_followers`` and ``flush_isr``), with whole
+batches instead of file bytes.
+
+A follower whose link is lost, or silent (no ack, no heartbeat) for ``wire.LINK_TIMEOUT``,
+or that has not dialled a new leader within that time, leaves the in-sync set at once, in
+etcd first, whether or not a batch waits for it: an idle leader's set names only nodes
+that can take over.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import logging
 import secrets
 import shutil
 import ssl
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,23 +50,17 @@ from leveret.broker.cluster_view import ReplicationFigures
 from leveret.cluster import lineage as lineage_file
 from leveret.cluster import wire
 from leveret.cluster.coordinator import Coordinator
-from leveret.persistence.batch import Batch
-from leveret.persistence.batch_codec import encode_batch
-from leveret.persistence.store import (
-    Definitions,
-    QueueStats,
-    Store,
-    StoredEntry,
-    StoreError,
-    StoreSpace,
-    StoreState,
-)
+from leveret.persistence.store import StoreError
 
 log = logging.getLogger(__name__)
 
 # Seconds an in-sync follower may take to ack a batch before it is dropped from the set
 # (LavinMQ: 3 s; the design's 1.5 s keeps a confirm's worst pause short).
 ACK_TIMEOUT = 1.5
+# A follower admitted while a batch is in flight gets its own ack timeout for that batch,
+# but the batch waits no longer than this in all (guarantee: a lost follower pauses
+# confirms at most 2 s; the margin is for the etcd transaction that drops it).
+MAX_ACK_WAIT = 1.8
 # Batches kept for followers that reconnect (older ones get a snapshot instead): the most
 # recent ones, up to this many bytes of frames.
 RING_BYTES = 256 << 20
@@ -93,6 +96,7 @@ class Leader:
         self.in_sync = set(in_sync) | {node}  # as etcd has it
         self.required = set(self.in_sync)  # whose ack a batch waits for: ⊇ in_sync
         self.last_seq = last_seq
+        self.released = last_seq  # the last batch that may be confirmed
         self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
         self.ring_bytes = 0
         self.followers: dict[str, _Follower] = {}
@@ -102,6 +106,10 @@ class Leader:
         self.ack_seconds = 0.0  # summed wait for the followers' acks, for metrics
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # One change of the in-sync set at a time: a drop and an admission of the same node
+        # racing in etcd could leave etcd listing a node this leader no longer waits for.
+        self._membership = asyncio.Lock()
+        self._grace: dict[str, float] = {}  # admitted mid-batch: its own ack deadline
 
     def figures(self, cluster: str) -> ReplicationFigures:
         return ReplicationFigures(
@@ -113,6 +121,15 @@ class Leader:
                      tls: ssl.SSLContext | None = None) -> None:
         self._server = await asyncio.start_server(self._serve, list(hosts) or None, port,
                                                   ssl=tls)
+        self._spawn(self._drop_absent())
+
+    async def _drop_absent(self) -> None:
+        """Members of the set this leader inherited that never dial it leave the set, as
+        a lost link would: a follower polls the leader key every fraction of a second."""
+        await asyncio.sleep(wire.LINK_TIMEOUT)
+        for node in sorted(self.required - set(self.followers) - {self.node}):
+            await self._drop_lost(node, f"no link to this leader within "
+                                        f"{wire.LINK_TIMEOUT:.0f} s of its start")
 
     async def close(self) -> None:
         if self._server is not None:
@@ -147,12 +164,16 @@ class Leader:
             self._check_leading()
             missing = [n for n in self.required if n != self.node
                        and (n not in self.followers or self.followers[n].acked < seq)]
+            now = loop.time()
+            late = [n for n in missing if now >= max(
+                deadline, min(self._grace.get(n, 0.0), started + MAX_ACK_WAIT))]
             if not missing:
                 if len(self.in_sync) >= self.min_in_sync:
-                    self.ack_seconds += loop.time() - started
+                    self.ack_seconds += now - started
+                    self.released = seq
                     return
-            elif loop.time() >= deadline:
-                for node in missing:
+            elif late:
+                for node in late:
                     await self._drop(node)
                 continue
             changed = self.changed
@@ -167,47 +188,76 @@ class Leader:
             self.fenced = True
             raise StoreError("this node's leadership lapsed: nothing more is confirmed")
 
-    async def _drop(self, node: str) -> None:
-        """Remove ``node`` from the in-sync set: in etcd first, then here."""
-        if node not in self.in_sync:
+    async def _drop(self, node: str, why: str | None = None,
+                    unless_linked: bool = False) -> None:
+        """Remove ``node`` from the in-sync set: in etcd first, then here. ``unless_linked``:
+        not if it has a link again by then (it was dropped for losing its link)."""
+        async with self._membership:
+            if unless_linked and node in self.followers:
+                return
+            if node not in self.in_sync:
+                self.required.discard(node)
+                return
+            try:
+                ok = await self.coordinator.set_in_sync(node, False, self.epoch)
+            except Exception as exc:  # etcd unreachable: stall, the lease decides
+                log.warning("cannot remove %s from the in-sync set yet: %s", node, exc)
+                await asyncio.sleep(0.2)
+                return
+            if not ok:
+                self.fenced = True
+                raise StoreError("another node leads: this one may confirm nothing more")
+            self.in_sync.discard(node)
             self.required.discard(node)
-            return
+            log.warning("follower %s left the in-sync set (%s)", node,
+                        why or f"no ack within {ACK_TIMEOUT:.1f} s")
+
+    async def _drop_lost(self, node: str, why: str) -> None:
+        """``node``'s link is gone: out of the set now, not when a batch times out on it."""
         try:
-            ok = await self.coordinator.set_in_sync(node, False, self.epoch)
-        except Exception as exc:  # etcd unreachable: stall, the lease decides
-            log.warning("cannot remove %s from the in-sync set yet: %s", node, exc)
-            await asyncio.sleep(0.2)
-            return
-        if not ok:
-            self.fenced = True
-            raise StoreError("another node leads: this one may confirm nothing more")
-        self.in_sync.discard(node)
-        self.required.discard(node)
-        log.warning("follower %s left the in-sync set (no ack within %.1f s)", node, ACK_TIMEOUT)
+            while node in self.required and node not in self.followers and not self.fenced:
+                await self._drop(node, why, unless_linked=True)
+        except StoreError as exc:
+            log.warning("%s", exc)  # fenced: the next batch fails and the node steps down
+        self._wake()
 
     def _maybe_admit(self, follower: _Follower) -> None:
-        """A follower that holds every batch shipped joins the in-sync set."""
-        if follower.node in self.required or follower.acked < self.last_seq:
+        """A follower that holds every batch released so far joins the in-sync set."""
+        if follower.node in self.required or follower.acked < self.released:
             return
         # Required at once, before etcd hears of it: nothing is confirmed without it from
-        # here on, so etcd never lists a member that lacks a confirmed batch.
+        # here on (the batch in flight included), so etcd never lists a member that lacks
+        # a confirmed batch. It gets a full ack timeout for the batch in flight.
         self.required.add(follower.node)
-        task = asyncio.create_task(self._admit(follower))
+        self._grace[follower.node] = asyncio.get_running_loop().time() + ACK_TIMEOUT
+        self._spawn(self._admit(follower))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _admit(self, follower: _Follower) -> None:
         node = follower.node
-        try:
-            ok = await self.coordinator.set_in_sync(node, True, self.epoch)
-        except Exception as exc:
-            log.warning("cannot add %s to the in-sync set yet: %s", node, exc)
-            ok = False
-        if ok:
-            self.in_sync.add(node)
-            log.info("follower %s joined the in-sync set at batch %d", node, follower.acked)
-        elif node not in self.in_sync:
-            self.required.discard(node)
+        async with self._membership:
+            if node not in self.required or self.followers.get(node) is not follower:
+                # Dropped, or its link lost, since it qualified: a later ack qualifies it
+                # again.
+                if node not in self.in_sync:
+                    self.required.discard(node)
+                self._wake()
+                return
+            try:
+                ok = await self.coordinator.set_in_sync(node, True, self.epoch)
+            except Exception as exc:
+                log.warning("cannot add %s to the in-sync set yet: %s", node, exc)
+                ok = False
+            if ok:
+                self.in_sync.add(node)
+                log.info("follower %s joined the in-sync set at batch %d", node,
+                         follower.acked)
+            elif node not in self.in_sync:
+                self.required.discard(node)
         self._wake()
 
     # -- followers' connections ------------------------------------------------------------
@@ -217,6 +267,7 @@ class Leader:
         writer.write(wire.frame(wire.CHALLENGE, nonce))
         frames = wire.Reader()
         follower: _Follower | None = None
+        why = "replication link closed"
         try:
             pending: list[tuple[int, bytes]] = []
             while not pending:
@@ -241,21 +292,30 @@ class Leader:
             self._maybe_admit(follower)  # it may hold everything already (an idle leader)
             while True:
                 for kind, payload in pending:
+                    if kind == wire.HEARTBEAT:
+                        continue
                     if kind != wire.ACK:
                         raise wire.WireError(f"unexpected frame {kind} from a follower")
                     follower.acked = max(follower.acked, wire.parse_ack(payload))
                     self._maybe_admit(follower)
                     self._wake()
-                data = await reader.read(65536)
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), wire.LINK_TIMEOUT)
+                except TimeoutError:
+                    raise wire.WireError(
+                        f"nothing heard for {wire.LINK_TIMEOUT:.0f} s") from None
                 if not data:
-                    break
+                    raise wire.WireError("closed by the follower")
                 pending = frames.feed(data)
         except (OSError, TimeoutError, wire.WireError, StoreError, ValueError, TypeError) as exc:
+            why = f"replication link lost: {exc}"
             log.warning("replication link to %s lost: %s",
                         follower.node if follower else "a follower", exc)
         finally:
             if follower is not None and self.followers.get(follower.node) is follower:
                 del self.followers[follower.node]
+                self._grace.pop(follower.node, None)
+                self._spawn(self._drop_lost(follower.node, why))
                 self._wake()
             writer.close()
 
@@ -299,64 +359,3 @@ class Leader:
         # batches confirmed meanwhile.
         follower.streaming = True
         await writer.drain()
-
-
-class ReplicatedStore:
-    """The leader's store: the node's own, whose writes also wait for the in-sync set."""
-
-    def __init__(self, inner: Any, leader: Leader, loop: asyncio.AbstractEventLoop) -> None:
-        self.inner: Store = inner
-        self._raw = inner
-        self.leader = leader
-        self.loop = loop
-
-    def write_batch(self, batch: Batch) -> None:
-        if batch.live == 0:
-            return
-        frame = wire.batch_frame(self.leader.epoch, batch.seq, encode_batch(batch))
-        self.inner.write_batch(batch)
-        done = asyncio.run_coroutine_threadsafe(self.leader.replicate(batch.seq, frame),
-                                                self.loop)
-        done.result()  # StoreError: the batch's confirms become nacks
-
-    def state(self) -> StoreState:
-        return self.inner.state()
-
-    def load_definitions(self) -> Definitions:
-        return self.inner.load_definitions()
-
-    def queue_stats(self, qid: int) -> QueueStats:
-        return self.inner.queue_stats(qid)
-
-    def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
-        return self.inner.read_queue(qid, from_seq, limit)
-
-    def read_entries(self, qid: int, seqs: Sequence[int]) -> list[StoredEntry]:
-        return self.inner.read_entries(qid, seqs)
-
-    def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
-        return self.inner.read_stamps(qid, from_seq, limit)
-
-    def load_dedupe(self, scope: bytes) -> list[tuple[bytes, int, int]]:
-        return self.inner.load_dedupe(scope)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def space(self) -> StoreSpace:
-        return self.inner.space()
-
-    def file_bytes(self) -> int:
-        return self.inner.file_bytes()
-
-    def compact_copy(self) -> Any:
-        return self.inner.compact_copy()
-
-    def compact_swap(self, copy: Any) -> None:
-        self.inner.compact_swap(copy)
-
-    def release_memory(self) -> None:
-        release = getattr(self._raw, "release_memory", None)
-        if release is not None:
-            release()
-

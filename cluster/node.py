@@ -32,8 +32,9 @@ from leveret.cluster import lineage as lineage_file
 from leveret.cluster.coordinator import CoordinatorError, EtcdCoordinator, Leadership
 from leveret.cluster.follower import FollowerLink
 from leveret.cluster.follower_metrics import FollowerMetrics
-from leveret.cluster.leader import Leader, ReplicatedStore
+from leveret.cluster.leader import Leader
 from leveret.cluster.proxy import Proxy
+from leveret.cluster.replicated_store import ReplicatedStore
 from leveret.cluster.service import ClusterService
 from leveret.node import process, tls
 from leveret.node.process import Service, StartupError

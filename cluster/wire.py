@@ -7,7 +7,8 @@ cluster secret); the leader answers ``STREAM`` (its lineage; batches follow) or
 ``SNAPSHOT`` (a consistent copy of its store follows in ``CHUNK``s up to ``END``, then
 batches). ``BATCH`` is ``u64 epoch, u64 seq`` and a group-commit batch as
 ``persistence.batch_codec`` encodes it; the follower answers ``ACK`` (``u64 seq``) once it
-has applied and synced it. Pure functions and one incremental reader: no sockets here.
+has applied and synced it, and ``HEARTBEAT`` (empty) every ``HEARTBEAT_INTERVAL``.
+Pure functions and one incremental reader: no sockets here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import struct
 from typing import Any
 
-CHALLENGE, HELLO, STREAM, SNAPSHOT, CHUNK, END, BATCH, ACK, REJECT = range(1, 10)
+CHALLENGE, HELLO, STREAM, SNAPSHOT, CHUNK, END, BATCH, ACK, REJECT, HEARTBEAT = range(1, 11)
 _HEAD = struct.Struct(">IB")
 _BATCH = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
@@ -26,6 +27,13 @@ _U64 = struct.Struct(">Q")
 # commit's MAX_PENDING operations, each at most a 512 MiB message in theory; 1 GiB is ample).
 MAX_FRAME = 1 << 30
 SNAPSHOT_CHUNK = 1 << 20
+# A follower sends ``HEARTBEAT`` this often (seconds) once the leader has answered its
+# ``HELLO``; a leader that hears nothing from it (no ack, no heartbeat) for
+# ``LINK_TIMEOUT`` counts the link lost, so an idle leader notices a dead or stopped
+# follower, not only a batch waiting for its ack. Heartbeats say "alive", never "applied":
+# a follower receiving a snapshot sends them but no ack.
+HEARTBEAT_INTERVAL = 0.5
+LINK_TIMEOUT = 3.0
 
 
 class WireError(Exception):

@@ -57,6 +57,18 @@ def free_port() -> int:
             return port
 
 
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 60.0) -> T:
+    """Poll ``predicate`` until it returns something true, and return that; the deadline
+    is generous (a busy machine), never a budget the test measures."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def etcd_binary() -> str | None:
     return shutil.which("etcd")
 

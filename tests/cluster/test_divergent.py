@@ -5,8 +5,6 @@ message is kept. The leader dies in that window through the cluster's test hook
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import harness
@@ -20,14 +18,6 @@ from leveret.persistence.lmdb_store import LmdbStore
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
-
-def _wait(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _publish_confirmed(port: int, bodies: list[str]) -> None:
@@ -79,7 +69,7 @@ def test_a_leader_dead_before_shipping_rejoins_by_snapshot(cluster: harness.Clus
     after = [f"c{i}" for i in range(20, 30)]
     _publish_confirmed(cluster.nodes[new].port, after)
     dead.start()  # rejoins as a follower; its last batch is not in the new history
-    _wait(lambda: old in cluster.etcd.in_sync(cluster.name), "the old leader back in sync")
+    harness.wait_for(lambda: old in cluster.etcd.in_sync(cluster.name), "the old leader back in sync")
     assert "receiving a snapshot" in dead.log_text()
     dead.kill()
     assert _bodies(dead.directory / old / "store") == [*before, *after]

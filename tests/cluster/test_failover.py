@@ -14,20 +14,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 
 import harness
 
 from leveret.persistence.lmdb_store import LmdbStore
-
-
-def _wait(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> None:
@@ -38,37 +28,37 @@ def test_leader_kill_loses_no_confirmed_message(cluster: harness.Cluster) -> Non
     thread = threading.Thread(target=publisher.run, daemon=True)
     thread.start()
     try:
-        _wait(lambda: len(publisher.confirmed) >= 100, "100 confirms before the kill")
+        harness.wait_for(lambda: len(publisher.confirmed) >= 100, "100 confirms before the kill")
         killed = time.monotonic()
         cluster.nodes[leader].kill()
         successor = cluster.wait_leader(other_than=leader)
         assert successor != leader
-        _wait(lambda: publisher.confirmed[-1][1] > killed, "a confirm from the new leader")
+        harness.wait_for(lambda: publisher.confirmed[-1][1] > killed, "a confirm from the new leader")
         cluster.nodes[leader].start()  # rejoins as a follower
-        _wait(lambda: leader in cluster.etcd.in_sync(cluster.name), "the old leader in sync")
+        harness.wait_for(lambda: leader in cluster.etcd.in_sync(cluster.name), "the old leader in sync")
         # The new leader retains only its own epoch's batches: a node holding nothing
         # cannot be streamed to from the first batch.
         fresh = harness.Node("n4", cluster.directory, cluster.etcd.url, cluster.name,
                              cluster.lease_ttl)
         cluster.nodes["n4"] = fresh.start()
-        _wait(lambda: "n4" in cluster.etcd.in_sync(cluster.name), "the fresh node in sync")
+        harness.wait_for(lambda: "n4" in cluster.etcd.in_sync(cluster.name), "the fresh node in sync")
         assert "snapshot installed" in fresh.log_text()
         after = len(publisher.confirmed)
-        _wait(lambda: len(publisher.confirmed) >= after + 50, "confirms with all in sync")
+        harness.wait_for(lambda: len(publisher.confirmed) >= after + 50, "confirms with all in sync")
     finally:
         publisher.stop.set()
         thread.join(60)
     everyone = ["n1", "n2", "n3", "n4"]
     # On a starved machine a follower may miss an ack and leave the set for a while, or a
     # lease lapse: wait for the state wanted rather than assert it at one instant.
-    _wait(lambda: sorted(cluster.etcd.in_sync(cluster.name)) == everyone, "all four in sync")
+    harness.wait_for(lambda: sorted(cluster.etcd.in_sync(cluster.name)) == everyone, "all four in sync")
     old = cluster.nodes[leader]
     # Asked of the old leader, a follower now, which relays the API to the leader.
-    _wait(lambda: sorted((n["name"], n["running"]) for n in _get_json(old.management_port,
+    harness.wait_for(lambda: sorted((n["name"], n["running"]) for n in _get_json(old.management_port,
                                                                        "/api/nodes"))
           == [(f"leveret@{name}", True) for name in everyone],
           "every node listed running by /api/nodes")
-    _wait(lambda: _leader_metrics(cluster, "leveret_replication_in_sync 4"),
+    harness.wait_for(lambda: _leader_metrics(cluster, "leveret_replication_in_sync 4"),
           "the leader's metrics counting four in sync")
     metrics = _leader_metrics(cluster, f'rabbitmq_cluster="{cluster.name}"')
     assert metrics is not None and "leveret_replication_lag_batches{follower=" in metrics

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,14 +16,6 @@ from link_proxy import LinkProxy
 
 EXIT_LEASE_LOST = 3
 
-
-def _wait(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @contextmanager
@@ -49,7 +41,7 @@ def _publishing(cluster: harness.Cluster, queue: str,
 
 def _more_confirms(publisher: harness.Publisher, count: int) -> None:
     target = len(publisher.confirmed) + count
-    _wait(lambda: len(publisher.confirmed) >= target, f"{count} more confirms")
+    harness.wait_for(lambda: len(publisher.confirmed) >= target, f"{count} more confirms")
 
 
 def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Cluster) -> None:
@@ -60,10 +52,10 @@ def test_killed_follower_leaves_the_in_sync_set_and_rejoins(cluster: harness.Clu
     with _publishing(cluster, "jobs") as publisher:
         _more_confirms(publisher, 20)
         cluster.nodes[follower].kill()
-        _wait(lambda: follower not in cluster.etcd.in_sync(cluster.name), "the follower dropped")
+        harness.wait_for(lambda: follower not in cluster.etcd.in_sync(cluster.name), "the follower dropped")
         _more_confirms(publisher, 20)  # two copies left: confirms go on
         cluster.nodes[follower].start()
-        _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
+        harness.wait_for(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
         _more_confirms(publisher, 20)
     # Streamed what it missed from the leader's retained batches: no full copy.
     log = cluster.nodes[follower].log_text()
@@ -89,11 +81,11 @@ def test_cut_link_leaves_the_in_sync_set_and_rejoins_by_streaming(
         with _publishing(cluster, "cut") as publisher:
             _more_confirms(publisher, 20)
             relay.cut(follower)  # the process lives on; only its link is gone
-            _wait(lambda: follower not in cluster.etcd.in_sync(cluster.name),
+            harness.wait_for(lambda: follower not in cluster.etcd.in_sync(cluster.name),
                   "the cut follower dropped from the in-sync set")
             # Cut while it retries, and while batches it will have to catch up are confirmed
             # without it: for a number of each, not a time.
-            _wait(lambda: relay.refused.get(follower, 0) >= 3, "refused reconnections")
+            harness.wait_for(lambda: relay.refused.get(follower, 0) >= 3, "refused reconnections")
             _more_confirms(publisher, 300)
             assert cluster.nodes[follower].proc is not None
             assert cluster.nodes[follower].proc.poll() is None
@@ -101,7 +93,7 @@ def test_cut_link_leaves_the_in_sync_set_and_rejoins_by_streaming(
             # transaction, so it closes the gap on a publisher running flat out (one write
             # per batch, it kept pace only and took a minute on an idle machine).
             relay.heal(follower)
-            _wait(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
+            harness.wait_for(lambda: follower in cluster.etcd.in_sync(cluster.name), "the follower back")
             _more_confirms(publisher, 20)
         with _publishing(cluster, "after-heal") as publisher:
             _more_confirms(publisher, 20)  # three copies again
@@ -112,6 +104,29 @@ def test_cut_link_leaves_the_in_sync_set_and_rejoins_by_streaming(
     # Streamed what it missed from the leader's retained batches: no full copy.
     log = cluster.nodes[follower].log_text()
     assert log.count("following from batch") >= 2 and "receiving a snapshot" not in log
+
+
+def test_idle_leader_drops_a_silent_follower_and_takes_it_back(
+        cluster: harness.Cluster) -> None:
+    """No batch waits on it: the leader notices the stopped follower by its missing
+    heartbeats, removes it from the in-sync set in etcd, and admits it again once it
+    answers."""
+    cluster.start(3)
+    leader = cluster.wait_leader()
+    cluster.wait_in_sync(3)
+    follower = next(n for n in cluster.nodes if n != leader)
+    node = cluster.nodes[follower]
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGSTOP)  # alive to TCP, silent to the leader
+    try:
+        harness.wait_for(lambda: follower not in cluster.etcd.in_sync(cluster.name),
+                         "the stopped follower dropped")
+        assert "nothing heard" in cluster.nodes[leader].log_text()
+    finally:
+        node.proc.send_signal(signal.SIGCONT)
+    harness.wait_for(lambda: follower in cluster.etcd.in_sync(cluster.name),
+                     "the follower back")
+    assert cluster.etcd.leader(cluster.name) == leader  # no failover meanwhile
 
 
 def test_paused_leader_exits_instead_of_confirming(cluster: harness.Cluster) -> None:
@@ -179,8 +194,8 @@ def test_etcd_leader_killed_under_load_loses_nothing(etcd: harness.Etcd,
             # leader's lease to lapse if it could not be renewed through the new raft
             # leader (a wait for that state, not a budget).
             settled = time.monotonic() + 2 * cluster.lease_ttl
-            _wait(lambda: publisher.confirmed[-1][1] > settled, "confirms after the election")
-            _wait(lambda: group.leader(cluster.name) is not None, "a Leveret leader")
+            harness.wait_for(lambda: publisher.confirmed[-1][1] > settled, "confirms after the election")
+            harness.wait_for(lambda: group.leader(cluster.name) is not None, "a Leveret leader")
         assert leader.proc is not None
         # Either it renewed its lease through the members left and still leads, or it
         # exited rather than confirm alone; never a crash.

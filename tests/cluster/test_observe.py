@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -16,16 +15,6 @@ import harness
 import pika
 
 from tests.integration.console.browser import Console, console_session
-
-
-def _wait(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _get(port: int, path: str) -> str:
@@ -69,7 +58,7 @@ def _started(cluster: harness.Cluster) -> tuple[str, str, str]:
 def test_a_follower_reports_itself_and_its_replication(cluster: harness.Cluster) -> None:
     leader, follower, other = _started(cluster)
     _publish(cluster.nodes[leader].port, 5)
-    led = _wait(lambda: _series(cluster.nodes[leader]), "the leader's metrics")
+    led = harness.wait_for(lambda: _series(cluster.nodes[leader]), "the leader's metrics")
     assert led["leveret_replication_leader"] == "1"
     assert led["leveret_replication_member_in_sync"] == "1"
     assert int(led["leveret_replication_last_batch"]) > 0
@@ -89,20 +78,20 @@ def test_a_follower_reports_itself_and_its_replication(cluster: harness.Cluster)
         return own if own.get("leveret_replication_last_batch") == now and all(
             own.get(k) == v for k, v in synced.items()) else None
     for name in (follower, other):
-        own = _wait(lambda n=name: in_step(n), f"{name} in sync, at the leader's last batch")
+        own = harness.wait_for(lambda n=name: in_step(n), f"{name} in sync, at the leader's last batch")
         assert own[identity(name)] == "1"  # itself, not the leader
         assert own["leveret_replication_leader"] == "0"
         assert own["leveret_replication_epoch"] == epoch
 
     cluster.nodes[other].kill()
     _publish(cluster.nodes[leader].port, 1)  # its ack never comes: it leaves the set
-    _wait(lambda: (s := _series(cluster.nodes[follower])).get(
+    harness.wait_for(lambda: (s := _series(cluster.nodes[follower])).get(
         "leveret_replication_in_sync") == "2" and s.get(
         "leveret_replication_member_in_sync") == "1", "the killed follower out of the set")
     # Asked of a follower, which relays the API to the leader.
     gone = {"running": False, "role": "follower", "in_sync": False, "replication_lag": None}
     # (etcd's member list is re-read every 2 s: wait for a node missing from it too)
-    rows = _wait(lambda: (r := _nodes(cluster.nodes[follower])).get(f"leveret@{other}") == gone
+    rows = harness.wait_for(lambda: (r := _nodes(cluster.nodes[follower])).get(f"leveret@{other}") == gone
                  and r.get(f"leveret@{follower}", {}).get("in_sync") and r,
                  "the killed follower not running and out of sync in /api/nodes")
     assert rows[f"leveret@{leader}"] == {"running": True, "role": "leader", "in_sync": True,

@@ -129,3 +129,85 @@ def test_stale_lease_ships_and_releases_nothing() -> None:
             await leader.replicate(1, b"frame")
         assert leader.followers["F1"].writer.sent == []  # type: ignore[attr-defined]
     asyncio.run(scenario())
+
+
+def test_follower_one_batch_behind_a_busy_leader_is_admitted_and_waited_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a publisher running flat out a batch is always in flight: a follower that has
+    every *released* batch joins, and the batch in flight then waits for it too."""
+    monkeypatch.setattr(leader_module, "ACK_TIMEOUT", 60.0)
+
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1"})
+        leader.followers["F1"].acked = 1
+        await asyncio.wait_for(leader.replicate(1, b"one"), 5)
+        joining = _Follower("F2", FakeWriter())  # type: ignore[arg-type]
+        joining.streaming = True
+        leader.followers["F2"] = joining
+        done = asyncio.create_task(leader.replicate(2, b"two"))  # in flight
+        await asyncio.sleep(0)
+        joining.acked = 1  # it holds batch 1: every released batch, not batch 2
+        leader._maybe_admit(joining)
+        for _ in range(500):
+            if "F2" in leader.in_sync:
+                break
+            await asyncio.sleep(0.01)
+        assert coordinator.calls == [("F2", True)]
+        leader.followers["F1"].acked = 2
+        leader._wake()
+        await asyncio.sleep(0.05)
+        assert not done.done()  # batch 2 waits for the newcomer's ack
+        joining.acked = 2
+        leader._wake()
+        await asyncio.wait_for(done, 5)
+    asyncio.run(scenario())
+
+
+def test_follower_behind_a_released_batch_is_not_admitted() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1"})
+        leader.followers["F1"].acked = 2
+        await asyncio.wait_for(leader.replicate(1, b"one"), 5)
+        await asyncio.wait_for(leader.replicate(2, b"two"), 5)
+        joining = _Follower("F2", FakeWriter())  # type: ignore[arg-type]
+        leader.followers["F2"] = joining
+        joining.acked = 1  # lacks batch 2, which may have been confirmed
+        leader._maybe_admit(joining)
+        await asyncio.sleep(0.05)
+        assert "F2" not in leader.required and coordinator.calls == []
+    asyncio.run(scenario())
+
+
+def test_idle_leader_drops_a_follower_whose_link_is_lost() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1", "F2"})
+        del leader.followers["F2"]  # as ``_serve`` does when the link goes
+        await asyncio.wait_for(leader._drop_lost("F2", "link lost"), 5)
+        assert coordinator.calls == [("F2", False)]
+        assert leader.in_sync == {"L", "F1"} and leader.required == {"L", "F1"}
+    asyncio.run(scenario())
+
+
+def test_follower_back_before_the_drop_stays_in_the_set() -> None:
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1", "F2"})  # F2 reconnected already
+        await asyncio.wait_for(leader._drop_lost("F2", "link lost"), 5)
+        assert coordinator.calls == [] and "F2" in leader.in_sync
+    asyncio.run(scenario())
+
+
+def test_inherited_member_that_never_dials_the_new_leader_leaves_the_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_module.wire, "LINK_TIMEOUT", 0.01)
+
+    async def scenario() -> None:
+        coordinator = FakeCoordinator()
+        leader = _leader(coordinator, {"L", "F1", "F2"})
+        del leader.followers["F2"]  # in the set etcd handed over; never connected
+        await asyncio.wait_for(leader._drop_absent(), 5)
+        assert coordinator.calls == [("F2", False)] and leader.in_sync == {"L", "F1"}
+    asyncio.run(scenario())
