@@ -133,6 +133,7 @@ def read_raw(url: str, name: str, count: int, offset: object = "first") -> None:
 
 CLIENT = ["raw"]  # --client
 PUBLISHERS = [stream_publishers.PUBLISHERS]  # --publishers
+READERS = [1, 10]  # the consume phases' reader counts (--readers)
 
 
 async def consume(url: str, name: str, count: int, readers: int) -> float:
@@ -174,9 +175,11 @@ async def run(url: str, pid: int, count: int, size: int) -> Figures:
                 (client_cpu() - client) / messages * 1e6)
 
     try:
-        return {"publish": await phase(count, lambda: publish(url, name, count, size)),
-                "consume x1": await phase(count, lambda: consume(url, name, count, 1)),
-                "consume x10": await phase(10 * count, lambda: consume(url, name, count, 10))}
+        figures = {"publish": await phase(count, lambda: publish(url, name, count, size))}
+        for readers in READERS:
+            figures[f"consume x{readers}"] = await phase(
+                readers * count, lambda n=readers: consume(url, name, count, n))
+        return figures
     finally:
         conn = await aiormq.connect(url)
         await (await conn.channel()).queue_delete(name)
@@ -220,7 +223,13 @@ def main() -> None:
     parser.add_argument("--client", choices=("raw", "aiormq"), default="raw")
     parser.add_argument("--publishers", type=int, default=stream_publishers.PUBLISHERS,
                         help="publishing processes")
+    parser.add_argument("--window", type=int, default=stream_publishers.WINDOW,
+                        help="unconfirmed publishes per publisher, at most")
+    parser.add_argument("--readers", default="1,10",
+                        help="reader counts of the consume phases ('' for publish only)")
     args = parser.parse_args()
+    READERS[:] = [int(n) for n in args.readers.split(",") if n]
+    stream_publishers.WINDOW = args.window
     CLIENT[0] = args.client
     PUBLISHERS[0] = args.publishers
     results: dict[str, Figures] = {}
