@@ -54,7 +54,7 @@ from leveret.queues.stream_arguments import (
     OffsetSpec,
     parse_max_age,
 )
-from leveret.queues.stream_cache import PageCache
+from leveret.queues.stream_cache import PageCache, Prepared
 from leveret.queues.stream_log import StreamIndex, StreamLog
 from leveret.queues.stream_reader import Reader
 from leveret.queues.stream_tracking import AckWindow, TrackedOffsets
@@ -320,13 +320,15 @@ class Stream(Queue):
                 reader.window.delivered(stored.seq)
             self._deliver(consumer, stored)
 
-    def _deliver(self, consumer: Consumer, stored: StoredEntry) -> None:
-        """``stored`` is shared by the readers (``stream_cache.py``): the entry is not."""
-        entry = QueueEntry(stored.seq, stored.message)
+    def _deliver(self, consumer: Consumer, shared: Prepared) -> None:
+        """``shared`` is the readers' (``stream_cache.py``), its content frames too: the
+        entry is this delivery's."""
+        entry = QueueEntry(shared.seq, shared.message)
         entry.holder = consumer
-        self.dispatcher.unacked += 1
-        self.dispatcher.delivered += 1
-        consumer.deliver(entry)
+        dispatcher = self.dispatcher
+        dispatcher.unacked += 1
+        dispatcher.delivered += 1
+        consumer.deliver_shared(entry, shared)
 
     # -- settling: credit only ---------------------------------------------------------------
 
