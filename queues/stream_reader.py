@@ -49,6 +49,11 @@ class Reader:
         self.filters = filters  # x-stream-filter values (None: no filtering)
         self.match_unfiltered = match_unfiltered
 
+    @property
+    def plain(self) -> bool:
+        """Delivers every entry it reads and tracks nothing (the usual reader)."""
+        return self.filters is None and not self.min_ts and self.window is None
+
     def page_size(self) -> int:
         """Entries to take next from the shared pages: its prefetch at most (its memory
         follows its window; its remaining credit would be a take per ack), unless it skips
