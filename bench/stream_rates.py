@@ -194,11 +194,20 @@ def rounds(url: str, pid: int, args: argparse.Namespace) -> Figures:
                 statistics.median(r[k][2] for r in runs)) for k in runs[0]}
 
 
-def rabbitmq_pid() -> int | None:
-    """The RabbitMQ node's pid (Erlang's ``beam.smp``), for its CPU time."""
+def rabbitmq_pid(port: int = 5672) -> int | None:
+    """The pid of the RabbitMQ node (Erlang's ``beam.smp``) listening on ``port``, for its
+    CPU time: another node on the machine (a test's) must not be taken for it."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                sockets.add(f"socket:[{fields[9]}]")
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "beam.smp":
+            if not entry.name.isdigit() or (entry / "comm").read_text().strip() != "beam.smp":
+                continue
+            if any(os.readlink(fd) in sockets for fd in (entry / "fd").iterdir()):
                 return int(entry.name)
         except OSError:
             continue
