@@ -37,5 +37,11 @@ cdef class Channel:
     @cython.locals(tag=Py_ssize_t, message=CMessage, conn=CConnection, frame=bytes)
     cpdef deliver(self, CConsumer consumer, CQueueEntry entry)
 
+    @cython.locals(tag=Py_ssize_t, message=CMessage, conn=CConnection, content=bytes)
+    cpdef deliver_shared(self, CConsumer consumer, CQueueEntry entry, shared)
+
+    @cython.locals(message=CMessage, conn=CConnection)
+    cpdef _delivered(self, CConsumer consumer, CQueueEntry entry, Py_ssize_t tag, bytes frame)
+
     @cython.locals(entry=CQueueEntry, queue=CQueue, consumer=CConsumer)
     cpdef ack_now(self, tag, multiple)

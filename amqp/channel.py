@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from leveret.amqp.connection import Connection
     from leveret.broker.basic_get import Got
     from leveret.broker.vhost import VirtualHost
-    from leveret.queues.consumer import Consumer
+    from leveret.queues.consumer import Consumer, SharedContent
     from leveret.queues.entry import QueueEntry
     from leveret.queues.queue import Queue
 
@@ -262,6 +262,31 @@ class Channel:
         frame = fastpath.encode_deliver_with_content(
             self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
             message.routing_key, message.raw_properties, message.body, conn.frame_max)
+        self._delivered(consumer, entry, tag, frame)
+
+    def deliver_shared(self, consumer: Consumer, entry: QueueEntry,
+                       shared: SharedContent) -> None:
+        """A delivery whose content frames several consumers share (a stream's page): they
+        are encoded once per channel number and frame_max; only the method frame is this
+        consumer's."""
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        message = entry.message
+        conn = self.connection
+        key = self.number << 32 | conn.frame_max
+        content = shared.frames
+        if shared.frames_key != key:
+            content = shared.frames = b"".join(fastpath.encode_content(
+                self.number, message.raw_properties, message.body, conn.frame_max))
+            shared.frames_key = key
+        self._delivered(consumer, entry, tag, fastpath.encode_deliver(
+            self.number, consumer.tag, tag, entry.delivery_count > 0, message.exchange,
+            message.routing_key) + content)
+
+    def _delivered(self, consumer: Consumer, entry: QueueEntry, tag: int, frame: bytes) -> None:
+        """Write ``frame`` (delivery ``tag`` of ``entry``), trace it and count it unacked."""
+        message = entry.message
+        conn = self.connection
         conn.batch_bytes += len(frame)
         held = self.output.held
         if held is None:

@@ -1,14 +1,14 @@
 """A long stream read by ten consumers at different offsets: the broker's memory stays bounded.
 
-    python bench/stream_memory.py                          # 10M x 1 KB (hours here)
-    python bench/stream_memory.py --messages 200000        # what fits in a session
+    nice python bench/stream_memory.py                     # 10M x 1 KB (half an hour here)
+    python bench/stream_memory.py --messages 200000
 
 A Leveret is started here; ``--messages`` messages of ``--size`` bytes are published to a
 stream with confirms, then ten readers (one process each, ``stream_rates.read_raw``) start
 at offsets spread evenly over the log and each reads ``--messages / 10`` messages, so
 together they read the whole log once, at ten places at a time. The broker's RSS is
 sampled every 0.2 s throughout: the figures printed are the peaks while publishing and
-while reading, as VmRSS (what ``ps`` shows, including the store's memory-mapped pages the
+while reading (printed before the stream is deleted), as VmRSS (what ``ps`` shows, including the store's memory-mapped pages the
 kernel may drop at will) and RssAnon (the broker's own heap). What bounds the heap is
 each reader's read-ahead and the stream's shared pages (``queues/stream_cache.py``), not
 the length of the log.
@@ -62,18 +62,22 @@ def main() -> None:
             sampler.stopped.set()
             failed = [r.exitcode for r in readers if r.exitcode]
             after = memory_mib(proc.pid)
+            print(f"{READERS} readers at offsets 0, {share:,}, ... read {READERS * share:,} in "
+                  f"{seconds:,.0f} s ({READERS * share / seconds:,.0f} deliveries/s)"
+                  + (f"; FAILED readers: {failed}" if failed else ""))
+            print(f"broker MiB: idle RSS {idle['VmRSS']:.0f} (heap {idle['RssAnon']:.0f}); "
+                  f"peak while publishing RSS {published['VmRSS']:.0f} (heap "
+                  f"{published['RssAnon']:.0f}); peak while reading RSS "
+                  f"{sampler.peaks['VmRSS']:.0f} (heap {sampler.peaks['RssAnon']:.0f}); after "
+                  f"RSS {after['VmRSS']:.0f} (heap {after['RssAnon']:.0f}); load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
         finally:
+            began = time.perf_counter()
             asyncio.run(_delete(url, name))
+            print(f"deleted the stream in {time.perf_counter() - began:,.0f} s; broker peak "
+                  f"RSS (VmHWM) {memory_mib(proc.pid)['VmHWM']:.0f} MiB")
             proc.terminate()
             proc.wait(60)
-    print(f"{READERS} readers at offsets 0, {share:,}, ... read {READERS * share:,} in "
-          f"{seconds:,.0f} s ({READERS * share / seconds:,.0f} deliveries/s)"
-          + (f"; FAILED readers: {failed}" if failed else ""))
-    print(f"broker MiB: idle RSS {idle['VmRSS']:.0f} (heap {idle['RssAnon']:.0f}); peak while "
-          f"publishing RSS {published['VmRSS']:.0f} (heap {published['RssAnon']:.0f}); peak "
-          f"while reading RSS {sampler.peaks['VmRSS']:.0f} (heap {sampler.peaks['RssAnon']:.0f})"
-          f"; after RSS {after['VmRSS']:.0f} (heap {after['RssAnon']:.0f}); "
-          f"load average {os.getloadavg()[0]:.2f}")
 
 
 async def _delete(url: str, name: str) -> None:

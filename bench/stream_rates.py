@@ -5,8 +5,8 @@
     python bench/stream_rates.py --rounds 1 --no-rabbitmq --profile /tmp/stream.prof
 
 One run per broker, same client, same machine: a stream is declared, ``--messages``
-messages of ``--size`` bytes are published with confirms (aiormq, up to ``WINDOW`` in
-flight), then read from ``first`` by 1 consumer, then by 10 consumers at once (each reads
+messages of ``--size`` bytes are published with confirms by ``--publishers`` processes
+(``stream_publishers.py``: one connection each, a window of unconfirmed publishes), then read from ``first`` by 1 consumer, then by 10 consumers at once (each reads
 the whole log; the rate counts every delivery), prefetch ``PREFETCH``, acked with
 ``multiple`` every ``ACK_EVERY``. The 10 consumers start at different offsets' worth of
 delay only through their own speed; each costs one read of the store. For Leveret the
@@ -45,10 +45,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiormq
+import stream_publishers
 from broker_proc import start_leveret
 from loadgen_proc import process_tree, tree_cpu_seconds
 
-WINDOW = 2_000  # publishes awaiting their confirm
 PREFETCH = 1_000
 ACK_EVERY = 500
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -82,23 +82,12 @@ class Sampler(threading.Thread):
 
 
 async def publish(url: str, name: str, count: int, size: int) -> float:
+    """Declare the stream, then publish with ``PUBLISHERS[0]`` processes
+    (``stream_publishers.py``: one Python publisher would be the bound)."""
     conn = await aiormq.connect(url)
-    ch = await conn.channel()
-    await ch.queue_declare(name, durable=True, arguments=STREAM)
-    body = b"x" * size
-    window = asyncio.Semaphore(WINDOW)
-    pending: set[asyncio.Future[object]] = set()
-    start = time.perf_counter()
-    for _ in range(count):
-        await window.acquire()
-        fut = asyncio.ensure_future(ch.basic_publish(body, routing_key=name))
-        fut.add_done_callback(lambda _f: window.release())
-        pending.add(fut)
-        fut.add_done_callback(pending.discard)
-    await asyncio.gather(*pending)
-    seconds = time.perf_counter() - start
+    await (await conn.channel()).queue_declare(name, durable=True, arguments=STREAM)
     await conn.close()
-    return count / seconds
+    return await stream_publishers.publish(url, name, count, size, PUBLISHERS[0])
 
 
 async def read_all(url: str, name: str, count: int) -> None:
@@ -143,6 +132,8 @@ def read_raw(url: str, name: str, count: int, offset: object = "first") -> None:
 
 
 CLIENT = ["raw"]  # --client
+PUBLISHERS = [stream_publishers.PUBLISHERS]  # --publishers
+READERS = [1, 10]  # the consume phases' reader counts (--readers)
 
 
 async def consume(url: str, name: str, count: int, readers: int) -> float:
@@ -184,9 +175,11 @@ async def run(url: str, pid: int, count: int, size: int) -> Figures:
                 (client_cpu() - client) / messages * 1e6)
 
     try:
-        return {"publish": await phase(count, lambda: publish(url, name, count, size)),
-                "consume x1": await phase(count, lambda: consume(url, name, count, 1)),
-                "consume x10": await phase(10 * count, lambda: consume(url, name, count, 10))}
+        figures = {"publish": await phase(count, lambda: publish(url, name, count, size))}
+        for readers in READERS:
+            figures[f"consume x{readers}"] = await phase(
+                readers * count, lambda n=readers: consume(url, name, count, n))
+        return figures
     finally:
         conn = await aiormq.connect(url)
         await (await conn.channel()).queue_delete(name)
@@ -201,11 +194,20 @@ def rounds(url: str, pid: int, args: argparse.Namespace) -> Figures:
                 statistics.median(r[k][2] for r in runs)) for k in runs[0]}
 
 
-def rabbitmq_pid() -> int | None:
-    """The RabbitMQ node's pid (Erlang's ``beam.smp``), for its CPU time."""
+def rabbitmq_pid(port: int = 5672) -> int | None:
+    """The pid of the RabbitMQ node (Erlang's ``beam.smp``) listening on ``port``, for its
+    CPU time: another node on the machine (a test's) must not be taken for it."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                sockets.add(f"socket:[{fields[9]}]")
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "beam.smp":
+            if not entry.name.isdigit() or (entry / "comm").read_text().strip() != "beam.smp":
+                continue
+            if any(os.readlink(fd) in sockets for fd in (entry / "fd").iterdir()):
                 return int(entry.name)
         except OSError:
             continue
@@ -228,8 +230,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="cProfile output of the Leveret")
     parser.add_argument("--client", choices=("raw", "aiormq"), default="raw")
+    parser.add_argument("--publishers", type=int, default=stream_publishers.PUBLISHERS,
+                        help="publishing processes")
+    parser.add_argument("--window", type=int, default=stream_publishers.WINDOW,
+                        help="unconfirmed publishes per publisher, at most")
+    parser.add_argument("--readers", default="1,10",
+                        help="reader counts of the consume phases ('' for publish only)")
     args = parser.parse_args()
+    READERS[:] = [int(n) for n in args.readers.split(",") if n]
+    stream_publishers.WINDOW = args.window
     CLIENT[0] = args.client
+    PUBLISHERS[0] = args.publishers
     results: dict[str, Figures] = {}
     load = [os.getloadavg()[0]]
     wrapper = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
@@ -248,9 +259,9 @@ def main() -> None:
     if not args.no_rabbitmq and rabbitmq_up() and beam is not None:
         results["rabbitmq"] = rounds(RABBITMQ, beam, args)
     load.append(os.getloadavg()[0])
-    print(f"{args.messages} x {args.size} B, {args.client} readers, median of {args.rounds} "
-          f"round(s); msg/s "
-          f"(consume: deliveries/s over all readers), broker / client CPU µs/msg; "
+    print(f"{args.messages} x {args.size} B, {args.publishers} publishers, {args.client} "
+          f"readers, median of {args.rounds} "
+          f"round(s); msg/s (consume: deliveries/s over all readers), broker / client CPU µs/msg; "
           f"load average {load[0]:.2f} -> {load[1]:.2f}")
     for broker, figures in results.items():
         print(f"  {broker:9}" + "".join(f"  {k} {v:>7,.0f} ({c:4.1f} / {u:4.1f} µs)"

@@ -18,3 +18,6 @@ cdef class Consumer:
 
     @cython.locals(channel=CChannel)
     cpdef deliver(self, entry)
+
+    @cython.locals(channel=CChannel)
+    cpdef deliver_shared(self, entry, shared)

@@ -19,6 +19,15 @@ class Writable(Protocol):
     def writable(self) -> bool: ...
 
 
+class SharedContent(Protocol):
+    """One message's content frames, encoded by the first channel that delivers it and
+    reused by every later one of the same channel number and frame_max (``frames_key``,
+    0 until encoded): a stream's readers deliver the same entries."""
+
+    frames: bytes
+    frames_key: int
+
+
 class Channel(Protocol):
     """What a consumer needs from the channel it delivers on (an AMQP channel in practice)."""
 
@@ -31,6 +40,9 @@ class Channel(Protocol):
     def has_room(self) -> bool: ...
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None: ...
+
+    def deliver_shared(self, consumer: Consumer, entry: QueueEntry,
+                       shared: SharedContent) -> None: ...
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away under ``consumer`` (deleted): tell the client."""
@@ -89,3 +101,7 @@ class Consumer:
     def deliver(self, entry: QueueEntry) -> None:
         channel = self.channel
         channel.deliver(self, entry)
+
+    def deliver_shared(self, entry: QueueEntry, shared: SharedContent) -> None:
+        channel = self.channel
+        channel.deliver_shared(self, entry, shared)

@@ -47,14 +47,9 @@ from leveret.queues.entry import PublishResult, QueueEntry
 from leveret.queues.queue import Queue
 from leveret.queues.stream_arguments import (
     DEFAULT_SEGMENT_BYTES,
-    FIRST,
-    LAST,
-    NEXT,
-    OFFSET,
-    OffsetSpec,
     parse_max_age,
 )
-from leveret.queues.stream_cache import PageCache
+from leveret.queues.stream_cache import PageCache, Prepared
 from leveret.queues.stream_log import StreamIndex, StreamLog
 from leveret.queues.stream_reader import Reader
 from leveret.queues.stream_tracking import AckWindow, TrackedOffsets
@@ -236,24 +231,11 @@ class Stream(Queue):
         stream_arguments.parse_offset(arguments.get("x-stream-offset"),
                                       ttl.now_ms(self.time), self.what)
 
-    def _start(self, spec: OffsetSpec) -> tuple[int, int]:
-        """(first offset to read, minimum arrival ms) for a consumer starting at ``spec``."""
-        index = self._index
-        if spec.kind == FIRST:
-            return index.first_offset, 0
-        if spec.kind == LAST:
-            return max(index.last_chunk, index.first_offset), 0
-        if spec.kind == NEXT:
-            return self._next_seq, 0
-        if spec.kind == OFFSET:
-            return min(max(spec.value, index.first_offset), self._next_seq), 0
-        return index.seek_time(spec.value), spec.value
-
     def add_consumer(self, consumer: Consumer) -> None:
         arguments = consumer.arguments
         spec = stream_arguments.parse_offset(arguments.get("x-stream-offset"),
                                              ttl.now_ms(self.time), self.what)
-        position, min_ts = self._start(spec)
+        position, min_ts = stream_log.start(self._index, spec, self._next_seq)
         window = None
         if arguments.get(stream_tracking.ARGUMENT) is True:
             floor = self._tracked.get(consumer.tag)
@@ -310,6 +292,9 @@ class Stream(Queue):
                     reader.position = after
                     continue
                 ahead.extend(page)
+            if reader.plain:  # no seek, filter or tracking: deliver what credit allows
+                self._deliver_run(reader)
+                continue
             stored = ahead.popleft()
             reader.position = stored.seq + 1
             if not reader.wants(stored):
@@ -320,13 +305,30 @@ class Stream(Queue):
                 reader.window.delivered(stored.seq)
             self._deliver(consumer, stored)
 
-    def _deliver(self, consumer: Consumer, stored: StoredEntry) -> None:
-        """``stored`` is shared by the readers (``stream_cache.py``): the entry is not."""
-        entry = QueueEntry(stored.seq, stored.message)
+    def _deliver_run(self, reader: Reader) -> None:
+        """``_deliver`` of the read-ahead while there is credit, for a ``plain`` reader."""
+        consumer, ahead, dispatcher = reader.consumer, reader.ahead, self.dispatcher
+        deliver, can_take = consumer.deliver_shared, consumer.can_take
+        shared = None
+        while ahead and can_take() and not self.deleted:
+            shared = ahead.popleft()
+            entry = QueueEntry(shared.seq, shared.message)
+            entry.holder = consumer
+            dispatcher.unacked += 1
+            dispatcher.delivered += 1
+            deliver(entry, shared)
+        if shared is not None:
+            reader.position = shared.seq + 1
+
+    def _deliver(self, consumer: Consumer, shared: Prepared) -> None:
+        """``shared`` is the readers' (``stream_cache.py``), its content frames too: the
+        entry is this delivery's."""
+        entry = QueueEntry(shared.seq, shared.message)
         entry.holder = consumer
-        self.dispatcher.unacked += 1
-        self.dispatcher.delivered += 1
-        consumer.deliver(entry)
+        dispatcher = self.dispatcher
+        dispatcher.unacked += 1
+        dispatcher.delivered += 1
+        consumer.deliver_shared(entry, shared)
 
     # -- settling: credit only ---------------------------------------------------------------
 
@@ -339,8 +341,9 @@ class Stream(Queue):
     def settle_many(self, entries: list[QueueEntry]) -> None:
         self.dispatcher.unacked -= len(entries)
         self._acked += len(entries)
-        for entry in entries:
-            self._track(entry)
+        if any(r.window is not None for r in self._readers.values()):  # some track offsets
+            for entry in entries:
+                self._track(entry)
 
     def reject(self, entry: QueueEntry, resume: bool = True) -> None:
         self.dispatcher.unacked -= 1

@@ -8,9 +8,11 @@ reads each entry from the store, decodes it and splices its ``x-stream-offset``
 header (``stream_header.py``): ten consumers, ten times the work. Here the log
 is cut into *pages* of ``PAGE`` offsets aligned on multiples of ``PAGE``; a
 page is read in one store transaction, each entry prepared once for delivery
-(its message with the ``x-stream-offset`` header already in its properties), and
-kept while it fits in ``CACHE_BYTES``. A reader takes a slice of a page: the
-entries themselves are shared, never copied.
+(its message with the ``x-stream-offset`` header already in its properties, and
+its content frames encoded by its first delivery and reused by the others on a
+channel of the same number and frame_max: only the deliver method frame is each
+consumer's), and kept while it fits in ``CACHE_BYTES``. A reader takes a slice
+of a page: the entries themselves are shared, never copied.
 
 Eviction knows where the readers are (``positions``), since least-recently-used
 is the wrong order for readers scanning forward at different speeds: the page
@@ -25,9 +27,10 @@ per commit batch between them, not one each. Retention drops the pages below
 the new first offset (``drop_below``), so no reader is given an entry the log no
 longer has.
 
-Memory is ``CACHE_BYTES`` per stream (bodies and properties) plus what readers'
-read-aheads still hold of evicted pages (``stream_reader.READ_AHEAD`` entries
-each at most): bounded, whatever the length of the log.
+Memory is ``CACHE_BYTES`` per stream (bodies and properties, and their
+frames) plus what readers' read-aheads still hold of evicted pages
+(``stream_reader.READ_AHEAD`` entries each at most): bounded, whatever the
+length of the log.
 """
 
 from __future__ import annotations
@@ -45,33 +48,59 @@ if TYPE_CHECKING:
 
 # Offsets per page: one store read (one LMDB transaction) prepares this many entries.
 PAGE = 128
-# Bytes of bodies and properties a stream keeps prepared for its readers, at most.
-CACHE_BYTES = 8 * 1024 * 1024
+# Bytes a stream keeps prepared for its readers, at most: bodies and properties, and their
+# encoded content frames (``Prepared.size``).
+CACHE_BYTES = 16 * 1024 * 1024
+# A content header frame's and a body frame's own bytes (7-byte frame header and the frame
+# end each, and the header's class, weight and body size).
+FRAMES_OVERHEAD = 2 * 8 + 12
 
 # (first offset, how many entries at most) -> the entries in the store from there.
 ReadEntries = Callable[[int, int], "Sequence[StoredEntry]"]
 
 
-def _seq(entry: StoredEntry) -> int:
+def _seq(entry: Prepared) -> int:
     return entry.seq
 
 
-def prepared(stored: StoredEntry) -> StoredEntry:
+class Prepared:
+    """One entry of a page, as every reader delivers it: its message carries the
+    ``x-stream-offset`` header, and its content frames (``frames``) are encoded by the
+    first delivery and reused by the others (``consumer.SharedContent``)."""
+
+    __slots__ = ("expires_at", "frames", "frames_key", "message", "seq")
+
+    def __init__(self, seq: int, message: Message, expires_at: int) -> None:
+        self.seq = seq
+        self.message = message
+        self.expires_at = expires_at  # the chunk's arrival ms (stream_log.py)
+        self.frames = b""
+        self.frames_key = 0  # not encoded yet
+
+    @property
+    def size(self) -> int:
+        """What it holds at most, counted when it is read: its body and properties, and
+        their encoded frames."""
+        message = self.message
+        return 2 * (len(message.body) + len(message.raw_properties)) + FRAMES_OVERHEAD
+
+
+def prepared(stored: StoredEntry) -> Prepared:
     """``stored`` ready to deliver: its properties carry ``x-stream-offset``."""
     message = stored.message
     try:
         raw = with_stream_offset(message.raw_properties, stored.seq)
     except ValueError:
         raw = message.raw_properties  # accepted at publish; relayed as it is
-    return StoredEntry(stored.seq, 0, Message(message.exchange, message.routing_key, raw,
-                                              message.body), stored.expires_at)
+    return Prepared(stored.seq, Message(message.exchange, message.routing_key, raw,
+                                        message.body), stored.expires_at)
 
 
 class _Page:
     __slots__ = ("bytes", "end", "entries")
 
     def __init__(self) -> None:
-        self.entries: list[StoredEntry] = []
+        self.entries: list[Prepared] = []
         self.end = 0  # offsets below it (in this page) are all in ``entries``
         self.bytes = 0
 
@@ -90,7 +119,7 @@ class PageCache:
         self.bytes = 0
         self.reads = 0  # store reads (for tests and the curious)
 
-    def entries(self, position: int, committed: int, limit: int) -> tuple[list[StoredEntry], int]:
+    def entries(self, position: int, committed: int, limit: int) -> tuple[list[Prepared], int]:
         """Up to ``limit`` entries from ``position`` on (below ``committed``), from one
         page, and the offset to read next when they are consumed (past a gap: the page's
         end)."""
@@ -119,7 +148,7 @@ class PageCache:
                 break
             entry = prepared(stored)
             page.entries.append(entry)
-            added += len(entry.message.body) + len(entry.message.raw_properties)
+            added += entry.size
         page.end = end
         page.bytes += added
         self.bytes += added

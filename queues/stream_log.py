@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from leveret.queues.stream_arguments import FIRST, LAST, NEXT, OFFSET, OffsetSpec
 from leveret.queues.stream_tracking import OffsetLog
 
 
@@ -151,3 +152,17 @@ def rebuild(index: StreamIndex, read_stamps: StampPages, count: int, first_seq: 
         position = page[-1][0] + 1
     index.next_offset = max(index.next_offset, next_seq)
     return max(last_ts, 0)
+
+
+def start(index: StreamIndex, spec: OffsetSpec, next_offset: int) -> tuple[int, int]:
+    """(first offset to read, minimum arrival ms) for a consumer starting at ``spec``
+    (``next_offset``: the offset the next publish gets, committed or not)."""
+    if spec.kind == FIRST:
+        return index.first_offset, 0
+    if spec.kind == LAST:
+        return max(index.last_chunk, index.first_offset), 0
+    if spec.kind == NEXT:
+        return next_offset, 0
+    if spec.kind == OFFSET:
+        return min(max(spec.value, index.first_offset), next_offset), 0
+    return index.seek_time(spec.value), spec.value

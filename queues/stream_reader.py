@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from leveret.model.message import Message
 
 if TYPE_CHECKING:
-    from leveret.persistence.store import StoredEntry
     from leveret.queues.consumer import Consumer
+    from leveret.queues.stream_cache import Prepared
     from leveret.queues.stream_tracking import AckWindow
 
 # Entries a reader reads from the store at once, at most (and no more than its consumer's
@@ -44,10 +44,15 @@ class Reader:
         self.consumer = consumer
         self.window = window  # offset tracking on: what it settled (stream_tracking.py)
         self.position = position  # the next offset to deliver
-        self.ahead: deque[StoredEntry] = deque()  # read from the store, not yet delivered
+        self.ahead: deque[Prepared] = deque()  # read from the store, not yet delivered
         self.min_ts = min_ts  # a timestamp seek: skip chunks that arrived before it
         self.filters = filters  # x-stream-filter values (None: no filtering)
         self.match_unfiltered = match_unfiltered
+
+    @property
+    def plain(self) -> bool:
+        """Delivers every entry it reads and tracks nothing (the usual reader)."""
+        return self.filters is None and not self.min_ts and self.window is None
 
     def page_size(self) -> int:
         """Entries to take next from the shared pages: its prefetch at most (its memory
@@ -57,7 +62,7 @@ class Reader:
             return min(READ_AHEAD, max(self.consumer.prefetch, 1))
         return READ_AHEAD
 
-    def wants(self, entry: StoredEntry) -> bool:
+    def wants(self, entry: Prepared) -> bool:
         if self.min_ts:
             if entry.expires_at < self.min_ts:
                 return False

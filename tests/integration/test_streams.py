@@ -323,3 +323,34 @@ def test_consumers_at_different_offsets_on_one_channel(broker: Any) -> None:
     assert got == {"a": list(range(100)), "b": list(range(50, 100)), "c": [99]}
     conn.channel().queue_delete(name)
     conn.close()
+
+
+def test_readers_on_other_channels_and_frame_sizes_get_their_own_frames(broker: Any) -> None:
+    """Readers at once share each entry's encoded content: a reader on another channel
+    number, or with a smaller frame_max (bodies split over several frames), still gets
+    exact frames."""
+    name = f"frames-{uuid.uuid4().hex[:8]}"
+    conn = connect(broker)
+    conn.channel().queue_declare(name, durable=True, arguments=STREAM)
+    bodies = [bytes([i]) * (10_000 + i) for i in range(20)]
+    publish(conn, name, bodies)
+    params = pika.URLParameters(broker.url)
+    params.frame_max = 4096
+    small = pika.BlockingConnection(params)
+    small.channel()  # its reader's channel is number 2, the others' number 1
+    conns = [connect(broker), small, connect(broker)]
+    got: list[list[tuple[int, bytes]]] = [[] for _ in conns]
+    for c, deliveries in zip(conns, got, strict=True):
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=5)
+        ch.basic_consume(name, lambda ch_, m, p, b, out=deliveries: (
+            out.append((p.headers["x-stream-offset"], b)), ch_.basic_ack(m.delivery_tag)),
+            arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + WAIT
+    while any(len(d) < len(bodies) for d in got) and time.monotonic() < deadline:
+        for c in conns:
+            c.process_data_events(time_limit=0.01)
+    assert got == [list(enumerate(bodies))] * 3
+    conn.channel().queue_delete(name)
+    for c in (conn, *conns):
+        c.close()

@@ -99,6 +99,9 @@ class FakeChannel:
         entry.delivery_count += 1
         consumer.unacked += 1
 
+    def deliver_shared(self, consumer: Any, entry: Any, shared: Any) -> None:
+        self.deliver(consumer, entry)
+
 
 class FakeConsumer:
     def __init__(self, prefetch: int = 0, priority: int = 0) -> None:
@@ -115,6 +118,9 @@ class FakeConsumer:
 
     def deliver(self, entry: Any) -> None:
         self.channel.deliver(self, entry)
+
+    def deliver_shared(self, entry: Any, shared: Any) -> None:
+        self.channel.deliver_shared(self, entry, shared)
 
     def bodies(self) -> list[bytes]:
         return [e.message.body for e in self.got]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from leveret.model.message import Message
 from leveret.persistence.store import StoredEntry
-from leveret.queues.stream_cache import PAGE, PageCache
+from leveret.queues.stream_cache import FRAMES_OVERHEAD, PAGE, PageCache
 
 BODY = b"x" * 100
-ENTRY = len(BODY) + 31  # and its properties: an x-stream-offset header (31 bytes)
+# Its body and properties (an x-stream-offset header, 31 bytes), and their encoded frames.
+ENTRY = 2 * (len(BODY) + 31) + FRAMES_OVERHEAD
 
 
 def log(end: int) -> tuple[list[tuple[int, int]], PageCache, list[int]]:
