@@ -23,7 +23,8 @@ found by a lookup a page of its own, so the budget still bounds what one run map
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Protocol
 
 from leveret.persistence.mapped_memory import PageBudget, nearby
 from leveret.persistence.records import INDEX_KEY, U64, decode_index_value, decode_message
@@ -31,6 +32,23 @@ from leveret.persistence.store import StoredEntry
 
 _unpack_key = INDEX_KEY.unpack
 _pack_id = U64.pack
+
+
+class Cursor(Protocol):
+    """What the walk uses of an LMDB cursor (``lmdb.Cursor``; buffers are memoryviews)."""
+
+    def set_range(self, key: bytes) -> bool: ...
+    def set_key(self, key: bytes) -> bool: ...
+    def next(self) -> bool: ...
+    def key(self) -> bytes | memoryview: ...
+    def value(self) -> bytes | memoryview: ...
+    def iternext(self) -> Iterator[tuple[bytes | memoryview, bytes | memoryview]]: ...
+
+
+class ReadTransaction(Protocol):
+    """An LMDB read transaction (``lmdb.Transaction``); a database is an opaque handle."""
+
+    def cursor(self, db: object) -> Cursor: ...
 
 
 class MissingMessage(Exception):
@@ -42,8 +60,8 @@ class MissingMessage(Exception):
         self.msg_id = msg_id
 
 
-def read_run(txn: Any, index_db: Any, messages_db: Any, qid: int, from_seq: int, limit: int,
-             below: int, pages: PageBudget) -> list[StoredEntry]:
+def read_run(txn: ReadTransaction, index_db: object, messages_db: object, qid: int,
+             from_seq: int, limit: int, below: int, pages: PageBudget) -> list[StoredEntry]:
     """Up to ``limit`` entries of queue ``qid`` from ``from_seq`` on, in key order, read in
     ``txn`` (opened with ``buffers=True``); an entry below ``below`` was delivered at least
     once (``batch.DeliveredBelow``). Raises ``MissingMessage`` for a dangling index entry."""
