@@ -49,7 +49,7 @@ _SERVE_FIELDS = ("host", "port", "data_dir", "management_port", "prometheus_port
                  "management_host", "log_level", "tls_port", "tls_certfile", "tls_keyfile",
                  "tls_cafile", "tls_verify", "management_tls_port", "ready_file", "node_name", "etcd",
                  "cluster_name", "replication_port", "replication_host", "replication_advertised_port",
-                 "min_in_sync", "lease_ttl")
+                 "min_in_sync", "lease_ttl", "queue_messages_in_memory")
 
 log = logging.getLogger("leveret.cli")
 
@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML config file (default: $LEVERET_CONFIG, if set)",
     )
     serve.add_argument("--log-level", metavar="L", help=f"one of {', '.join(LOG_LEVELS)}")
+    serve.add_argument("--queue-messages-in-memory", metavar="N",
+                       help="ready messages a durable queue keeps in memory before paging to disk "
+                            "(default 10000; 0 = no bound, RabbitMQ 3.10's behaviour)")
     serve.add_argument("--tls-port", metavar="N",
                        help="AMQPS port when a certificate is set (default 5671; 0 = any free)")
     serve.add_argument("--tls-certfile", metavar="F", help="server certificate (PEM) for AMQPS")

@@ -122,6 +122,10 @@ class Config:
     # Fraction of that limit above which queues page messages out of memory (RabbitMQ's
     # vm_memory_high_watermark_paging_ratio; queues/paging.py). 0: always page.
     memory_high_watermark_paging_ratio: float = 0.5
+    # Ready messages a durable queue keeps in memory before it pages new ones to disk only
+    # (queues/paging.py); 0: no bound, the backlog stays in memory until the paging ratio
+    # above (RabbitMQ 3.10's classic queues).
+    queue_messages_in_memory: int = 10_000
     log_level: str = "info"
     handshake_timeout: float = 10.0
     # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
@@ -376,6 +380,7 @@ _FIELDS: dict[str, _Field] = {
     "disk_capacity": _Field("int", _int_range(0, 2**63 - 1)),
     "memory_high_watermark": _Field("float", _positive_float),
     "memory_high_watermark_paging_ratio": _Field("float", _non_negative_float),
+    "queue_messages_in_memory": _Field("int", _int_range(0, 2**31 - 1, " (0 = no bound)")),
     "log_level": _Field("str", _log_level),
     "handshake_timeout": _Field("float", _positive_float),
     "connection_max": _Field("int", _int_range(0, 2**31 - 1, " (0 = no limit)")),

@@ -11,6 +11,11 @@ Then it measures the in-batch cancellation: messages published and acked
 within one batch (never written) against the same work split over two
 commits (written, then deleted).
 
+Last, the read-back of a paged-out backlog (``--read-back N`` messages, 0 to skip):
+``read_queue`` in runs of ``READ_RUN`` entries from the front, as a queue's tail is read
+as its head drains (``persistence/lmdb_reads.py``); CPU microseconds per entry, the
+store's page budget on, the best of three passes.
+
 ``--dir`` should be on the file system the broker will use: fsync cost is
 the whole story at small batch sizes (tmpfs would make it look free).
 """
@@ -34,6 +39,7 @@ from leveret.persistence.store import QueueDef
 
 PROPS = b"\x10\x00\x02"  # delivery-mode 2
 BATCH_SIZES = (1, 10, 100, 1000)
+READ_RUN = 2_000  # queues/plain_store.py's PAGE_BATCH
 
 Store: TypeAlias = "_Recording"
 
@@ -124,16 +130,45 @@ def run(directory: Path, body_size: int, total: int) -> None:
           f"({split / folded:.1f}x)")
 
 
+def read_back(directory: Path, body_size: int, total: int) -> float:
+    """CPU µs per entry to read a backlog of ``total`` messages back, run by run."""
+    store = _Recording(LmdbStore(directory / "read-back"))
+    qid = store.put_queue(QueueDef("/", "bench"))
+    body = b"x" * body_size
+    for seq in range(total):
+        store.enqueue(qid, seq, Message("", "q", PROPS, body))
+        if seq % 5_000 == 4_999:
+            store.write_batch(store.take_batch())
+    store.write_batch(store.take_batch())
+    passes = []
+    for _ in range(3):
+        store.release_memory()
+        first, read = 0, 0
+        start = time.process_time()
+        while batch := store.read_queue(qid, first, READ_RUN):
+            first = batch[-1].seq + 1
+            read += len(batch)
+        passes.append((time.process_time() - start) / max(read, 1) * 1e6)
+    store.close()
+    return min(passes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, help="where to create the LMDB files (default: a "
                         "temporary directory, removed afterwards)")
     parser.add_argument("--body", type=int, default=1024, help="body size in bytes")
     parser.add_argument("--messages", type=int, default=5000, help="messages per row")
+    parser.add_argument("--read-back", type=int, default=200_000,
+                        help="backlog read back from the store (0: skip)")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="leveret-store-micro-", dir=args.dir))
     try:
         run(directory, args.body, args.messages)
+        if args.read_back:
+            per_entry = read_back(directory, args.body, args.read_back)
+            print(f"\nread-back of {args.read_back:,} paged-out messages, runs of {READ_RUN:,}: "
+                  f"{per_entry:.2f} µs CPU per entry")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -27,7 +27,7 @@ from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import Store
 from leveret.queues.flavours import new_queue
-from leveret.queues.paging import Paging
+from leveret.queues.paging import UNBOUNDED, Paging
 from leveret.queues.policy import Policy
 from leveret.queues.stream import restore_tracked_offsets
 
@@ -43,7 +43,8 @@ class Broker:
         self.config = config
         self.store: Store = store if store is not None else MemoryStore()
         self.log = GroupCommit(self.store, loop)
-        self.paging = Paging()  # memory pressure, as durable queues page by it (paging.py)
+        # The paging bound and memory pressure durable queues page by (paging.py).
+        self.paging = Paging(config.queue_messages_in_memory)
         # How late delayed messages were released, every vhost's (broker/delayed.py).
         self.delayed_lateness = Histogram(delayed.LATENESS_BOUNDS)
         self.cluster_name = f"leveret@{socket.gethostname()}"
@@ -150,7 +151,9 @@ class Broker:
         if pressed:
             log.warning("memory use above the paging threshold; queues page messages to disk")
         else:
-            log.info("memory use below the paging threshold; queues keep messages in memory")
+            log.info("memory use below the paging threshold; queues keep up to %s messages "
+                     "in memory", "all their" if self.paging.bound == UNBOUNDED
+                     else f"{self.paging.bound:,} of their")
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 queue.repage()

@@ -59,6 +59,7 @@ import lmdb
 
 from leveret.persistence.apply import apply_batch
 from leveret.persistence.batch import Batch
+from leveret.persistence.lmdb_reads import MissingMessage, read_run
 from leveret.persistence.lmdb_writer import (
     COUNTER_PREFIX,
     META_FORMAT,
@@ -68,7 +69,7 @@ from leveret.persistence.lmdb_writer import (
     META_VERSION,
     LmdbWriter,
 )
-from leveret.persistence.mapped_memory import PageBudget, mapped_ranges, nearby, release
+from leveret.persistence.mapped_memory import PageBudget, mapped_ranges, release
 from leveret.persistence.records import (
     INDEX_KEY,
     U32,
@@ -340,36 +341,17 @@ class LmdbStore:
             raise self._error(f"cannot read queue {qid}", exc) from exc
 
     def read_queue(self, qid: int, from_seq: int, limit: int) -> list[StoredEntry]:
-        out: list[StoredEntry] = []
         if limit <= 0:
-            return out
-        messages = self._dbs[b"messages"]
+            return []
         try:
             with self._require_env().begin(buffers=True) as txn:
-                cursor = txn.cursor(db=self._dbs[b"index"])
-                if not cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
-                    return out
-                below = self._delivered_below(txn, qid)
-                spend = self.pages.spend
-                last = -2
-                for key, value in cursor.iternext():
-                    key_qid, seq = INDEX_KEY.unpack(key)
-                    if key_qid != qid:
-                        break
-                    entry = self._stored(txn, messages, qid, seq, value, below)
-                    out.append(entry)
-                    message = entry.message
-                    # Key order: the next record is on the last one's page or the next.
-                    if message.store_id == last + 1:
-                        spend(nearby(len(message.body) + len(message.raw_properties)))
-                    else:
-                        spend()
-                    last = message.store_id
-                    if len(out) >= limit:
-                        break
+                return read_run(txn, self._dbs[b"index"], self._dbs[b"messages"], qid, from_seq,
+                                limit, self._delivered_below(txn, qid), self.pages)
+        except MissingMessage as exc:
+            raise self._error(f"corrupt: entry ({qid}, {exc.seq}) refers to missing message "
+                              f"{exc.msg_id}") from exc
         except _DATA_ERRORS as exc:
             raise self._error(f"cannot read queue {qid}", exc) from exc
-        return out
 
     def read_stamps(self, qid: int, from_seq: int, limit: int) -> list[tuple[int, int, int]]:
         out: list[tuple[int, int, int]] = []

@@ -9,9 +9,9 @@ one: taking the heap first (smallest sequence first) and then the deque puts a
 requeued message back "in its original position", as RabbitMQ does since 2.7.
 
 A durable queue keeps at most ``page_high`` ready entries in memory (``paging.py``:
-``PAGE_HIGH`` for a lazy queue or under memory pressure, else unbounded); beyond
-that new entries exist only in the disk store (the ``Tail``, ``ready.py``) and
-are read back in order, ``PAGE_BATCH`` at a time, as the head drains. A
+the broker's bound, 10,000 by default; ``PAGE_HIGH`` for a lazy queue or under memory
+pressure); beyond that new entries exist only in the disk store (the ``Tail``,
+``ready.py``) and are read back in order, ``PAGE_BATCH`` at a time, as the head drains. A
 restarted queue starts with everything in its tail: startup reads nothing.
 A transient message paged out is stored too (flagged transient, dropped at the
 next restart), since memory no longer holds it.
@@ -43,8 +43,8 @@ from leveret.queues.ready import (
     take_entries,
 )
 
-# Ready entries a lazy durable queue (or any, under memory pressure: paging.py) holds in
-# memory before paging new ones to the store only, and how many it reads back at once
+# Ready entries a lazy durable queue (or any, under memory pressure: paging.py) holds at
+# most in memory before paging new ones to the store only, and how many it reads back at once
 # when its in-memory head runs dry.
 PAGE_HIGH = 10_000
 PAGE_BATCH = 2_000

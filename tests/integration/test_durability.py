@@ -231,17 +231,18 @@ def _queue_info(b, queue: str) -> dict:
         return json.load(response)
 
 
-@pytest.mark.parametrize("paging_ratio", [None, "0"])
-def test_a_default_queue_keeps_its_backlog_in_memory_until_memory_is_short(
-        make_broker, qname, paging_ratio):
-    """RabbitMQ 3.10's paging (queues/paging.py): under the paging threshold a durable
-    queue holds its whole backlog in memory (written to disk too); a broker over it (a
-    paging ratio of 0 is always over) keeps PAGE_HIGH and pages the rest. Either way the
-    backlog comes back complete and in order, after a restart too."""
-    from leveret.queues.queue import PAGE_HIGH
+@pytest.mark.parametrize("in_memory", [None, "0"])
+def test_a_queue_pages_beyond_its_bound_or_with_none_keeps_its_backlog_in_memory(
+        make_broker, qname, in_memory):
+    """Paging (queues/paging.py): by default a durable queue keeps 10,000 ready messages in
+    memory and pages the rest; with ``queue_messages_in_memory = 0`` (RabbitMQ 3.10's
+    classic queues) it holds its whole backlog in memory (written to disk too) while the
+    broker is under its paging threshold. Either way the backlog comes back complete and
+    in order, after a restart too."""
+    from leveret.queues.paging import DEFAULT_BOUND
 
-    count = PAGE_HIGH + 2000
-    env = {} if paging_ratio is None else {"LEVERET_MEMORY_HIGH_WATERMARK_PAGING_RATIO": paging_ratio}
+    count = DEFAULT_BOUND + 2000
+    env = {} if in_memory is None else {"LEVERET_QUEUE_MESSAGES_IN_MEMORY": in_memory}
     b = make_broker(None, **env)
     conn = connect(b)
     ch = conn.channel()
@@ -250,7 +251,7 @@ def test_a_default_queue_keeps_its_backlog_in_memory_until_memory_is_short(
         ch.basic_publish("", qname, b"%08d" % i, PERSISTENT)
     committed(conn, qname)
     info = _queue_info(b, qname)
-    paged = 0 if paging_ratio is None else count - PAGE_HIGH
+    paged = count - DEFAULT_BOUND if in_memory is None else 0
     assert (info["messages"], info["messages_paged_out"], info["messages_ram"]) == (
         count, paged, count - paged)
     assert info["messages_persistent"] == count

@@ -708,3 +708,47 @@ def test_removing_a_deep_queue_holds_nothing_per_message(path: Path, removal: st
     store.close()
     assert _messages(path) == 1
     assert _refs(path) == {}
+
+
+def test_read_queue_walks_neighbours_and_finds_the_others(path: Path) -> None:
+    """A FIFO backlog's messages are read as the message cursor's next records
+    (``lmdb_reads``); a message that is not the next one (shared with another queue,
+    interleaved with another queue's) is found by lookup, and a removed one is skipped."""
+    store = recording(LmdbStore(path))
+    a, b = store.put_queue(QueueDef("/", "a")), store.put_queue(QueueDef("/", "b"))
+    expected_a: list[bytes] = []
+    for seq in range(300):
+        body = b"a%d" % seq
+        store.enqueue(a, seq, msg(body))
+        expected_a.append(body)
+        if seq % 3 == 0:  # b's messages interleave with a's ids
+            store.enqueue(b, seq, msg(b"b%d" % seq))
+        if seq % 7 == 0:  # and some messages are in both queues
+            shared = msg(b"s%d" % seq)
+            store.enqueue(a, 1000 + seq, shared)
+            store.enqueue(b, 1000 + seq, shared)
+    commit(store)
+    for seq in (5, 6, 200):
+        store.remove(a, seq)
+        expected_a.remove(b"a%d" % seq)
+    commit(store)
+    expected_a += [b"s%d" % seq for seq in range(0, 300, 7)]
+    read = [e.message.body for e in store.read_queue(a, 0, 1 << 30)]
+    assert read == expected_a
+    assert [e.message.body for e in store.read_queue(a, 100, 3)] == [b"a100", b"a101", b"a102"]
+    assert len(store.read_queue(b, 0, 1 << 30)) == 100 + 43
+    store.close()
+
+
+def test_read_queue_refuses_an_entry_without_its_message(path: Path) -> None:
+    store = recording(LmdbStore(path))
+    qid = store.put_queue(QueueDef("/", "q"))
+    for seq in range(3):
+        store.enqueue(qid, seq, msg(b"m%d" % seq))
+    commit(store)
+    env = store.store._env
+    with env.begin(write=True) as txn:  # the middle message's record goes missing
+        txn.delete(U64.pack(2), db=store.store._dbs[b"messages"])
+    with pytest.raises(StoreError, match=r"corrupt: entry \(\d+, 1\) refers to missing message 2"):
+        store.read_queue(qid, 0, 10)
+    store.close()

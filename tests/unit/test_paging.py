@@ -1,9 +1,10 @@
 """Memory-driven paging (queues/paging.py): what a durable queue keeps in memory.
 
-A default queue keeps its backlog in memory while the broker is under its paging
-threshold, as RabbitMQ 3.10's classic queues do; a lazy queue, and every queue while the
-broker is pressed, keeps at most PAGE_HIGH (8 here) and pages the rest out, including
-what it already held. Whatever the paging, the queue delivers everything once, in order.
+A queue keeps at most the broker's bound (``queue_messages_in_memory``) in memory; with no
+bound (0) it keeps its backlog in memory while the broker is under its paging threshold,
+as RabbitMQ 3.10's classic queues do. A lazy queue, and every queue while the broker is
+pressed, keeps at most PAGE_HIGH (8 here) and pages the rest out, including what it
+already held. Whatever the paging, the queue delivers everything once, in order.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from leveret.broker.alarms import MemoryMonitor
 from leveret.broker.broker import Broker
+from leveret.cli import build_parser
 from leveret.config import Config, ConfigError, load_config
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.store import QueueDef
@@ -55,8 +57,19 @@ def _bodies(start: int, end: int) -> list[bytes]:
     return [b"%03d" % i for i in range(start, end)]
 
 
-def test_a_default_queue_keeps_its_backlog_in_memory_a_lazy_one_pages() -> None:
-    vhost = FakeVhost(FakeClock(), Paging())
+def test_a_queue_pages_beyond_the_bound_a_lazy_one_beyond_page_high() -> None:
+    vhost = FakeVhost(FakeClock(), Paging(20))
+    default, lazy = _durable(vhost, "default"), _durable(vhost, "lazy", **{"x-queue-mode": "lazy"})
+    assert (default.page_high, lazy.page_high) == (20, PAGE_HIGH)
+    _publish(default, 50)
+    _publish(lazy, 50)
+    assert (default.paged_out, _in_memory(default)) == (30, 20)
+    assert (lazy.paged_out, _in_memory(lazy)) == (50 - PAGE_HIGH, PAGE_HIGH)
+    assert drain(default) == drain(lazy) == _bodies(0, 50)
+
+
+def test_without_a_bound_a_queue_keeps_its_backlog_in_memory_a_lazy_one_pages() -> None:
+    vhost = FakeVhost(FakeClock(), Paging(0))
     default, lazy = _durable(vhost, "default"), _durable(vhost, "lazy", **{"x-queue-mode": "lazy"})
     assert (default.page_high, lazy.page_high) == (UNBOUNDED, PAGE_HIGH)
     _publish(default, 50)
@@ -70,7 +83,7 @@ def test_a_default_queue_keeps_its_backlog_in_memory_a_lazy_one_pages() -> None:
                                        {"x-max-length": 1_000, "x-max-length-bytes": 1_000}])
 def test_pressure_pages_out_what_a_queue_holds_and_it_still_delivers_in_order(
         arguments: dict[str, Any]) -> None:
-    paging = Paging()
+    paging = Paging(0)
     vhost = FakeVhost(FakeClock(), paging)
     q = _durable(vhost, **arguments)
     _publish(q, 40)
@@ -106,7 +119,7 @@ def test_pressure_pages_out_what_a_queue_holds_and_it_still_delivers_in_order(
 def test_a_transient_message_keeps_itself_and_what_precedes_it_in_memory() -> None:
     """Only stored entries can leave memory, and the tail is every stored entry from its
     first on: the push-out stops at the newest transient message."""
-    paging = Paging()
+    paging = Paging(0)
     vhost = FakeVhost(FakeClock(), paging)
     q = _durable(vhost)
     _publish(q, 20)
@@ -136,8 +149,18 @@ def test_a_priority_queue_pages_at_page_high_whatever_the_memory() -> None:
     assert drain(q) == _bodies(0, 30)
 
 
+def test_the_broker_pages_by_its_setting() -> None:
+    assert Paging().bound == Config().queue_messages_in_memory == 10_000
+    broker = Broker(Config(queue_messages_in_memory=12), MemoryStore())
+    q, _ = broker.vhosts["/"].declare_queue("q", durable=True, exclusive=False,
+                                            auto_delete=False, arguments={})
+    _publish(q, 30)
+    assert (q.paged_out, _in_memory(q)) == (18, 12)
+    assert drain(q) == _bodies(0, 30)
+
+
 def test_the_broker_tells_every_queue_and_new_ones_start_pressed() -> None:
-    broker = Broker(Config(), MemoryStore())
+    broker = Broker(Config(queue_messages_in_memory=0), MemoryStore())
     vhost = broker.vhosts["/"]
     q, _ = vhost.declare_queue("q", durable=True, exclusive=False, auto_delete=False,
                                arguments={})
@@ -170,4 +193,18 @@ def test_the_paging_ratio_is_configured_like_rabbitmqs(tmp_path: Any) -> None:
     assert load_config({}, env, None).memory_high_watermark_paging_ratio == 0
     path.write_text("memory_high_watermark_paging_ratio = -1.0\n")
     with pytest.raises(ConfigError, match="must be 0 or greater"):
+        load_config({}, {}, path)
+
+
+def test_the_bound_is_configured_like_the_other_settings(tmp_path: Any) -> None:
+    path = tmp_path / "leveret.toml"
+    path.write_text("queue_messages_in_memory = 0\n")
+    assert load_config({}, {}, path).queue_messages_in_memory == 0
+    env = {"LEVERET_QUEUE_MESSAGES_IN_MEMORY": "50000"}
+    assert load_config({}, env, None).queue_messages_in_memory == 50_000
+    args = build_parser().parse_args(["serve", "--queue-messages-in-memory", "7"])
+    flags = {"queue_messages_in_memory": args.queue_messages_in_memory}
+    assert load_config(flags, env, path).queue_messages_in_memory == 7  # the flag wins
+    path.write_text("queue_messages_in_memory = -1\n")
+    with pytest.raises(ConfigError, match="between 0 and"):
         load_config({}, {}, path)
