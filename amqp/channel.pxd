@@ -6,6 +6,7 @@
 
 cimport cython
 
+cimport leveret.amqp.fastpath as fastpath
 from leveret.amqp.connection cimport Connection as CConnection
 from leveret.amqp.held_output cimport ChannelOutput as CChannelOutput
 from leveret.model.message cimport Message as CMessage
