@@ -56,8 +56,9 @@ COMPILED_MODULES: Final = (
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
 # module compiles with its annotations ignored, so it accepts what its source accepts
-# (``fastpath`` too: its ``.pxd`` gives the delivery writer C types its annotations cannot).
-TYPED_BY_ANNOTATIONS: Final = ("leveret.amqp.frames", "leveret.amqp.assembler", "leveret.model.field_table",
+# (``frames`` and ``fastpath`` too: their ``.pxd`` give the frame reader and the delivery
+# writer C types that their annotations cannot, and Cython wants the two to agree).
+TYPED_BY_ANNOTATIONS: Final = ("leveret.amqp.assembler", "leveret.model.field_table",
                                 "leveret.model.properties")
 NO_EXTENSIONS_ENV: Final = "LEVERET_NO_EXTENSIONS"
 # Beside a module compiled in place (``frames.compiled-from``): the digest of its source then.
