@@ -31,6 +31,7 @@ cdef class Channel:
     cpdef handle_method(self, payload, index)
     cpdef handle_publish(self, method, header, body)
     cpdef ack(self, tag, multiple)
+    cpdef list _take(self, tag, multiple, index)
 
     @cython.locals(conn=CConnection)
     cpdef has_room(self)

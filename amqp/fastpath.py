@@ -46,7 +46,6 @@ from leveret.amqp.frames import (
     FRAME_END,
     FRAME_END_BYTE,
     FRAME_HEADER,
-    FRAME_HEADER_SIZE,
     FRAME_METHOD,
     FRAME_OVERHEAD,
 )
@@ -90,8 +89,9 @@ _ACKISH_PAYLOAD_SIZE = 13
 _CONTENT_HEADER_HEAD = struct.Struct(">BHIHHQ")
 _CONTENT_HEADER_PREFIX = 12
 _CONTENT_HEADER_DECODE = struct.Struct(">HHQ")
-# End of the previous frame followed by the head of a body frame.
+# End of the previous frame followed by the head of a body frame, or of a content header.
 _END_THEN_BODY_HEAD = struct.Struct(">BBHI")
+_END_THEN_HEADER_HEAD = struct.Struct(">BBHIHHQ")
 
 # --- short string cache ----------------------------------------------------
 
@@ -405,73 +405,6 @@ def encode_content(
         raise ValueError(f"content header field out of range: {exc}") from exc
 
 
-def _put_u32(out: bytearray, pos: int, value: int) -> None:
-    """Big-endian u32 at ``out[pos]``. Compiled (``fastpath.pxd``), ``out`` is a C pointer
-    into the buffer and this is four stores; pure, the same stores into the bytearray."""
-    out[pos] = (value >> 24) & 0xFF
-    out[pos + 1] = (value >> 16) & 0xFF
-    out[pos + 2] = (value >> 8) & 0xFF
-    out[pos + 3] = value & 0xFF
-
-
-def _put_u64(out: bytearray, pos: int, value: int) -> None:
-    """Big-endian u64 at ``out[pos]`` (as ``_put_u32``)."""
-    _put_u32(out, pos, value >> 32)
-    _put_u32(out, pos + 4, value & 0xFFFFFFFF)
-
-
-def _deliver_frames(channel: int, ctag: bytes, delivery_tag: int, redelivered: bool,
-                    exch: bytes, rkey: bytes, raw_properties: bytes, body: bytes | memoryview,
-                    class_id: int) -> bytes:
-    """Basic.Deliver, content header and one body frame, written into one buffer sized up
-    front: no packed pieces, no tuple, no join. Compiled, ``p`` is a C pointer into ``out``
-    and every fixed field is a store; the five variable parts are copied in by slice."""
-    nprops = len(raw_properties)
-    size = len(body)
-    method_size = 13 + len(ctag) + len(exch) + len(rkey)
-    total = method_size + nprops + size + 3 * FRAME_OVERHEAD + _CONTENT_HEADER_PREFIX
-    out = bytearray(total)  # zeroed: the weight and the ids' high bytes stay 0
-    p = out
-    ch_hi = (channel >> 8) & 0xFF
-    ch_lo = channel & 0xFF
-    p[0] = FRAME_METHOD
-    p[1] = ch_hi
-    p[2] = ch_lo
-    _put_u32(p, 3, method_size)
-    p[8] = _BASIC_CLASS_ID  # method id 0x003C003C: class 60, method 60 (Deliver)
-    p[10] = 60
-    pos = 11
-    end = pos + len(ctag)
-    out[pos:end] = ctag
-    _put_u64(p, end, delivery_tag)
-    p[end + 8] = 1 if redelivered else 0
-    pos = end + 9
-    end = pos + len(exch)
-    out[pos:end] = exch
-    pos = end + len(rkey)
-    out[end:pos] = rkey
-    p[pos] = FRAME_END
-    p[pos + 1] = FRAME_HEADER
-    p[pos + 2] = ch_hi
-    p[pos + 3] = ch_lo
-    _put_u32(p, pos + 4, _CONTENT_HEADER_PREFIX + nprops)
-    p[pos + 8] = (class_id >> 8) & 0xFF
-    p[pos + 9] = class_id & 0xFF
-    _put_u64(p, pos + 12, size)
-    pos += 1 + FRAME_HEADER_SIZE + _CONTENT_HEADER_PREFIX  # the end byte, the header's head
-    end = pos + nprops
-    out[pos:end] = raw_properties
-    p[end] = FRAME_END
-    p[end + 1] = FRAME_BODY
-    p[end + 2] = ch_hi
-    p[end + 3] = ch_lo
-    _put_u32(p, end + 4, size)
-    pos = end + FRAME_OVERHEAD
-    out[pos:pos + size] = body
-    p[total - 1] = FRAME_END
-    return bytes(out)
-
-
 def encode_deliver_with_content(
     channel: int,
     consumer_tag: str,
@@ -486,26 +419,31 @@ def encode_deliver_with_content(
 ) -> bytes:
     """Basic.Deliver + content header + body frames joined into one ``bytes``.
 
-    Same bytes as ``encode_deliver(...) + b"".join(encode_content(...))``. The usual
-    delivery (a body in one frame) is written by ``_deliver_frames``, a C function when
-    compiled (the channel calls this one as C too: ``fastpath.pxd``).
+    Same bytes as ``encode_deliver(...) + b"".join(encode_content(...))`` but
+    built with a single join, which is what a consumer delivery wants. Compiled, it is a
+    C function the channel calls directly (``fastpath.pxd``).
     """
-    if not 0 <= channel <= 0xFFFF or not 0 <= delivery_tag <= 0xFFFFFFFFFFFFFFFF \
-            or not 0 <= class_id <= 0xFFFF:
-        raise ValueError(f"Basic.Deliver field out of range: channel {channel}, "
-                         f"delivery tag {delivery_tag}, class {class_id}")
     cache = _shortstr_cache
     ctag = cache.get(consumer_tag) or _shortstr(consumer_tag)
     exch = cache.get(exchange) or _shortstr(exchange)
     rkey = cache.get(routing_key) or _shortstr(routing_key)
     size = len(body)
-    if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
-        return _deliver_frames(channel, ctag, delivery_tag, redelivered, exch, rkey,
-                               raw_properties, body, class_id)
     try:
         method = _METHOD_HEAD.pack(
             FRAME_METHOD, channel, 13 + len(ctag) + len(exch) + len(rkey), BASIC_DELIVER)
         tag_bits = _TAG_BITS.pack(delivery_tag, 1 if redelivered else 0)
+        if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
+            # The usual delivery, a body in one frame: one join, no list of parts.
+            return b"".join((
+                method, ctag, tag_bits, exch, rkey,
+                _END_THEN_HEADER_HEAD.pack(FRAME_END, FRAME_HEADER, channel,
+                                           _CONTENT_HEADER_PREFIX + len(raw_properties),
+                                           class_id, 0, size),
+                raw_properties,
+                _END_THEN_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, size),
+                body,
+                FRAME_END_BYTE,
+            ))
         parts = _content_parts(channel, raw_properties, body, frame_max, class_id)
         return b"".join((method, ctag, tag_bits, exch, rkey, FRAME_END_BYTE, *parts))
     except struct.error as exc:
