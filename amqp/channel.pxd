@@ -6,6 +6,7 @@
 
 cimport cython
 
+cimport leveret.amqp.fastpath as fastpath
 from leveret.amqp.connection cimport Connection as CConnection
 from leveret.amqp.held_output cimport ChannelOutput as CChannelOutput
 from leveret.model.message cimport Message as CMessage
@@ -30,6 +31,7 @@ cdef class Channel:
     cpdef handle_method(self, payload, index)
     cpdef handle_publish(self, method, header, body)
     cpdef ack(self, tag, multiple)
+    cpdef list _take(self, tag, multiple, index)
 
     @cython.locals(conn=CConnection)
     cpdef has_room(self)

@@ -420,7 +420,8 @@ def encode_deliver_with_content(
     """Basic.Deliver + content header + body frames joined into one ``bytes``.
 
     Same bytes as ``encode_deliver(...) + b"".join(encode_content(...))`` but
-    built with a single join, which is what a consumer delivery wants.
+    built with a single join, which is what a consumer delivery wants. Compiled, it is a
+    C function the channel calls directly (``fastpath.pxd``).
     """
     cache = _shortstr_cache
     ctag = cache.get(consumer_tag) or _shortstr(consumer_tag)

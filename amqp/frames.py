@@ -37,7 +37,10 @@ FRAME_PUBLISH = -1
 INITIAL_FRAME_MAX = 8192
 
 _frame_head = struct.Struct(">BHI")
-_u64 = struct.Struct(">Q")
+# Bound once: a frame's head (type, channel, size) at an offset, without a method lookup;
+# and a content header's body size.
+_unpack_head = _frame_head.unpack_from
+_unpack_u64 = struct.Struct(">Q").unpack_from
 # A method payload starts with class and method ids; basic.publish is (60, 40). Its payload
 # holds at least those, a u16, two short strings and a bit field.
 _PUBLISH_MIN = 9
@@ -56,11 +59,12 @@ def erlang_binary(data: bytes | bytearray) -> str:
 class FrameBuffer:
     """Accumulates bytes and yields complete frames; ``frame_max`` bounds their size."""
 
-    __slots__ = ("_buf", "_skip", "content", "frame_max")
+    __slots__ = ("_at", "_buf", "_skip", "content", "frame_max")
 
     def __init__(self, frame_max: int = INITIAL_FRAME_MAX) -> None:
         self._buf = bytearray()
         self._skip = 0  # feed_closing: bytes of a skipped frame still to come
+        self._at = 0  # feed: where the next frame starts in the buffer
         self.frame_max = frame_max
         # The content header's and the body's payloads of the last FRAME_PUBLISH item.
         self.content: tuple[bytes, bytes] = (b"", b"")
@@ -87,79 +91,95 @@ class FrameBuffer:
         """
         buf = self._buf
         buf += data
-        pos = 0
-        # Payloads are copied once, straight out of the buffer, through this view.
-        view = memoryview(buf)
+        self._at = 0
         try:
-            while len(buf) - pos >= FRAME_HEADER_SIZE:
-                ftype, channel, size = _frame_head.unpack_from(buf, pos)
-                limit = self.frame_max
-                if limit and size + FRAME_HEADER_SIZE + 1 > limit:
-                    raise ConnectionError_(
-                        FRAME_ERROR,
-                        f"type {ftype}, all octets = <<>>: "
-                        f"{{frame_too_large,{size},{limit - FRAME_HEADER_SIZE - 1}}}",
-                    )
-                stop = pos + FRAME_HEADER_SIZE + size
-                if stop >= len(buf):
-                    break
-                if buf[stop] != FRAME_END:
-                    raise ConnectionError_(
-                        FRAME_ERROR,
-                        f"type {ftype}, first 16 octets = "
-                        f"{erlang_binary(buf[pos + FRAME_HEADER_SIZE:min(stop, pos + FRAME_HEADER_SIZE + 16)])}"
-                        f": {{invalid_frame_end_marker,{buf[stop]}}}",
-                    )
-                if (ftype == FRAME_METHOD and size >= _PUBLISH_MIN and buf[pos + 8] == 60
-                        and buf[pos + 10] == 40 and not buf[pos + 7] and not buf[pos + 9]):
-                    content = self._content(buf, stop + 1, channel)
-                    if content is not None:
-                        body, after = content
-                        self.content = (view[stop + 1 + FRAME_HEADER_SIZE : body - 1].tobytes(),
-                                        view[body + FRAME_HEADER_SIZE : after - 1].tobytes())
-                        method = view[pos + FRAME_HEADER_SIZE : stop].tobytes()
-                        pos = after
-                        yield FRAME_PUBLISH, channel, method
-                        continue
-                frame = (ftype, channel, view[pos + FRAME_HEADER_SIZE : stop].tobytes())
-                if ftype not in FRAME_TYPES:
-                    # Checked on the whole frame, as RabbitMQ: the text does not depend
-                    # on how much of the stream had arrived.
-                    raise ConnectionError_(
-                        FRAME_ERROR,
-                        f"type {ftype}, all octets = {erlang_binary(frame[2])}: unknown_frame",
-                    )
-                pos = stop + 1
+            while True:
+                frame = self._next_frame(buf)
+                if frame is None:
+                    return
                 yield frame
         finally:
-            view.release()
-            if pos:
-                del buf[:pos]
+            if self._at:
+                del buf[:self._at]
+                self._at = 0
 
-    def _content(self, buf: bytearray, at: int, channel: int) -> tuple[int, int] | None:
-        """Where the body frame starts and ends (the next frame's offset), if the frames from
-        ``at`` (after a basic.publish) are a content header and one body frame of its
-        announced size on ``channel``, complete and well framed; else None (they go one by
-        one, through every check of ``feed``)."""
+    def _next_frame(self, buf: bytearray) -> tuple[int, int, bytes] | None:
+        """The frame at ``_at`` if it is complete (``_at`` moves past it), else None.
+
+        Compiled (``frames.pxd``), ``p`` is a C pointer into the buffer: its bytes are read
+        as C and a payload is copied straight into a new ``bytes``; pure, ``p`` is
+        the bytearray and the same lines index and slice it. The head is one ``unpack_from``
+        in both: cheaper in the pure build than reading its bytes one by one."""
+        pos = self._at
+        avail = len(buf)
+        if avail - pos < FRAME_HEADER_SIZE:
+            return None
+        p = buf
+        ftype, channel, size = _unpack_head(buf, pos)
+        limit = self.frame_max
+        if limit and size + FRAME_HEADER_SIZE + 1 > limit:
+            raise ConnectionError_(
+                FRAME_ERROR,
+                f"type {ftype}, all octets = <<>>: "
+                f"{{frame_too_large,{size},{limit - FRAME_HEADER_SIZE - 1}}}",
+            )
+        start = pos + FRAME_HEADER_SIZE
+        stop = start + size
+        if stop >= avail:
+            return None
+        if p[stop] != FRAME_END:
+            raise ConnectionError_(
+                FRAME_ERROR,
+                f"type {ftype}, first 16 octets = "
+                f"{erlang_binary(buf[start:min(stop, start + 16)])}"
+                f": {{invalid_frame_end_marker,{buf[stop]}}}",
+            )
+        if (ftype == FRAME_METHOD and size >= _PUBLISH_MIN and p[pos + 8] == 60
+                and p[pos + 10] == 40 and not p[pos + 7] and not p[pos + 9]):
+            body = self._content(buf, stop + 1, channel)
+            if body:  # _content moved _at past the body frame
+                self.content = (bytes(p[stop + 1 + FRAME_HEADER_SIZE : body - 1]),
+                                bytes(p[body + FRAME_HEADER_SIZE : self._at - 1]))
+                return FRAME_PUBLISH, channel, bytes(p[start:stop])
+        payload = bytes(p[start:stop])
+        if ftype not in FRAME_TYPES:
+            # Checked on the whole frame, as RabbitMQ: the text does not depend
+            # on how much of the stream had arrived.
+            raise ConnectionError_(
+                FRAME_ERROR,
+                f"type {ftype}, all octets = {erlang_binary(payload)}: unknown_frame",
+            )
+        self._at = stop + 1
+        return ftype, channel, payload
+
+    def _content(self, buf: bytearray, at: int, channel: int) -> int:
+        """Where the body frame starts, if the frames from ``at`` (after a basic.publish)
+        are a content header and one body frame of its announced size on ``channel``,
+        complete and well framed (``_at`` then moves past the body frame); else 0 (they go
+        one by one, through every check of ``feed``)."""
         end = len(buf)
         if end - at < FRAME_HEADER_SIZE + _HEADER_MIN:
-            return None
-        ftype, number, size = _frame_head.unpack_from(buf, at)
+            return 0
+        p = buf
+        ftype, number, size = _unpack_head(buf, at)
         limit = self.frame_max
         stop = at + FRAME_HEADER_SIZE + size
-        if (ftype != FRAME_HEADER or number != channel or size < _HEADER_MIN or stop >= end
-                or buf[stop] != FRAME_END or (limit and size + FRAME_OVERHEAD > limit)):
-            return None
-        (body_size,) = _u64.unpack_from(buf, at + FRAME_HEADER_SIZE + 4)
+        if (ftype != FRAME_HEADER or number != channel
+                or size < _HEADER_MIN or stop >= end or p[stop] != FRAME_END
+                or (limit and size + FRAME_OVERHEAD > limit)):
+            return 0
+        (body_size,) = _unpack_u64(buf, at + FRAME_HEADER_SIZE + 4)
         at = stop + 1
         if not body_size or end - at < FRAME_HEADER_SIZE:
-            return None
-        ftype, number, size = _frame_head.unpack_from(buf, at)
+            return 0
+        ftype, number, size = _unpack_head(buf, at)
         stop = at + FRAME_HEADER_SIZE + size
-        if (ftype != FRAME_BODY or number != channel or size != body_size or stop >= end
-                or buf[stop] != FRAME_END or (limit and size + FRAME_OVERHEAD > limit)):
-            return None
-        return at, stop + 1
+        if (ftype != FRAME_BODY or number != channel
+                or size != body_size or stop >= end or p[stop] != FRAME_END
+                or (limit and size + FRAME_OVERHEAD > limit)):
+            return 0
+        self._at = stop + 1
+        return at
 
     def feed_closing(self, data: bytes) -> Generator[tuple[int, int, bytes], None, None]:
         """After we sent connection.close: yield only channel-0 method frames (close, close-ok).

@@ -32,7 +32,6 @@ from leveret.amqp import fastpath
 from leveret.amqp.assembler import Publish
 from leveret.broker import publish_props, publishing
 from leveret.broker.permissions import WRITE, Access
-from leveret.broker.publishing import basic_publish
 from leveret.model.errors import (
     FRAME_ERROR,
     NOT_FOUND,
@@ -158,8 +157,8 @@ def publish_message(channel: Channel, message: Message, mandatory: bool,
     except KeyError:
         counters = channel.exchange_stats[name] = ExchangeCounters()
     try:
-        out = basic_publish(channel.vhost, message, extra_routing_keys, mandatory, counters,
-                            channel)
+        out = publishing.basic_publish(channel.vhost, message, extra_routing_keys, mandatory,
+                                       counters, channel)
     except ValueError as exc:  # properties are decoded lazily, when routing needs them
         raise ConnectionError_(FRAME_ERROR, f"malformed content header: {exc}",
                                (60, 40)) from exc

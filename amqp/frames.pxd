@@ -1,0 +1,22 @@
+# C types for amqp/frames.py when compiled (Cython pure-Python mode; the .py is the source).
+# An extension type: a frame buffer has these attributes and no others. A frame's positions
+# and head are C integers, its bytes are read through a C pointer into the buffer, and its
+# payload is copied from the buffer into a new bytes at once (no memoryview slice per frame).
+
+cimport cython
+
+
+cdef class FrameBuffer:
+    cdef public bytearray _buf
+    cdef public Py_ssize_t _skip, _at, frame_max
+    cdef public tuple content
+
+    @cython.locals(pos=Py_ssize_t, avail=Py_ssize_t, p="unsigned char *", ftype=int,
+                   channel=int, size=Py_ssize_t, limit=Py_ssize_t, start=Py_ssize_t,
+                   stop=Py_ssize_t, body=Py_ssize_t, payload=bytes)
+    cpdef _next_frame(self, bytearray buf)
+
+    @cython.locals(end=Py_ssize_t, p="unsigned char *", ftype=int, number=int,
+                   size=Py_ssize_t, limit=Py_ssize_t, stop=Py_ssize_t,
+                   body_size="unsigned long long")
+    cpdef Py_ssize_t _content(self, bytearray buf, Py_ssize_t at, int channel) except -1

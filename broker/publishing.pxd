@@ -1,0 +1,5 @@
+# Types for broker/publishing.py when compiled (Cython pure-Python mode; the .py is the source).
+# The one publish operation is cpdef: the AMQP channel's publish path (which cimports this
+# module) calls it as C; every other front door calls it as before.
+
+cpdef basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin, queues=*)
