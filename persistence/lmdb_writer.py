@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import lmdb
+
 from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
 from leveret.persistence.mapped_memory import ENTRY_SIZE, PAGE_SIZE, PageBudget, nearby
 from leveret.persistence.records import (
@@ -107,7 +109,7 @@ class LmdbWriter:
         self._fresh_index: list[bytes] = []
         self._index_cursor: Any = None  # _index()
         self._last_removed = (-1, -2)  # (qid, seq) remove_entry took last: the next is nearby
-        self._messages_cursor: Any = None  # _forget_in_bulk's, on the message records
+        self._messages_cursor: lmdb.Cursor | None = None  # _forget_in_bulk's, on the message records
         self._last_dropped = -2  # the message id _forget_in_bulk dropped last
 
     def refcount(self, msg_id: int, has_entry: bool) -> int:
