@@ -11,7 +11,9 @@ write. Run in-process under ``valgrind --tool=callgrind`` for ``--messages`` and
 as many, after filling the window; the difference over the extra messages is the cost of
 one publish, load-independent (unlike ``dedupe_cost.py``'s throughput ratio, which moves
 with whatever else the machine runs). ``--baseline`` runs the same loop without the window
-(building and peeking the messages only): subtract it.
+(building and peeking the messages only): subtract it. ``--store`` also applies each batch's
+window record to an LMDB store (the writer thread's share: its key records and evictions;
+the fsync is the kernel's, not counted).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ SUMMARY_RE = re.compile(r"Collected : (\d+)")
 BATCH = 1000  # publishes per recorded batch (taken, as the group commit would)
 
 
-def workload(window: int, messages: int, baseline: bool) -> None:
+def workload(window: int, messages: int, baseline: bool, store_dir: str | None) -> None:
     """Fill a ``window``-key durable window, then publish ``messages`` fresh keys into it."""
     import pamqp.commands as cmd
     from pamqp.header import ContentHeader
@@ -53,6 +55,11 @@ def workload(window: int, messages: int, baseline: bool) -> None:
             pass
 
     log = Log()
+    store = None
+    if store_dir is not None:
+        from leveret.persistence.lmdb_store import LmdbStore
+
+        store = LmdbStore(Path(store_dir), map_size=1 << 30)  # valgrind maps less than 1 TB
     dedupe = ExchangeDedupe(DedupeSettings(window, None, "x-deduplication-header", True),
                             "/", "x", log, Timekeeping())
 
@@ -73,7 +80,9 @@ def workload(window: int, messages: int, baseline: bool) -> None:
                     now = dedupe.now(ttl) if takes_ttl else dedupe.now()  # type: ignore[call-arg]
                     if not dedupe.duplicate(key, now):
                         dedupe.remember(key, ttl, now)
-            log.take_batch()
+            batch = log.take_batch()
+            if store is not None:
+                store.write_batch(batch)
             log.batch += 1
             dedupe._batches.clear()  # no commit comes to pop them
 
@@ -81,10 +90,12 @@ def workload(window: int, messages: int, baseline: bool) -> None:
     run(window, messages)
 
 
-def instructions(window: int, messages: int, baseline: bool, out_dir: Path) -> int:
+def instructions(window: int, messages: int, baseline: bool, store: bool, out_dir: Path) -> int:
     out = out_dir / f"callgrind-{messages}.out"
     args = [sys.executable, __file__, "--workload", "--window", str(window),
             "--messages", str(messages)] + (["--baseline"] if baseline else [])
+    if store:
+        args += ["--store-dir", str(out_dir / f"store-{messages}")]
     done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                            "--dump-instr=no", *args], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONHASHSEED="0"), check=True)
@@ -99,16 +110,20 @@ def main() -> None:
     p.add_argument("--window", type=int, default=20_000, help="keys in the full window")
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--baseline", action="store_true", help="the loop without the window")
+    p.add_argument("--store", action="store_true",
+                   help="also write each batch's window record to an LMDB store")
     p.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--store-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.workload:
-        workload(args.window, args.messages, args.baseline)
+        workload(args.window, args.messages, args.baseline, args.store_dir)
         return
     with tempfile.TemporaryDirectory(prefix="leveret-dedupe-icount-") as tmp:
-        small = instructions(args.window, args.messages, args.baseline, Path(tmp))
-        large = instructions(args.window, 2 * args.messages, args.baseline, Path(tmp))
-    print(f"instructions per publish{' (baseline)' if args.baseline else ''}: "
-          f"{(large - small) / args.messages:,.0f}")
+        small = instructions(args.window, args.messages, args.baseline, args.store, Path(tmp))
+        large = instructions(args.window, 2 * args.messages, args.baseline, args.store,
+                             Path(tmp))
+    label = " (baseline)" if args.baseline else " (with the store)" if args.store else ""
+    print(f"instructions per publish{label}: {(large - small) / args.messages:,.0f}")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from leveret.model.dedupe import (
-    EXPIRY_MASK,
     TTL_HEADER,
     DedupeSettings,
     HeaderReader,
@@ -143,12 +142,13 @@ class ExchangeDedupe:
 
     def duplicate(self, key: bytes, now: int) -> bool:
         """``key`` is in the window, unexpired at ``now``: counted as a duplicate."""
-        value = self.window.keys.get(key)  # Window.seen, inline: once per publish
-        if value is None:
+        window = self.window  # Window.seen, inline: once per publish
+        if key not in window.keys:
             return False
-        expires = value & EXPIRY_MASK
-        if expires and now >= expires:
-            return False
+        if window.timed:
+            expires = window.expiry.get(key, 0)
+            if expires and now >= expires:
+                return False
         self.duplicates += 1
         return True
 
@@ -164,10 +164,9 @@ class ExchangeDedupe:
         if self._log.batch != self._batch:  # the first key of a batch
             self._first_of_batch(key, order, expires)
             return
-        self._keys.append(key)
+        self._keys.append(key)  # a durable window's record's own list of keys
         op = self._op
         if op is not None:
-            op.keys.append(key)
             op.expires.append(expires)
             op.floor = window.floor
 
@@ -181,15 +180,18 @@ class ExchangeDedupe:
                 log.append_dedupe(self.scope, order, key, expires, self.window.floor)
             return
         self._batch = log.batch
-        self._keys = [key]
-        self._batches.append((self._batch, self._keys))
-        log.after_commit(self._on_commit)
         op = None
         if self.settings.persistent:
             op = log.dedupe_op(self.scope, order)
             op.keys.append(key)
             op.expires.append(expires)
             op.floor = self.window.floor
+            # The keys to take back if the write fails are the record's: one list for both.
+            self._keys = op.keys
+        else:
+            self._keys = [key]
+        self._batches.append((self._batch, self._keys))
+        log.after_commit(self._on_commit)
         self._op = op
 
     def apply_policy(self, type_: str, arguments: Mapping[str, Any], durable: bool,
