@@ -193,7 +193,8 @@ class HeaderReader:
         self._other = other.encode("utf-8") if other is not None else None
         # A table whose one field is the key as a long string (the usual), read in one C
         # call: the table's size, the field's name and type code, the string's length.
-        # A name over 255 bytes is in no table: its table size never matches (negative).
+        # ``fixed``: the table's size less the string's (the string starts 4 bytes after).
+        # A name over 255 bytes is in no table: its size never matches (negative).
         head = bytes((len(self._key) & 0xFF,)) + self._key + b"S"
         fixed = len(head) + 4 if len(self._key) < 256 else -1 << 40
         self._alone = (struct.Struct(f">I{len(head)}sI"), head, fixed)
@@ -209,16 +210,14 @@ class HeaderReader:
         alone, head, fixed = self._alone
         try:
             size, first, length = alone.unpack_from(raw, at)
-            if first == head and size == fixed + length:  # the key and nothing else
-                start = at + alone.size
-                data = raw[start:start + length]
-                if len(data) == length:
-                    key = b"s" + data if data.isascii() or _utf8(data) else b"b" + data
-                    if len(key) > MAX_KEY_BYTES:
-                        key = b"h" + hashlib.blake2b(key, digest_size=32).digest()
-                    return key, other
         except struct.error:  # shorter than that: the walk says what it is
-            pass
+            size = first = length = None
+        if first == head and size == fixed + length and length < MAX_KEY_BYTES:
+            # The key and nothing else, short enough to be its own key. (The table was
+            # checked at publish: the string is all there.)
+            at += fixed + 4
+            data = raw[at:at + length]
+            return (b"s" + data if data.isascii() or _utf8(data) else b"b" + data), None
         want_key, want_other = self._key, self._other
         left = 1 if want_other is None else 2
         try:
@@ -324,16 +323,20 @@ class Window:
         keys = self.keys
         held = len(keys)
         keys[key] = order
-        self._fifo.append(key)
+        fifo = self._fifo
+        fifo.append(key)
         if len(keys) == held:  # it was there already: its old place is left behind
             self._left(key)
+        elif held >= self.size:  # one over: the oldest goes
+            if self._moved or self.timed:
+                self._evict()
+            else:  # no place left behind, no expiry to forget: _evict's first step
+                self.floor = keys.pop(fifo.popleft()) + 1
         if expires:
             self.expiry[key] = expires
             self.timed = True
         elif self.timed:
             self.expiry.pop(key, None)
-        if len(keys) > self.size:
-            self._evict()
 
     def _left(self, key: bytes) -> None:
         moved = self._moved
