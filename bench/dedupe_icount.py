@@ -6,8 +6,8 @@
 
 The model work of a publish into a full durable window (``broker/dedupe.py``): read the
 key from the raw properties, check it, remember it (evicting the oldest key) and record it
-in the pending batch, as ``publishing._deduplicated`` does, without sockets or a store
-write. Run in-process under ``valgrind --tool=callgrind`` for ``--messages`` and for twice
+in the pending batch, as ``publishing.basic_publish`` does, without sockets (or a store
+write, but with ``--store``). Run in-process under ``valgrind --tool=callgrind`` for ``--messages`` and for twice
 as many, after filling the window; the difference over the extra messages is the cost of
 one publish, load-independent (unlike ``dedupe_cost.py``'s throughput ratio, which moves
 with whatever else the machine runs). ``--baseline`` runs the same loop without the window
@@ -63,8 +63,10 @@ def workload(window: int, messages: int, baseline: bool, store_dir: str | None) 
     dedupe = ExchangeDedupe(DedupeSettings(window, None, "x-deduplication-header", True),
                             "/", "x", log, Timekeeping())
 
-    # Builds before the window learnt to skip the clock read it with no argument.
-    takes_ttl = "ttl_header" in str(inspect.signature(ExchangeDedupe.now))
+    # Builds before ``check``/``admit`` (one call each a publish) asked read, now,
+    # duplicate and remember; the oldest of those read the clock with no argument.
+    checks = hasattr(ExchangeDedupe, "check")
+    takes_ttl = not checks and "ttl_header" in str(inspect.signature(ExchangeDedupe.now))
 
     def run(first: int, n: int) -> None:
         for start in range(first, first + n, BATCH):
@@ -72,7 +74,13 @@ def workload(window: int, messages: int, baseline: bool, store_dir: str | None) 
                     for i in range(start, start + BATCH)]
             for m in msgs:
                 m.persistent  # noqa: B018  (the queue's publish peeks every message anyway)
-            if not baseline:
+            if not baseline and checks:  # as publishing.basic_publish does
+                for m in msgs:
+                    key = dedupe.check(m)
+                    if not key:
+                        raise SystemExit("no new key read")
+                    dedupe.admit(key)
+            elif not baseline:
                 for m in msgs:
                     key, ttl = dedupe.read(m)
                     if key is None:

@@ -53,7 +53,10 @@ from leveret.persistence.records import dedupe_scope
 from leveret.queues.policy import Policy, dedupe_keys
 from leveret.queues.ttl import Timekeeping, now_ms
 
-__all__ = ["DedupeLog", "ExchangeDedupe", "exchange_settings"]
+__all__ = ["SEEN", "DedupeLog", "ExchangeDedupe", "exchange_settings"]
+
+# ``ExchangeDedupe.check``'s answer for a duplicate: typed keys are never empty.
+SEEN = b""
 
 
 def exchange_settings(type_: str, arguments: Mapping[str, Any], durable: bool,
@@ -94,8 +97,8 @@ class DedupeStore(Protocol):
 class ExchangeDedupe:
     """One exchange's window, its counters, and (if durable) its records."""
 
-    __slots__ = ("_batch", "_batches", "_keys", "_log", "_op", "_order", "_time", "_ttl",
-                 "duplicates", "read", "scope", "settings", "window")
+    __slots__ = ("_batch", "_batches", "_expires", "_keys", "_log", "_op", "_order", "_time",
+                 "_ttl", "duplicates", "read", "scope", "settings", "window")
 
     def __init__(self, settings: DedupeSettings, vhost: str, exchange: str, log: DedupeLog,
                  time: Timekeeping) -> None:
@@ -107,6 +110,7 @@ class ExchangeDedupe:
         self.read: Callable[[Message], tuple[bytes | None, object]] = HeaderReader(
             settings.header, TTL_HEADER).read
         self._ttl = settings.ttl
+        self._expires = 0  # the expiry of the key ``check`` last found new (0: never)
         self.duplicates = 0  # publishes confirmed without being enqueued
         self._log = log
         self._time = time
@@ -133,22 +137,35 @@ class ExchangeDedupe:
         """Keys added since the last commit: a duplicate's confirm waits for the next one."""
         return bool(self._batches)
 
-    def now(self, ttl_header: object) -> int:
-        """Wall-clock ms, the window's time (read once per publish); 0 when no key can
-        expire: no TTL, none in the window, none asked for by ``ttl_header``."""
-        if self._ttl is None and ttl_header is None and not self.window.timed:
-            return 0
-        return now_ms(self._time)
+    def check(self, message: Message) -> bytes | None:
+        """``message``'s key if the window has not seen it (``admit`` it once some queue
+        took the message); ``SEEN`` if it has, counted as a duplicate; None if the message
+        carries no key. One call a publish: the header, the clock (read only when some key
+        can expire) and the window (``Window.seen``, inline)."""
+        key, ttl_header = self.read(message)
+        if key is None:
+            return None
+        window = self.window
+        ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
+        if ttl is None and not window.timed:  # no key expires: no clock
+            self._expires = 0
+            if key in window.keys:
+                self.duplicates += 1
+                return SEEN
+            return key
+        now = now_ms(self._time)
+        self._expires = now + ttl if ttl is not None else 0
+        if key in window.keys:
+            expires = window.expiry.get(key, 0)
+            if not expires or now < expires:
+                self.duplicates += 1
+                return SEEN
+        return key
 
     def duplicate(self, key: bytes, now: int) -> bool:
         """``key`` is in the window, unexpired at ``now``: counted as a duplicate."""
-        window = self.window  # Window.seen, inline: once per publish
-        if key not in window.keys:
+        if not self.window.seen(key, now):
             return False
-        if window.timed:
-            expires = window.expiry.get(key, 0)
-            if expires and now >= expires:
-                return False
         self.duplicates += 1
         return True
 
@@ -156,7 +173,13 @@ class ExchangeDedupe:
         """Some queue took the message carrying ``key``: the window holds it from ``now``
         until its ``x-cache-ttl`` header's TTL, or the exchange's, is over."""
         ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
-        expires = now + ttl if ttl is not None else 0
+        self._expires = now + ttl if ttl is not None else 0
+        self.admit(key)
+
+    def admit(self, key: bytes) -> None:
+        """Some queue took the message whose new key ``check`` just returned: the window
+        holds it until the expiry ``check`` worked out (``remember``'s, if that called)."""
+        expires = self._expires
         order = self._order
         self._order = order + 1
         window = self.window

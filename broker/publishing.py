@@ -105,7 +105,7 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
     routing had to decode and could not): the caller maps them to its own reply.
     ``counters`` (the publishing channel's, for this exchange) are counted if given.
     """
-    window: ExchangeDedupe | None = None  # (the key it has ``seen``, ttl and now: set with it)
+    window: ExchangeDedupe | None = None  # (with the new key it found, ``window_key``)
     if queues is None:
         # The default exchange to an existing queue, the commonest publish, without a call;
         # everything else (and every error) is VirtualHost.route's.
@@ -126,15 +126,13 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
     windows = vhost.dedupe
     if windows and message.exchange in windows and deduplicate:  # checked, remembered below
         window = windows[message.exchange]
-        seen, ttl = window.read(message)
-        if seen is None:
+        window_key = window.check(message)
+        if window_key is None:  # no key: not deduplicated
             window = None
-        else:
-            now = window.now(ttl)
-            if window.duplicate(seen, now):
-                if counters is not None:
-                    counters.publish += 1
-                return DUPLICATE_HELD if window.pending else DUPLICATE
+        elif not window_key:  # SEEN: a duplicate
+            if counters is not None:
+                counters.publish += 1
+            return DUPLICATE_HELD if window.pending else DUPLICATE
     tracer = vhost.tracer
     if tracer is not None and origin is not None:  # tracing off: this test is all it costs
         tracer.published(message, queues, origin.trace_user, origin.trace_channel, mandatory,
@@ -175,8 +173,8 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
             refused = True
         if origin is not None and queue.behind():
             origin.flow_wait(queue)
-    if window is not None and stored and seen is not None:  # its key is in the window now
-        window.remember(seen, ttl, now)
+    if window is not None and stored and window_key:  # its key is in the window now
+        window.admit(window_key)
     if not refused:
         if duplicate and not stored:
             return DUPLICATE_HELD if vhost.log.busy else DUPLICATE
@@ -191,17 +189,14 @@ def _deduplicated(vhost: VirtualHost, window: ExchangeDedupe, message: Message,
     itself): a duplicate is counted and confirmed, a new key is remembered once the message
     is scheduled (that counts as taken, ``dedupe.py``), so a duplicate is never
     scheduled."""
-    key, ttl = window.read(message)
-    now = 0
-    if key is not None:
-        now = window.now(ttl)
-        if window.duplicate(key, now):
-            if counters is not None:
-                counters.publish += 1
-            return DUPLICATE_HELD if window.pending else DUPLICATE
+    key = window.check(message)
+    if key is not None and not key:  # SEEN: a duplicate
+        if counters is not None:
+            counters.publish += 1
+        return DUPLICATE_HELD if window.pending else DUPLICATE
     out = vhost.delays.publish(message, extra_routing_keys, mandatory, counters, origin)
     if key is not None and out.stored:
-        window.remember(key, ttl, now)
+        window.admit(key)
     return out
 
 
