@@ -2,22 +2,24 @@
 
 Theory of operation
 -------------------
-``basic_publish`` (``publishing.py``) asks the exchange's ``ExchangeDedupe`` two questions
-around the enqueue, in the same event-loop turn: before it, ``duplicate`` (is the
-message's key in the window, unexpired?); after it, if some queue took the message,
-``remember`` (add the key, evicting the oldest beyond ``x-cache-size``). The loop runs one
-publish at a time, so no second publisher of the same key can come between the check and
-the insert: with confirms, pipelining and many channels, exactly one copy per key is
-enqueued (the plugin's separate check and insert let every second duplicate through).
+``basic_publish`` (``publishing.py``) asks the exchange's ``ExchangeDedupe`` two things
+around the enqueue, in the same event-loop turn: before it, ``check`` (the message's key,
+unless the window holds it unexpired: then it is a duplicate); after it, if some queue took
+the message, ``admit`` (add the key, evicting the oldest beyond ``x-cache-size``). One call
+each: a publish is the window's hot path. The loop runs one publish at a time, so no second
+publisher of the same key can come between the check and the insert: with confirms,
+pipelining and many channels, exactly one copy per key is enqueued (the plugin's separate
+check and insert let every second duplicate through).
 
 A durable window (a durable exchange, unless ``x-cache-persistence: memory``) records the
 key and its evictions through the group commit (``batch.DedupeAppend``: one operation per
-window and batch, keyed on disk by the key's place, so new keys are appended and the
-evicted ones are a range), so they are written in the same store transaction as the
-enqueue they admitted: after ``kill -9`` the store holds the message and its key, or
-neither. ``load`` rebuilds the window, in its FIFO order, at start. The first key of a
-batch opens the window's record in it (``Recorder.dedupe_op``); the later ones are
-appended to that record directly, so a publish costs two list appends, not a call.
+window and batch, written as runs of keys keyed by their places, so new keys are appended
+and the evicted ones are whole runs behind a floor: ``records.py``), in the same store
+transaction as the enqueue they admitted: after ``kill -9`` the store holds the message
+and its key, or neither. ``load`` rebuilds the window, in its FIFO order, at start. The
+first key of a batch opens the window's record in it (``Recorder.dedupe_op``); the later
+ones are appended to that record directly (its list of keys is also the one taken back if
+the write fails), so a publish costs two list appends, not a call.
 
 A policy's ``x-cache-size``, ``x-cache-ttl`` and ``x-cache-persistence`` fill in what the
 exchange's arguments leave unset (``exchange_settings``) and apply at once
