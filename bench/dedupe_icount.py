@@ -6,12 +6,14 @@
 
 The model work of a publish into a full durable window (``broker/dedupe.py``): read the
 key from the raw properties, check it, remember it (evicting the oldest key) and record it
-in the pending batch, as ``publishing._deduplicated`` does, without sockets or a store
-write. Run in-process under ``valgrind --tool=callgrind`` for ``--messages`` and for twice
+in the pending batch, as ``publishing.basic_publish`` does, without sockets (or a store
+write, but with ``--store``). Run in-process under ``valgrind --tool=callgrind`` for ``--messages`` and for twice
 as many, after filling the window; the difference over the extra messages is the cost of
 one publish, load-independent (unlike ``dedupe_cost.py``'s throughput ratio, which moves
 with whatever else the machine runs). ``--baseline`` runs the same loop without the window
-(building and peeking the messages only): subtract it.
+(building and peeking the messages only): subtract it. ``--store`` also applies each batch's
+window record to an LMDB store (the writer thread's share: its key records and evictions;
+the fsync is the kernel's, not counted).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ SUMMARY_RE = re.compile(r"Collected : (\d+)")
 BATCH = 1000  # publishes per recorded batch (taken, as the group commit would)
 
 
-def workload(window: int, messages: int, baseline: bool) -> None:
+def workload(window: int, messages: int, baseline: bool, store_dir: str | None) -> None:
     """Fill a ``window``-key durable window, then publish ``messages`` fresh keys into it."""
     import pamqp.commands as cmd
     from pamqp.header import ContentHeader
@@ -53,11 +55,18 @@ def workload(window: int, messages: int, baseline: bool) -> None:
             pass
 
     log = Log()
+    store = None
+    if store_dir is not None:
+        from leveret.persistence.lmdb_store import LmdbStore
+
+        store = LmdbStore(Path(store_dir), map_size=1 << 30)  # valgrind maps less than 1 TB
     dedupe = ExchangeDedupe(DedupeSettings(window, None, "x-deduplication-header", True),
                             "/", "x", log, Timekeeping())
 
-    # Builds before the window learnt to skip the clock read it with no argument.
-    takes_ttl = "ttl_header" in str(inspect.signature(ExchangeDedupe.now))
+    # Builds before ``check``/``admit`` (one call each a publish) asked read, now,
+    # duplicate and remember; the oldest of those read the clock with no argument.
+    checks = hasattr(ExchangeDedupe, "check")
+    takes_ttl = not checks and "ttl_header" in str(inspect.signature(ExchangeDedupe.now))
 
     def run(first: int, n: int) -> None:
         for start in range(first, first + n, BATCH):
@@ -65,7 +74,13 @@ def workload(window: int, messages: int, baseline: bool) -> None:
                     for i in range(start, start + BATCH)]
             for m in msgs:
                 m.persistent  # noqa: B018  (the queue's publish peeks every message anyway)
-            if not baseline:
+            if not baseline and checks:  # as publishing.basic_publish does
+                for m in msgs:
+                    key = dedupe.check(m)
+                    if not key:
+                        raise SystemExit("no new key read")
+                    dedupe.admit(key)
+            elif not baseline:
                 for m in msgs:
                     key, ttl = dedupe.read(m)
                     if key is None:
@@ -73,7 +88,9 @@ def workload(window: int, messages: int, baseline: bool) -> None:
                     now = dedupe.now(ttl) if takes_ttl else dedupe.now()  # type: ignore[call-arg]
                     if not dedupe.duplicate(key, now):
                         dedupe.remember(key, ttl, now)
-            log.take_batch()
+            batch = log.take_batch()
+            if store is not None:
+                store.write_batch(batch)
             log.batch += 1
             dedupe._batches.clear()  # no commit comes to pop them
 
@@ -81,10 +98,12 @@ def workload(window: int, messages: int, baseline: bool) -> None:
     run(window, messages)
 
 
-def instructions(window: int, messages: int, baseline: bool, out_dir: Path) -> int:
+def instructions(window: int, messages: int, baseline: bool, store: bool, out_dir: Path) -> int:
     out = out_dir / f"callgrind-{messages}.out"
     args = [sys.executable, __file__, "--workload", "--window", str(window),
             "--messages", str(messages)] + (["--baseline"] if baseline else [])
+    if store:
+        args += ["--store-dir", str(out_dir / f"store-{messages}")]
     done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                            "--dump-instr=no", *args], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONHASHSEED="0"), check=True)
@@ -99,16 +118,20 @@ def main() -> None:
     p.add_argument("--window", type=int, default=20_000, help="keys in the full window")
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--baseline", action="store_true", help="the loop without the window")
+    p.add_argument("--store", action="store_true",
+                   help="also write each batch's window record to an LMDB store")
     p.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--store-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.workload:
-        workload(args.window, args.messages, args.baseline)
+        workload(args.window, args.messages, args.baseline, args.store_dir)
         return
     with tempfile.TemporaryDirectory(prefix="leveret-dedupe-icount-") as tmp:
-        small = instructions(args.window, args.messages, args.baseline, Path(tmp))
-        large = instructions(args.window, 2 * args.messages, args.baseline, Path(tmp))
-    print(f"instructions per publish{' (baseline)' if args.baseline else ''}: "
-          f"{(large - small) / args.messages:,.0f}")
+        small = instructions(args.window, args.messages, args.baseline, args.store, Path(tmp))
+        large = instructions(args.window, 2 * args.messages, args.baseline, args.store,
+                             Path(tmp))
+    label = " (baseline)" if args.baseline else " (with the store)" if args.store else ""
+    print(f"instructions per publish{label}: {(large - small) / args.messages:,.0f}")
 
 
 if __name__ == "__main__":

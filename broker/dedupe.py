@@ -2,22 +2,24 @@
 
 Theory of operation
 -------------------
-``basic_publish`` (``publishing.py``) asks the exchange's ``ExchangeDedupe`` two questions
-around the enqueue, in the same event-loop turn: before it, ``duplicate`` (is the
-message's key in the window, unexpired?); after it, if some queue took the message,
-``remember`` (add the key, evicting the oldest beyond ``x-cache-size``). The loop runs one
-publish at a time, so no second publisher of the same key can come between the check and
-the insert: with confirms, pipelining and many channels, exactly one copy per key is
-enqueued (the plugin's separate check and insert let every second duplicate through).
+``basic_publish`` (``publishing.py``) asks the exchange's ``ExchangeDedupe`` two things
+around the enqueue, in the same event-loop turn: before it, ``check`` (the message's key,
+unless the window holds it unexpired: then it is a duplicate); after it, if some queue took
+the message, ``admit`` (add the key, evicting the oldest beyond ``x-cache-size``). One call
+each: a publish is the window's hot path. The loop runs one publish at a time, so no second
+publisher of the same key can come between the check and the insert: with confirms,
+pipelining and many channels, exactly one copy per key is enqueued (the plugin's separate
+check and insert let every second duplicate through).
 
 A durable window (a durable exchange, unless ``x-cache-persistence: memory``) records the
 key and its evictions through the group commit (``batch.DedupeAppend``: one operation per
-window and batch, keyed on disk by the key's place, so new keys are appended and the
-evicted ones are a range), so they are written in the same store transaction as the
-enqueue they admitted: after ``kill -9`` the store holds the message and its key, or
-neither. ``load`` rebuilds the window, in its FIFO order, at start. The first key of a
-batch opens the window's record in it (``Recorder.dedupe_op``); the later ones are
-appended to that record directly, so a publish costs two list appends, not a call.
+window and batch, written as runs of keys keyed by their places, so new keys are appended
+and the evicted ones are whole runs behind a floor: ``records.py``), in the same store
+transaction as the enqueue they admitted: after ``kill -9`` the store holds the message
+and its key, or neither. ``load`` rebuilds the window, in its FIFO order, at start. The
+first key of a batch opens the window's record in it (``Recorder.dedupe_op``); the later
+ones are appended to that record directly (its list of keys is also the one taken back if
+the write fails), so a publish costs two list appends, not a call.
 
 A policy's ``x-cache-size``, ``x-cache-ttl`` and ``x-cache-persistence`` fill in what the
 exchange's arguments leave unset (``exchange_settings``) and apply at once
@@ -40,7 +42,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from leveret.model.dedupe import (
-    EXPIRY_MASK,
     TTL_HEADER,
     DedupeSettings,
     HeaderReader,
@@ -54,7 +55,10 @@ from leveret.persistence.records import dedupe_scope
 from leveret.queues.policy import Policy, dedupe_keys
 from leveret.queues.ttl import Timekeeping, now_ms
 
-__all__ = ["DedupeLog", "ExchangeDedupe", "exchange_settings"]
+__all__ = ["SEEN", "DedupeLog", "ExchangeDedupe", "exchange_settings"]
+
+# ``ExchangeDedupe.check``'s answer for a duplicate: typed keys are never empty.
+SEEN = b""
 
 
 def exchange_settings(type_: str, arguments: Mapping[str, Any], durable: bool,
@@ -95,8 +99,8 @@ class DedupeStore(Protocol):
 class ExchangeDedupe:
     """One exchange's window, its counters, and (if durable) its records."""
 
-    __slots__ = ("_batch", "_batches", "_keys", "_log", "_op", "_order", "_time", "_ttl",
-                 "duplicates", "read", "scope", "settings", "window")
+    __slots__ = ("_batch", "_batches", "_expires", "_keys", "_log", "_op", "_order", "_time",
+                 "_ttl", "duplicates", "read", "scope", "settings", "window")
 
     def __init__(self, settings: DedupeSettings, vhost: str, exchange: str, log: DedupeLog,
                  time: Timekeeping) -> None:
@@ -108,6 +112,7 @@ class ExchangeDedupe:
         self.read: Callable[[Message], tuple[bytes | None, object]] = HeaderReader(
             settings.header, TTL_HEADER).read
         self._ttl = settings.ttl
+        self._expires = 0  # the expiry of the key ``check`` last found new (0: never)
         self.duplicates = 0  # publishes confirmed without being enqueued
         self._log = log
         self._time = time
@@ -134,20 +139,34 @@ class ExchangeDedupe:
         """Keys added since the last commit: a duplicate's confirm waits for the next one."""
         return bool(self._batches)
 
-    def now(self, ttl_header: object) -> int:
-        """Wall-clock ms, the window's time (read once per publish); 0 when no key can
-        expire: no TTL, none in the window, none asked for by ``ttl_header``."""
-        if self._ttl is None and ttl_header is None and not self.window.timed:
-            return 0
-        return now_ms(self._time)
+    def check(self, message: Message) -> bytes | None:
+        """``message``'s key if the window has not seen it (``admit`` it once some queue
+        took the message); ``SEEN`` if it has, counted as a duplicate; None if the message
+        carries no key. One call a publish: the header, the clock (read only when some key
+        can expire) and the window (``Window.seen``, inline)."""
+        key, ttl_header = self.read(message)
+        if key is None:
+            return None
+        window = self.window
+        ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
+        if ttl is None and not window.timed:  # no key expires: no clock
+            self._expires = 0
+            if key in window.keys:
+                self.duplicates += 1
+                return SEEN
+            return key
+        now = now_ms(self._time)
+        self._expires = now + ttl if ttl is not None else 0
+        if key in window.keys:
+            expires = window.expiry.get(key, 0)
+            if not expires or now < expires:
+                self.duplicates += 1
+                return SEEN
+        return key
 
     def duplicate(self, key: bytes, now: int) -> bool:
         """``key`` is in the window, unexpired at ``now``: counted as a duplicate."""
-        value = self.window.keys.get(key)  # Window.seen, inline: once per publish
-        if value is None:
-            return False
-        expires = value & EXPIRY_MASK
-        if expires and now >= expires:
+        if not self.window.seen(key, now):
             return False
         self.duplicates += 1
         return True
@@ -156,7 +175,13 @@ class ExchangeDedupe:
         """Some queue took the message carrying ``key``: the window holds it from ``now``
         until its ``x-cache-ttl`` header's TTL, or the exchange's, is over."""
         ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
-        expires = now + ttl if ttl is not None else 0
+        self._expires = now + ttl if ttl is not None else 0
+        self.admit(key)
+
+    def admit(self, key: bytes) -> None:
+        """Some queue took the message whose new key ``check`` just returned: the window
+        holds it until the expiry ``check`` worked out (``remember``'s, if that called)."""
+        expires = self._expires
         order = self._order
         self._order = order + 1
         window = self.window
@@ -164,10 +189,9 @@ class ExchangeDedupe:
         if self._log.batch != self._batch:  # the first key of a batch
             self._first_of_batch(key, order, expires)
             return
-        self._keys.append(key)
+        self._keys.append(key)  # a durable window's record's own list of keys
         op = self._op
         if op is not None:
-            op.keys.append(key)
             op.expires.append(expires)
             op.floor = window.floor
 
@@ -181,15 +205,18 @@ class ExchangeDedupe:
                 log.append_dedupe(self.scope, order, key, expires, self.window.floor)
             return
         self._batch = log.batch
-        self._keys = [key]
-        self._batches.append((self._batch, self._keys))
-        log.after_commit(self._on_commit)
         op = None
         if self.settings.persistent:
             op = log.dedupe_op(self.scope, order)
             op.keys.append(key)
             op.expires.append(expires)
             op.floor = self.window.floor
+            # The keys to take back if the write fails are the record's: one list for both.
+            self._keys = op.keys
+        else:
+            self._keys = [key]
+        self._batches.append((self._batch, self._keys))
+        log.after_commit(self._on_commit)
         self._op = op
 
     def apply_policy(self, type_: str, arguments: Mapping[str, Any], durable: bool,

@@ -335,8 +335,8 @@ class Delays:
         except (ChannelError, ValueError) as exc:
             log.warning("dropping a delayed message of %s: %s", dx.exchange, exc)
             return
-        if queues:
-            self.vhost.publish_routed(message, queues)
+        if queues:  # its key (if its exchange deduplicates) was checked when scheduled
+            self.vhost.publish_routed(message, queues, deduplicate=False)
 
     # -- operators: list, cancel, release now ----------------------------------------------
 

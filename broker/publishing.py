@@ -18,7 +18,12 @@ to every queue, and sum up the queues' ``PublishResult`` for the publisher:
 Deduplication (``dedupe.py``, ``queues/dedupe.py``) hooks in here, so every front door
 gets it: a duplicate counts as routed (no basic.return: its first copy was delivered) and
 not stored, and is confirmed with an ack. Exchanges without a window cost one test of an
-empty dict; queues without one, one attribute test each.
+empty dict; queues without one, one attribute test each. The window is checked before the
+queues are offered the message and the key remembered after, in the same call (no second
+pass through here). Dead letters routed into an exchange with a window are checked too:
+RabbitMQ's dead-lettering routes through the exchange type (``rabbit_dead_letter``
+``publish`` calls ``rabbit_exchange:route``), where the plugin's check lives, so a dead
+letter whose key the window holds is dropped (and counted as a duplicate).
 
 Every front door calls it: AMQP basic.publish (``amqp/publishing.py``), HTTP publish
 (``management_ui/basic.py``), redrive and move (``queue_messages.py``), dead-lettering
@@ -90,14 +95,17 @@ DUPLICATE_HELD = Published(True, False, True, False)  # its first copy's commit 
 
 def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tuple[str, ...],
                   mandatory: bool, counters: ExchangeCounters | None, origin: Origin | None,
-                  queues: Sequence[Queue] | None = None) -> Published:
+                  queues: Sequence[Queue] | None = None, deduplicate: bool = True) -> Published:
     """Route ``message`` (plus its CC/BCC keys) and offer it to every queue it reaches.
 
-    ``queues``: already routed (dead-lettering, a move), so routing is skipped. Raises
+    ``queues``: already routed (dead-lettering, a delayed release), so routing is skipped.
+    ``deduplicate``: False for a delayed release, whose key was checked when it was
+    scheduled (``_deduplicated``). Raises
     ``ChannelError`` (404 no exchange, 403 internal) and ``ValueError`` (properties that
     routing had to decode and could not): the caller maps them to its own reply.
     ``counters`` (the publishing channel's, for this exchange) are counted if given.
     """
+    window: ExchangeDedupe | None = None  # (with the new key it found, ``window_key``)
     if queues is None:
         # The default exchange to an existing queue, the commonest publish, without a call;
         # everything else (and every error) is VirtualHost.route's.
@@ -111,14 +119,20 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
                 windows = vhost.dedupe
                 if windows and message.exchange in windows:  # deduplicated before scheduling
                     return _deduplicated(vhost, windows[message.exchange], message,
-                                         extra_routing_keys, mandatory, counters, origin, None)
+                                         extra_routing_keys, mandatory, counters, origin)
                 return vhost.delays.publish(message, extra_routing_keys, mandatory, counters,
                                             origin)
             queues = vhost.route(message, extra_routing_keys)
-        windows = vhost.dedupe
-        if windows and message.exchange in windows:
-            return _deduplicated(vhost, windows[message.exchange], message, extra_routing_keys,
-                                 mandatory, counters, origin, queues)
+    windows = vhost.dedupe
+    if windows and message.exchange in windows and deduplicate:  # checked, remembered below
+        window = windows[message.exchange]
+        window_key = window.check(message)
+        if window_key is None:  # no key: not deduplicated
+            window = None
+        elif not window_key:  # SEEN: a duplicate
+            if counters is not None:
+                counters.publish += 1
+            return DUPLICATE_HELD if window.pending else DUPLICATE
     tracer = vhost.tracer
     if tracer is not None and origin is not None:  # tracing off: this test is all it costs
         tracer.published(message, queues, origin.trace_user, origin.trace_channel, mandatory,
@@ -159,6 +173,8 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
             refused = True
         if origin is not None and queue.behind():
             origin.flow_wait(queue)
+    if window is not None and stored and window_key:  # its key is in the window now
+        window.admit(window_key)
     if not refused:
         if duplicate and not stored:
             return DUPLICATE_HELD if vhost.log.busy else DUPLICATE
@@ -168,33 +184,20 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
 
 def _deduplicated(vhost: VirtualHost, window: ExchangeDedupe, message: Message,
                   extra_routing_keys: tuple[str, ...], mandatory: bool,
-                  counters: ExchangeCounters | None, origin: Origin | None,
-                  queues: Sequence[Queue] | None) -> Published:
-    """A publish to an exchange with a window: a duplicate is counted and confirmed, a new
-    key is remembered once some queue took the message (``dedupe.py``). ``queues`` None: a
-    delayed exchange's, checked before it is scheduled (a scheduled message counts as
-    taken), so a duplicate is never scheduled."""
-    key, ttl = window.read(message)
-    if key is None:
-        return _onward(vhost, message, extra_routing_keys, mandatory, counters, origin, queues)
-    now = window.now(ttl)
-    if window.duplicate(key, now):
+                  counters: ExchangeCounters | None, origin: Origin | None) -> Published:
+    """A publish to a delayed exchange with a window (``basic_publish`` checks the others
+    itself): a duplicate is counted and confirmed, a new key is remembered once the message
+    is scheduled (that counts as taken, ``dedupe.py``), so a duplicate is never
+    scheduled."""
+    key = window.check(message)
+    if key is not None and not key:  # SEEN: a duplicate
         if counters is not None:
             counters.publish += 1
         return DUPLICATE_HELD if window.pending else DUPLICATE
-    out = _onward(vhost, message, extra_routing_keys, mandatory, counters, origin, queues)
-    if out.stored:
-        window.remember(key, ttl, now)
+    out = vhost.delays.publish(message, extra_routing_keys, mandatory, counters, origin)
+    if key is not None and out.stored:
+        window.admit(key)
     return out
-
-
-def _onward(vhost: VirtualHost, message: Message, extra_routing_keys: tuple[str, ...],
-            mandatory: bool, counters: ExchangeCounters | None, origin: Origin | None,
-            queues: Sequence[Queue] | None) -> Published:
-    if queues is None:
-        return vhost.delays.publish(message, extra_routing_keys, mandatory, counters, origin)
-    return basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin,
-                         queues)
 
 
 class AwaitingOrigin:

@@ -270,10 +270,13 @@ class VirtualHost:
         return cast("list[Queue]", route(exchange, message.routing_key, headers,
                                          self.exchanges.get, extra_routing_keys))
 
-    def publish_routed(self, message: Message, queues: Sequence[Queue]) -> None:
+    def publish_routed(self, message: Message, queues: Sequence[Queue],
+                       deduplicate: bool = True) -> None:
         """A dead letter, routed by ``queues/dead_letter.py``, into ``queues``: the broker's
-        publish without a publisher (not traced as a publish, no flow control)."""
-        publishing.basic_publish(self, message, (), False, None, None, queues)
+        publish without a publisher (not traced as a publish, no flow control), checked by
+        the exchange's window if it has one. A delayed release (``deduplicate`` False) was
+        checked when it was scheduled."""
+        publishing.basic_publish(self, message, (), False, None, None, queues, deduplicate)
 
     def check_not_internal(self, exchange: Exchange) -> None:
         """An internal exchange takes no publishes: 403 (rabbit_channel check_internal_exchange)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -186,11 +186,18 @@ class HeaderReader:
     was published (``properties.py``); a malformed one reads as no headers.
     """
 
-    __slots__ = ("_key", "_other")
+    __slots__ = ("_alone", "_key", "_other")
 
     def __init__(self, key: str, other: str | None = None) -> None:
         self._key = key.encode("utf-8")
         self._other = other.encode("utf-8") if other is not None else None
+        # A table whose one field is the key as a long string (the usual), read in one C
+        # call: the table's size, the field's name and type code, the string's length.
+        # ``fixed``: the table's size less the string's (the string starts 4 bytes after).
+        # A name over 255 bytes is in no table: its size never matches (negative).
+        head = bytes((len(self._key) & 0xFF,)) + self._key + b"S"
+        fixed = len(head) + 4 if len(self._key) < 256 else -1 << 40
+        self._alone = (struct.Struct(f">I{len(head)}sI"), head, fixed)
 
     def read(self, message: Message) -> tuple[bytes | None, object]:
         """(the typed key, ``dedupe_key``'s; the other header's value), None where absent."""
@@ -200,6 +207,17 @@ class HeaderReader:
         if at < 0:
             return key, other
         raw = message.raw_properties
+        alone, head, fixed = self._alone
+        try:
+            size, first, length = alone.unpack_from(raw, at)
+        except struct.error:  # shorter than that: the walk says what it is
+            size = first = length = None
+        if first == head and size == fixed + length and length < MAX_KEY_BYTES:
+            # The key and nothing else, short enough to be its own key. (The table was
+            # checked at publish: the string is all there.)
+            at += fixed + 4
+            data = raw[at:at + length]
+            return (b"s" + data if data.isascii() or _utf8(data) else b"b" + data), None
         want_key, want_other = self._key, self._other
         left = 1 if want_other is None else 2
         try:
@@ -248,26 +266,26 @@ def message_ttl(value: object, default: int | None) -> int | None:
     return default if ttl is None else ttl
 
 
-# A window entry's value packs its place (order) and its expiry (wall-clock ms, 0: never) in
-# one int: one object a key instead of a tuple of two (a million-key window is ~60 MB less).
-_EXPIRY_BITS = 44  # ms: enough until the year 2527
-EXPIRY_MASK = (1 << _EXPIRY_BITS) - 1
-
-
 class Window:
-    """Keys seen, oldest first, each with its place in the window (``order``, increasing)
-    and its expiry (wall-clock ms, 0: never).
+    """Keys seen, each with its place in the window (``order``, increasing) and, if it has
+    one, its expiry (wall-clock ms).
 
-    ``add`` evicts the oldest key beyond ``size`` (exact FIFO). Since eviction is by age,
-    what a durable window has lost is every place below ``floor``, one number: it is moved
-    past each evicted key's place as it goes, so it costs nothing while the window is
-    filling and no walk when it is full (a key taken out of the middle, by ``discard`` or
-    by being added again, may leave it below the oldest place held: it is a lower bound).
-    A key added again after it expired moves to the newest end. ``timed``: some key was
-    added with an expiry, so ``seen`` needs the time (until then, callers may pass 0).
+    ``add`` evicts the oldest key beyond ``size`` (exact FIFO). ``keys`` maps a key to its
+    place (a small int: nothing built per key beyond the dict's slot) and ``_fifo`` holds
+    the keys by place, so the oldest is found without walking the dict (whose front fills
+    with deleted slots as keys leave it). A key added again, or discarded, leaves its old
+    place in ``_fifo`` behind; ``_moved`` counts those, and eviction skips them. Expiries
+    are a second dict holding only the keys that have one: a window without TTLs (the
+    usual) keeps none. Since eviction is by age, what a durable window has lost is every
+    place below ``floor``, one number: it is moved past each evicted key's place as it
+    goes, so it costs nothing while the window is filling and no walk when it is full (a
+    key taken out of the middle, by ``discard`` or by being added again, may leave it below
+    the oldest place held: it is a lower bound). A key added again after it expired moves
+    to the newest end. ``timed``: some key was added with an expiry, so ``seen`` needs the
+    time (until then, callers may pass 0).
     """
 
-    __slots__ = ("floor", "keys", "size", "timed")
+    __slots__ = ("_fifo", "_moved", "expiry", "floor", "keys", "size", "timed")
 
     def __init__(self, size: int, entries: Iterable[tuple[bytes, int, int]] = ()) -> None:
         """``entries``: (key, order, expires), oldest first; a key given twice keeps its
@@ -275,19 +293,16 @@ class Window:
         self.size = size
         self.floor = 0
         self.timed = False
-        # Insertion-ordered with O(1) removal of the oldest: a plain dict would scan the
-        # deleted slots at its front on every eviction until it is next resized.
-        keys: OrderedDict[bytes, int] = OrderedDict()
+        self.keys: dict[bytes, int] = {}
+        self.expiry: dict[bytes, int] = {}  # only the keys that expire
+        self._fifo: deque[bytes] = deque()
+        self._moved: dict[bytes, int] = {}  # key -> its stale places left in _fifo
+        first = True
         for key, order, expires in entries:
-            if key in keys:
-                del keys[key]
-            keys[key] = (order << _EXPIRY_BITS) | expires
-            if expires:
-                self.timed = True
-        for value in keys.values():
-            self.floor = value >> _EXPIRY_BITS
-            break
-        self.keys = keys
+            if first:
+                self.floor = order
+                first = False
+            self.add(key, order, expires)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -297,30 +312,70 @@ class Window:
 
     def seen(self, key: bytes, now: int) -> bool:
         """``key`` is in the window and not expired at ``now``."""
-        value = self.keys.get(key)
-        if value is None:
+        if key not in self.keys:
             return False
-        expires = value & EXPIRY_MASK
+        expires = self.expiry.get(key, 0) if self.timed else 0
         return expires == 0 or now < expires
 
     def add(self, key: bytes, order: int, expires: int) -> None:
         """Remember ``key`` at place ``order`` (above every other) until ``expires``,
         evicting the oldest key if the window is then over its size."""
         keys = self.keys
-        if key in keys:
-            del keys[key]
-        keys[key] = (order << _EXPIRY_BITS) | expires
+        held = len(keys)
+        keys[key] = order
+        fifo = self._fifo
+        fifo.append(key)
+        if len(keys) == held:  # it was there already: its old place is left behind
+            self._left(key)
+        elif held >= self.size:  # one over: the oldest goes
+            if self._moved or self.timed:
+                self._evict()
+            else:  # no place left behind, no expiry to forget: _evict's first step
+                self.floor = keys.pop(fifo.popleft()) + 1
         if expires:
+            self.expiry[key] = expires
             self.timed = True
-        if len(keys) > self.size:
-            self.floor = (keys.popitem(last=False)[1] >> _EXPIRY_BITS) + 1
+        elif self.timed:
+            self.expiry.pop(key, None)
+
+    def _left(self, key: bytes) -> None:
+        moved = self._moved
+        moved[key] = moved.get(key, 0) + 1
+        if len(self._fifo) > 2 * len(self.keys) + 64:  # mostly stale places: rebuild
+            keys = self.keys
+            self._fifo = deque(sorted(keys, key=keys.__getitem__))
+            moved.clear()
+
+    def _evict(self) -> None:
+        """Take out the oldest key held, skipping places left behind."""
+        fifo, moved = self._fifo, self._moved
+        while True:
+            key = fifo.popleft()
+            if moved:
+                stale = moved.get(key)
+                if stale is not None:
+                    if stale > 1:
+                        moved[key] = stale - 1
+                    else:
+                        del moved[key]
+                    continue
+            self.floor = self.keys.pop(key) + 1
+            if self.timed:
+                self.expiry.pop(key, None)
+            return
 
     def discard(self, key: bytes) -> bool:
-        return self.keys.pop(key, None) is not None
+        if self.keys.pop(key, None) is None:
+            return False
+        self.expiry.pop(key, None)
+        self._left(key)
+        return True
 
     def items(self) -> list[tuple[bytes, int, int]]:
         """(key, order, expires), oldest first."""
-        return [(k, v >> _EXPIRY_BITS, v & EXPIRY_MASK) for k, v in self.keys.items()]
+        expiry = self.expiry
+        return sorted(((k, o, expiry.get(k, 0)) for k, o in self.keys.items()),
+                      key=lambda item: item[1])
 
     def resize(self, size: int) -> int:
         """A new size (a recovered window whose definition changed); returns how many of
@@ -328,6 +383,6 @@ class Window:
         self.size = size
         evicted = 0
         while len(self.keys) > size:
-            self.floor = (self.keys.popitem(last=False)[1] >> _EXPIRY_BITS) + 1
+            self._evict()
             evicted += 1
         return evicted

@@ -76,6 +76,7 @@ from leveret.persistence.records import (
     U64,
     UNKNOWN,
     decode_counter,
+    decode_dedupe_run,
     decode_definition,
     decode_index_value,
     decode_message,
@@ -312,11 +313,15 @@ class LmdbStore:
                 cursor = txn.cursor(db=self._dbs[b"dedupe"])
                 if cursor.set_range(scope):
                     width = len(scope)
+                    floor = 0
                     for key, value in cursor.iternext():
                         if key[:width] != scope:
                             break
-                        out.append((value[8:], U64.unpack_from(key, width)[0],
-                                    U64.unpack_from(value, 0)[0]))
+                        if len(key) == width:  # the floor: below it, evicted
+                            floor = U64.unpack(value)[0]
+                            continue
+                        run = decode_dedupe_run(U64.unpack_from(key, width)[0], value)
+                        out += run if run[0][1] >= floor else [k for k in run if k[1] >= floor]
         except _DATA_ERRORS as exc:
             raise self._error("cannot read a deduplication window", exc) from exc
         return out

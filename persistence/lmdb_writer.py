@@ -34,6 +34,7 @@ from leveret.persistence.records import (
     decode_definition,
     decode_index_value,
     definition_key,
+    encode_dedupe_runs,
     encode_definition,
     encode_index_value,
     encode_message,
@@ -316,24 +317,27 @@ class LmdbWriter:
                 out.append(decode_definition(value))  # type: ignore[arg-type]
         return out
 
-    # -- deduplication windows: scope | u64 order -> u64 expires_at | key (records.py) --
+    # -- deduplication windows: runs of keys under ``scope | u64 last order`` (records.py) --
 
     def append_dedupe(self, op: DedupeAppend) -> None:
         scope = op.scope
         cursor = self.txn.cursor(db=self.dedupe)
         if op.keys:
-            first = op.first
-            keys = [scope + U64.pack(first + i) for i in range(len(op.keys))]
-            values = [U64.pack(e) + k for e, k in zip(op.expires, op.keys, strict=True)]
-            _put_new_records(cursor, keys, values)
-        # No page budget spent (``PageBudget``): a window's keys go to its last pages and
+            _put_new_records(cursor, *encode_dedupe_runs(scope, op.first, op.keys, op.expires))
+        # No page budget spent (``PageBudget``): a window's runs go to its last pages and
         # leave from its first ones, so a batch maps a few pages whatever its size, and a
         # release per thousand keys would fault every other page back in as well.
-        floor = scope + U64.pack(op.floor)
-        if cursor.set_range(scope):
-            while cursor.key() < floor:
-                if not cursor.delete():
-                    break
+        floor = op.floor
+        if not floor or not cursor.set_range(scope):
+            return
+        if cursor.key() == scope:  # the floor record: where the last batch left it
+            if U64.unpack(cursor.value())[0] >= floor:
+                return
+            cursor.next()
+        bound = scope + U64.pack(floor)
+        while cursor.key() < bound and cursor.delete():  # runs wholly below the floor
+            pass
+        self.txn.put(scope, U64.pack(floor), db=self.dedupe)
 
     def drop_dedupe(self, scope: bytes) -> None:
         cursor = self.txn.cursor(db=self.dedupe)

@@ -21,10 +21,16 @@ layouts (big-endian, so LMDB's byte order is numeric order):
   (``batch.DeliveredBelow``). Version 2 wrote only the first two fields,
   versions 3 and 4 the first five.
 
-* deduplication window entry: key ``scope`` (8 bytes, ``dedupe_scope``) then ``u64
-  order`` (the key's place in its FIFO window), so that a window's new keys are appended
-  and its evictions are a range at its start; value ``u64 expires_at`` (wall-clock ms, 0 =
-  until evicted) then the typed key (``model/dedupe.dedupe_key``).
+* deduplication window run: key ``scope`` (8 bytes, ``dedupe_scope``) then the ``u64
+  order`` (place in its FIFO window) of the run's last key, so that a window's new runs are
+  appended and its evictions are whole runs at its start (``encode_dedupe_runs``); value
+  ``u8 tag`` (``DEDUPE_RUN`` or ``DEDUPE_RUN_TIMED``), ``u32 count``, a ``u16`` length
+  per key, a ``u64 expires_at`` per key (wall-clock ms, 0 = until evicted; timed runs
+  only), then the typed keys (``model/dedupe.dedupe_key``) back to back. The key
+  ``scope`` alone holds the window's ``u64 floor``: keys placed below it are evicted,
+  also those of the run the floor cuts. Before runs, each key had a record of its own
+  (key: its order; value: ``u64 expires_at`` then the key, so its first byte is 0):
+  still read.
 
 Definitions are rare and small, so they are JSON; field-table values (AMQP
 arguments) go through a tagged encoding that keeps every type pamqp decodes
@@ -115,6 +121,63 @@ def decode_counter(raw: bytes | memoryview) -> list[int]:
     if size == COUNTER_V3.size:
         return [*COUNTER_V3.unpack(raw), 0]
     return list(COUNTER.unpack(raw))
+
+
+DEDUPE_RUN = 1  # run tag: no key expires
+DEDUPE_RUN_TIMED = 2  # run tag: a u64 expires_at per key follows the lengths
+_RUN_HEAD = struct.Struct(">BI")
+# A run's value stays under LMDB's largest in-page node (about 2 KB on 4 KB pages): larger
+# values take overflow pages, allocated as contiguous runs from the freelist.
+DEDUPE_RUN_BYTES = 1900
+
+
+def encode_dedupe_runs(scope: bytes, first: int, keys: list[bytes],
+                       expires: list[int]) -> tuple[list[bytes], list[bytes]]:
+    """A window's keys placed at ``first``, ``first + 1``, ... as run records (keys,
+    values): a few C calls a run, none a key, and one record written and deleted per run
+    instead of one per key."""
+    count = len(keys)
+    if not count:
+        return [], []
+    timed = any(expires)
+    each = sum(map(len, keys)) // count + (10 if timed else 2)
+    step = max(1, (DEDUPE_RUN_BYTES - _RUN_HEAD.size) // each)
+    tag = DEDUPE_RUN_TIMED if timed else DEDUPE_RUN
+    out_keys: list[bytes] = []
+    out_values: list[bytes] = []
+    for at in range(0, count, step):
+        run = keys[at:at + step]
+        n = len(run)
+        parts = [_RUN_HEAD.pack(tag, n), struct.pack(f">{n}H", *map(len, run))]
+        if timed:
+            parts.append(struct.pack(f">{n}Q", *expires[at:at + step]))
+        parts += run
+        out_keys.append(scope + U64.pack(first + at + n - 1))
+        out_values.append(b"".join(parts))
+    return out_keys, out_values
+
+
+def decode_dedupe_run(last: int, value: bytes) -> list[tuple[bytes, int, int]]:
+    """A run record's (key, order, expires_at), oldest first; ``last``: the order in its
+    key. A record of one key, as written before runs, too."""
+    if value[0] not in (DEDUPE_RUN, DEDUPE_RUN_TIMED):
+        return [(bytes(value[8:]), last, U64.unpack_from(value, 0)[0])]
+    tag, n = _RUN_HEAD.unpack_from(value, 0)
+    at = _RUN_HEAD.size
+    lengths = struct.unpack_from(f">{n}H", value, at)
+    at += 2 * n
+    if tag == DEDUPE_RUN_TIMED:
+        expiries: tuple[int, ...] = struct.unpack_from(f">{n}Q", value, at)
+        at += 8 * n
+    else:
+        expiries = (0,) * n
+    out = []
+    order = last - n + 1
+    for length, expires in zip(lengths, expiries, strict=True):
+        out.append((bytes(value[at:at + length]), order, expires))
+        at += length
+        order += 1
+    return out
 
 
 def dedupe_scope(vhost: str, exchange: str) -> bytes:

@@ -86,6 +86,32 @@ def settle(conn: pika.BlockingConnection, quiet: float = 0.15) -> None:
         conn.process_data_events(time_limit=POLL)
 
 
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """``predicate``'s first truthy value, polled; fails naming ``what`` after ``timeout``
+    (a hang guard, not a budget)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def dedupe_props(key: object = None, ttl: object = None, persistent: bool = False,
+                 **extra: object) -> pika.BasicProperties:
+    """Properties carrying a deduplication key (``x-deduplication-header``), the key's
+    ``x-cache-ttl`` and any other headers."""
+    headers: dict[str, object] = dict(extra)
+    if key is not None:
+        headers["x-deduplication-header"] = key
+    if ttl is not None:
+        headers["x-cache-ttl"] = ttl
+    return pika.BasicProperties(headers=headers or None,
+                                delivery_mode=2 if persistent else None)
+
+
 def ready_count(ch: Any, queue: str) -> int:
     return ch.queue_declare(queue, passive=True).method.message_count
 

@@ -19,23 +19,13 @@ import aiormq
 import pika
 import pytest
 
-PERSISTENT = 2
-DEADLINE = 60.0  # a hang guard for what must come, not a budget
+from tests.integration.conftest import WAIT as DEADLINE
+from tests.integration.conftest import dedupe_props as props
+from tests.integration.conftest import wait_for
 
 
 def connect(b) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(b.url))
-
-
-def props(key: object = None, ttl: object = None, persistent: bool = False,
-          **extra: object) -> pika.BasicProperties:
-    headers: dict[str, object] = dict(extra)
-    if key is not None:
-        headers["x-deduplication-header"] = key
-    if ttl is not None:
-        headers["x-cache-ttl"] = ttl
-    return pika.BasicProperties(headers=headers or None,
-                                delivery_mode=PERSISTENT if persistent else None)
 
 
 def count(ch, queue: str) -> int:
@@ -59,17 +49,6 @@ def confirmed_publishes(ch, exchange: str, routing_key: str, bodies_props) -> li
         except pika.exceptions.NackError:
             out.append(False)
     return out
-
-
-def wait_for(predicate, what: str):
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- the plugin's exchange type ------------------------------------------------------------
@@ -316,6 +295,27 @@ def test_queue_mode_frees_keys_on_expiry_dead_lettering_and_purge(broker, qname)
     ch.queue_purge(f"{qname}.p")
     ch.basic_publish("", f"{qname}.p", b"p", props("p"))
     assert count(ch, f"{qname}.p") == 1
+    conn.close()
+
+
+def test_dead_letters_are_checked_by_their_dead_letter_exchanges_window(broker, qname):
+    """RabbitMQ's dead-lettering routes through the exchange type, where the plugin checks
+    the key: a dead letter whose key the window holds is dropped and counted."""
+    conn = connect(broker)
+    ch = conn.channel()
+    dlx, dead = f"{qname}.dlx", f"{qname}.dead"
+    ch.exchange_declare(dlx, "x-message-deduplication", arguments={"x-cache-size": 10})
+    ch.queue_declare(dead)
+    ch.queue_bind(dead, dlx)
+    ch.queue_declare(qname, arguments={"x-dead-letter-exchange": dlx})
+    for body, key in ((b"one", "k"), (b"two", "k"), (b"three", "other")):
+        ch.basic_publish("", qname, body, props(key))
+    for _ in range(3):
+        method, _, _ = ch.basic_get(qname)
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    wait_for(lambda: api(broker, f"/exchanges/%2F/{dlx}")["deduplication"]["duplicates"] == 1,
+             "the second dead letter of key k counted as a duplicate")
+    assert [ch.basic_get(dead, auto_ack=True)[2] for _ in range(3)] == [b"one", b"three", None]
     conn.close()
 
 

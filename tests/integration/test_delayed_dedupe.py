@@ -11,9 +11,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.integration.conftest import WAIT, HttpApi
-
-PERSISTENT = 2
+from tests.integration.conftest import WAIT, HttpApi, dedupe_props, wait_for
 
 
 def _channel(broker: Any) -> tuple[Any, Any]:
@@ -24,23 +22,7 @@ def _channel(broker: Any) -> tuple[Any, Any]:
 
 
 def _props(key: object = None, delay: object = None) -> pika.BasicProperties:
-    headers: dict[str, object] = {}
-    if key is not None:
-        headers["x-deduplication-header"] = key
-    if delay is not None:
-        headers["x-delay"] = delay
-    return pika.BasicProperties(headers=headers or None, delivery_mode=PERSISTENT)
-
-
-def _wait_for(predicate: Any, what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return dedupe_props(key, persistent=True, **({} if delay is None else {"x-delay": delay}))
 
 
 def _drain(ch: Any, queue: str, expected: int) -> list[tuple[bytes, Any]]:
@@ -110,7 +92,7 @@ def test_delayed_publishes_count_in_the_exchanges_publish_in(broker, api: HttpAp
     def stats() -> Any:
         return api.ok(f"/exchanges/%2F/{qname}").get("message_stats")
 
-    counted = _wait_for(lambda: (s := stats()) and s.get("publish_in") == 4 and s, "publish_in")
+    counted = wait_for(lambda: (s := stats()) and s.get("publish_in") == 4 and s, "publish_in")
     assert "rate" in counted["publish_in_details"]
     assert counted["publish_out"] == 1  # only what went on to a queue so far
     conn.close()
@@ -118,7 +100,7 @@ def test_delayed_publishes_count_in_the_exchanges_publish_in(broker, api: HttpAp
         "routing_key": "k", "payload": "over http", "payload_encoding": "string",
         "properties": {"headers": {"x-delay": 60_000}}})
     assert status == 200 and body == {"routed": True}
-    _wait_for(lambda: (s := stats()) and s["publish_in"] == 5 and s, "publish_in after close")
+    wait_for(lambda: (s := stats()) and s["publish_in"] == 5 and s, "publish_in after close")
     listed = {x["name"]: x for x in api.ok("/exchanges/%2F?columns=name,message_stats")}
     assert listed[qname]["message_stats"]["publish_in"] == 5
     assert api.ok(f"/exchanges/%2F/{qname}")["messages_delayed"] == 4

@@ -69,6 +69,7 @@ class FakeVhost:
         self.log = GroupCommit(MemoryStore())
         self.deleted: list[str] = []
         self.tracer = None
+        self.dedupe: dict[str, Any] = {}  # exchanges' deduplication windows: none here
 
     def queue(self, name: str, **arguments: Any) -> Queue:
         q = Queue(self, name, arguments=arguments)
