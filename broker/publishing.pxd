@@ -2,4 +2,5 @@
 # The one publish operation is cpdef: the AMQP channel's publish path (which cimports this
 # module) calls it as C; every other front door calls it as before.
 
-cpdef basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin, queues=*)
+cpdef basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin, queues=*,
+                    deduplicate=*)
