@@ -114,6 +114,16 @@ def open_broker(config: Config, loop: asyncio.AbstractEventLoop,
 async def main(config: Config, front_doors: Sequence[Service],
                opened: tuple[Store, TextIO] | None = None) -> None:
     loop = asyncio.get_running_loop()
+    # Before anything says "ready": a SIGINT between the ready file and these handlers went
+    # to asyncio.Runner's, which cancelled this task without ``_stop``, and the process
+    # never exited (17 of 45 brokers interrupted as their ready file appeared). One that
+    # arrives while the node starts is kept and honoured once it has started.
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
     broker = open_broker(config, loop, opened)
     if config.ready_file is not None:  # removed once the data dir is ours (it is locked)
         ready_file.remove(config.ready_file)  # a stale one would say "ready" too early
@@ -137,12 +147,6 @@ async def main(config: Config, front_doors: Sequence[Service],
     tune_gc()
     watchers = [asyncio.create_task(watch_memory(broker, config)),
                 asyncio.create_task(watch_disk(broker, config))]
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            pass
     amqp = sum(1 for protocol, _, _ in broker.listeners if protocol.startswith("amqp"))
     log.info("Leveret started (%d listener(s)); press Ctrl-C to stop", amqp)
     await stop.wait()
