@@ -24,6 +24,8 @@ import pika
 import pika.exceptions
 import pytest
 from pamqp import commands, encode, frame, heartbeat
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 
 RABBITMQ_CAPABILITIES = (
     "publisher_confirms",
@@ -199,6 +201,32 @@ def test_heartbeat_zero_disables(broker):
         assert conn._impl.params.heartbeat == 0
     finally:
         conn.close()
+
+
+def test_publishes_read_in_one_batch_are_confirmed_with_multiple(broker, qname):
+    """Twenty publishes that reach the broker in one write are acked with multiple=True
+    (RabbitMQ does too); pika's own writes may arrive one by one on a busy machine."""
+    c = RawClient(broker.host, broker.port)
+    try:
+        assert isinstance(c.handshake(), commands.Connection.OpenOk)
+        c.send(1, commands.Channel.Open())
+        assert isinstance(c.recv_method()[1], commands.Channel.OpenOk)  # type: ignore[index]
+        c.send(1, commands.Queue.Declare(queue=qname, exclusive=True))
+        assert isinstance(c.recv_method()[1], commands.Queue.DeclareOk)  # type: ignore[index]
+        c.send(1, commands.Confirm.Select())
+        assert isinstance(c.recv_method()[1], commands.Confirm.SelectOk)  # type: ignore[index]
+        publish = (frame.marshal(commands.Basic.Publish(routing_key=qname), 1)
+                   + frame.marshal(ContentHeader(0, 1), 1)
+                   + frame.marshal(ContentBody(b"x"), 1))
+        c.sock.sendall(publish * 20)
+        acks: list[tuple[int, bool]] = []
+        while not acks or acks[-1][0] < 20:
+            ack = c.recv_method()[1]  # type: ignore[index]
+            assert isinstance(ack, commands.Basic.Ack), ack
+            acks.append((ack.delivery_tag, ack.multiple))
+        assert acks[-1] == (20, True) and len(acks) < 20, acks
+    finally:
+        c.close()
 
 
 def test_small_frame_max_splits_bodies(broker, qname):

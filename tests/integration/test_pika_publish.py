@@ -132,28 +132,6 @@ def test_confirm_acks_cover_every_publish_once(amqp, qname):
     assert sorted(seen) == list(range(1, n + 1))
 
 
-def test_confirm_multiple_ack_for_a_batch(amqp, qname):
-    """Publishes written in one batch are acked with multiple=True (RabbitMQ does too)."""
-
-    def scenario(ch, events, done):
-        def on_confirm(frame):
-            events.append((frame.method.delivery_tag, frame.method.multiple))
-            if frame.method.delivery_tag == 20:
-                done()
-
-        def on_selected(_frame):
-            for _ in range(20):
-                ch.basic_publish("", qname, b"x")
-
-        ch.queue_declare(qname, exclusive=True, callback=lambda _f: ch.confirm_delivery(
-            on_confirm, callback=on_selected))
-
-    events = run_select(amqp, scenario)
-    assert events[-1][0] == 20
-    assert any(multiple for _, multiple in events), events
-    assert len(events) < 20
-
-
 def test_return_comes_before_ack_for_mandatory_unroutable(amqp, qname):
     def scenario(ch, events, done):
         def on_confirm(frame):
