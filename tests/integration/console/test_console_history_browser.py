@@ -80,8 +80,9 @@ def test_queue_page_draws_history_at_once_and_the_list_shows_rates(ui: Console, 
         channel.basic_publish("", q, b"x")
     path = f"queues/%2F/{q}?lengths_age=300&lengths_incr=5"
     # The broker has history of the 30 messages (two 5-second points) before the page opens.
+    # Two samples 5 s apart after the publishes: up to 10 s, more on a busy machine.
     wait_until(lambda: [s["sample"] for s in _api(broker, "GET", path)["messages_details"]
-                        ["samples"][:2]] == [30, 30], WAIT)
+                        ["samples"][:2]] == [30, 30], 60)
     ui.login()
     ui.go(f"/queues/%2F/{q}")
     ui.wait_text("Message rates")
