@@ -110,13 +110,17 @@ def stamp_of(source: Path) -> Path:
 
 
 class StaleGuard(importlib.abc.MetaPathFinder):
-    """In a source tree built in place: the ``.py`` of a module edited since it was compiled.
+    """In a source tree built in place: the ``.py`` of every hot-path module once one of them
+    was edited since it was compiled.
 
     ``setup.py build_ext --inplace`` leaves each extension module beside its source with a
-    stamp, the digest of the source it came from. Python would import the extension even
-    after the ``.py`` changed; this finder imports the ``.py`` instead and names the module
-    in :func:`describe`, so a stale build never hides an edit. Without a stamp (an installed
-    wheel, whose extension and source come from one build) it leaves the choice alone.
+    stamp, the digest of the source (``.py`` and ``.pxd``) it came from. Python would import
+    the extension even after the source changed; this finder imports the ``.py`` instead and
+    names the edited module in :func:`describe`, so a stale build never hides an edit. It
+    does so for all of them at once: the extension types cimport each other's layouts, and a
+    compiled module beside the source of an edited one fails to import
+    (``KeyError: '__pyx_vtable__'``). Without stamps (an installed wheel, whose extensions and
+    sources come from one build) it leaves the choice alone.
     """
 
     def __init__(self) -> None:
@@ -131,12 +135,28 @@ class StaleGuard(importlib.abc.MetaPathFinder):
             source = Path(entry) / leaf
             if not source.is_file():
                 continue
-            stamp = stamp_of(source)
-            if stamp.is_file() and stamp.read_text().strip() != source_digest(source):
-                self.stale.add(fullname)
+            if not stamp_of(source).is_file():
+                return None
+            root = Path(entry)
+            for _ in range(fullname.count(".") - 1):  # leveret.amqp.frames: <root>/amqp
+                root = root.parent
+            if self._tree_is_stale(root):
                 return importlib.util.spec_from_file_location(fullname, source)
             return None
         return None
+
+    def _tree_is_stale(self, root: Path) -> bool:
+        """Whether any stamped hot-path module under ``root`` was edited since compiled
+        (a few milliseconds of hashing, and only in a tree built in place)."""
+        stale = False
+        for name in COMPILED_MODULES:
+            source = root / (name.partition(".")[2].replace(".", "/") + ".py")
+            stamp = stamp_of(source)
+            if source.is_file() and stamp.is_file() \
+                    and stamp.read_text().strip() != source_digest(source):
+                self.stale.add(name)
+                stale = True
+        return stale
 
 
 STALE_GUARD: Final = StaleGuard()
@@ -178,5 +198,11 @@ def describe() -> str:
                      + ", ".join(sorted(STALE_GUARD.stale))
                      + " (python setup.py build_ext --inplace rebuilds them)")
         return text
-    why = f"{NO_EXTENSIONS_ENV} is set" if disabled() else "no compiled modules installed"
+    if disabled():
+        why = f"{NO_EXTENSIONS_ENV} is set"
+    elif STALE_GUARD.stale:
+        why = ("edited since compiled: " + ", ".join(sorted(STALE_GUARD.stale))
+               + "; python setup.py build_ext --inplace rebuilds them")
+    else:
+        why = "no compiled modules installed"
     return f"hot path in pure Python ({why})"

@@ -50,6 +50,7 @@ def test_the_build_and_the_log_line_say_which_runs(monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv(compiled.NO_EXTENSIONS_ENV, "1")
         assert compiled.describe() == "hot path in pure Python (LEVERET_NO_EXTENSIONS is set)"
         monkeypatch.delenv(compiled.NO_EXTENSIONS_ENV)
+        monkeypatch.setattr(compiled.STALE_GUARD, "stale", set())  # a tree built in place once
         assert compiled.describe() == "hot path in pure Python (no compiled modules installed)"
     else:
         assert text.startswith("hot path ") and "compiled (leveret.amqp." in text
@@ -65,25 +66,34 @@ def test_every_compiled_module_has_its_source_in_the_tree() -> None:
 
 def test_a_module_edited_since_compiled_in_place_runs_from_source(tmp_path: Path) -> None:
     """``build_ext --inplace`` stamps each module with its source's digest; an edit after
-    that makes the guard pick the ``.py`` over the stale extension beside it."""
-    source = tmp_path / "frames.py"
-    source.write_text("X = 1\n")
-    (tmp_path / "frames.cpython-311-x86_64-linux-gnu.so").write_bytes(b"not loaded here")
+    that makes the guard pick the ``.py`` over the stale extension beside it, and the ``.py``
+    of every other hot-path module too (compiled ones cimport the edited one's layout)."""
+    package = tmp_path / "amqp"
+    package.mkdir()
+    source, other = package / "frames.py", package / "fastpath.py"
+    for module in (source, other):
+        module.write_text("X = 1\n")
+        module.with_suffix(".cpython-311-x86_64-linux-gnu.so").write_bytes(b"not loaded here")
     guard = compiled.StaleGuard()
-    assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is None  # no stamp: a wheel
-    compiled.stamp_of(source).write_text(compiled.source_digest(source) + "\n")
+    assert guard.find_spec("leveret.amqp.frames", [str(package)]) is None  # no stamp: a wheel
+    for module in (source, other):
+        compiled.stamp_of(module).write_text(compiled.source_digest(module) + "\n")
     assert compiled.stamp_of(source).name == "frames.compiled-from"
-    assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is None  # fresh
+    assert guard.find_spec("leveret.amqp.frames", [str(package)]) is None  # fresh
     assert not guard.stale
     source.write_text("X = 2\n")
-    spec = guard.find_spec("leveret.amqp.frames", [str(tmp_path)])
+    spec = guard.find_spec("leveret.amqp.frames", [str(package)])
     assert spec is not None and spec.origin == str(source)
     assert isinstance(spec.loader, importlib.machinery.SourceFileLoader)
     assert guard.stale == {"leveret.amqp.frames"}
+    spec = guard.find_spec("leveret.amqp.fastpath", [str(package)])  # not edited, yet source
+    assert spec is not None and spec.origin == str(other)
+    assert guard.stale == {"leveret.amqp.frames"}
     source.write_text("X = 1\n")
-    (tmp_path / "frames.pxd").write_text("cdef int X\n")  # a new .pxd is an edit too
-    assert guard.find_spec("leveret.amqp.frames", [str(tmp_path)]) is not None
-    assert guard.find_spec("leveret.amqp.handshake", [str(tmp_path)]) is None
+    assert guard.find_spec("leveret.amqp.fastpath", [str(package)]) is None  # fresh again
+    (package / "frames.pxd").write_text("cdef int X\n")  # a new .pxd is an edit too
+    assert guard.find_spec("leveret.amqp.fastpath", [str(package)]) is not None
+    assert guard.find_spec("leveret.amqp.handshake", [str(package)]) is None
 
 
 def test_the_stale_guard_is_always_installed() -> None:
@@ -99,3 +109,12 @@ def test_the_log_line_names_stale_modules(monkeypatch: pytest.MonkeyPatch) -> No
     assert compiled.describe() == (
         "hot path partly compiled (leveret.amqp.frames); edited since compiled, so run from"
         " source: leveret.amqp.fastpath (python setup.py build_ext --inplace rebuilds them)")
+
+
+def test_the_log_line_says_why_a_stale_tree_runs_pure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(compiled.NO_EXTENSIONS_ENV, raising=False)
+    monkeypatch.setattr(compiled, "build", lambda: "pure")
+    monkeypatch.setattr(compiled.STALE_GUARD, "stale", {"leveret.amqp.fastpath"})
+    assert compiled.describe() == (
+        "hot path in pure Python (edited since compiled: leveret.amqp.fastpath;"
+        " python setup.py build_ext --inplace rebuilds them)")
