@@ -95,6 +95,12 @@ def main() -> int:
                   f"members: {members}", flush=True)
             if members != 3:
                 return 1
+
+        def measure(kind: str, port: int, pid: int, extra: tuple[str, ...] = ()) -> None:
+            rate, cpu = loadgen(port, args.duration, pid, extra)
+            rates[kind].append(rate)
+            cpus[kind].append(cpu)
+
         for round_ in range(1, args.rounds + 1):
             directory = Path(tempfile.mkdtemp(prefix="leveret-cluster-throughput-"))
 
@@ -106,9 +112,7 @@ def main() -> int:
                     leader = cluster.nodes[cluster.wait_leader()]
                     cluster.wait_in_sync(3)
                     assert leader.proc is not None
-                    rate, cpu = loadgen(leader.port, args.duration, leader.proc.pid)
-                    rates["cluster"].append(rate)
-                    cpus["cluster"].append(cpu)
+                    measure("cluster", leader.port, leader.proc.pid)
                 finally:
                     cluster.stop()
                     etcd.stop()
@@ -118,9 +122,7 @@ def main() -> int:
                 try:
                     node.start()
                     assert node.proc is not None
-                    rate, cpu = loadgen(node.port, args.duration, node.proc.pid)
-                    rates["single"].append(rate)
-                    cpus["single"].append(cpu)
+                    measure("single", node.port, node.proc.pid)
                 finally:
                     node.kill()
 
@@ -128,10 +130,8 @@ def main() -> int:
                 assert rabbit is not None
                 # Through the first node, where the queue's leader is placed (declared
                 # there: ``client-local``); the CPU is that node's VM alone.
-                rate, cpu = loadgen(rabbit.ports[0], args.duration, rabbit.nodes[0].pid,
-                                    ("--queue-args", QUORUM_ARGS))
-                rates["rabbit"].append(rate)
-                cpus["rabbit"].append(cpu)
+                measure("rabbit", rabbit.ports[0], rabbit.nodes[0].pid,
+                        ("--queue-args", QUORUM_ARGS))
 
             # Rotated: whichever runs later ran measurably slower here (a busy shared VM).
             runs = [clustered_run, single_run, *([rabbit_run] if rabbit else [])]

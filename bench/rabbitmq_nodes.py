@@ -19,15 +19,19 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import random
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+# Ports as the cluster tests pick them (below Linux's ephemeral range).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "cluster"))
+from harness import free_port
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 START_TIMEOUT = 180.0  # seconds for a node to answer AMQP (a loaded 2-core VM is slow)
@@ -36,22 +40,6 @@ NODE_PREFIX = "lq"
 
 def available() -> bool:
     return (RABBIT_BIN / "rabbitmq-server").exists()
-
-
-# Below Linux's ephemeral range (32768-60999), as tests/cluster/harness.py picks ports: a
-# port picked there and released could be taken by an outgoing connection meanwhile.
-PORT_RANGE = (20000, 32000)
-
-
-def _free_port() -> int:
-    while True:
-        port = random.randrange(*PORT_RANGE)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
 
 
 def _amqp_ready(port: int) -> bool:
@@ -68,8 +56,8 @@ def _amqp_ready(port: int) -> bool:
 class RabbitNode:
     def __init__(self, index: int, directory: Path, plugins_file: Path) -> None:
         self.name = f"{NODE_PREFIX}{index}@localhost"
-        self.port = _free_port()
-        self.dist_port = _free_port()
+        self.port = free_port()
+        self.dist_port = free_port()
         self.env = {
             "RABBITMQ_NODENAME": self.name,
             "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
