@@ -126,14 +126,26 @@ def wheel(build: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv without system site-packages holding the wheel and its dependencies from PyPI."""
+def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | None]:
+    """One venv without system site-packages for both wheels: the second replaces the first
+    (the dependencies, the same for both, are fetched once)."""
     env_dir = tmp_path_factory.mktemp("venv") / "venv"
     venv.create(env_dir, with_pip=True, system_site_packages=False)
+    return {"dir": env_dir, "holds": None}
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, clean_venv: dict[str, Path | None]) -> Path:
+    """The venv holding the wheel and its dependencies from PyPI (a wheel installed before
+    is replaced whole: its extension modules go with its record)."""
+    env_dir = clean_venv["dir"]
+    assert env_dir is not None
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PYTHONNOUSERSITE"] = "1"
+    again = ["--force-reinstall", "--no-deps"] if clean_venv["holds"] else []
     subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
-                    "--disable-pip-version-check", str(wheel)], check=True, env=env)
+                    "--disable-pip-version-check", *again, str(wheel)], check=True, env=env)
+    clean_venv["holds"] = wheel
     return env_dir
 
 
