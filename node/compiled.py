@@ -60,6 +60,7 @@ COMPILED_MODULES: Final = (
     "leveret.amqp.channel", "leveret.amqp.held_output", "leveret.amqp.publishing",
     "leveret.queues.queue", "leveret.queues.dispatch",
     "leveret.queues.stream_header", "leveret.queues.stream_cache", "leveret.queues.stream_reader",
+    "leveret.queues.stream",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
