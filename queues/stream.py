@@ -29,6 +29,10 @@ docs/differences.md). Nothing is ever redelivered.
 Offset tracking (``stream_tracking.py``) keeps, per consumer tag, the highest
 offset up to which every delivery was settled: a consumer resumes after it.
 
+Compiled, a stream is an extension subclass of the queue (``stream.pxd``): its
+``publish`` and ``settle`` override the queue's C methods and its fields are C reads;
+the reader's delivery loop and the page entries are extension types too.
+
 Retention drops whole segments (``stream_log.py``, which also rebuilds the
 index at startup) when a segment opens and when a policy changes; the entries
 go in the same batch as the publish that opened the segment.
