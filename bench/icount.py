@@ -21,7 +21,11 @@ handshakes and shutdown cancel out.
 The broker is started as ``python -m leveret serve`` with this process's environment,
 so ``PYTHONPATH`` chooses the build. ``--trace`` turns message tracing on for vhost
 "/" (``PUT /api/traces/%2F``, every queue, capacity 10,000) before the workload, so the
-difference is what tracing costs per message. Only the broker's own instructions are counted
+difference is what tracing costs per message. ``stream`` publishes 1 KB messages with
+confirms to a stream queue from ``stream_publishers.py``'s processes, then ``--readers``
+consumers each read the whole log from ``first`` (``stream_rates.read_raw``): with
+``--readers 0`` the figure is a stream publish, and the difference between two reader
+counts divided by their difference is a stream delivery. Only the broker's own instructions are counted
 (``--trace-children=no``); its group-commit thread is included.
 """
 
@@ -49,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen_client  # bench/ is not a package: found through sys.path above
 import loadgen_peers
 import relay_workload  # the Spark pipeline's broker work, without Spark
+import stream_rates
 
 # LMDB reserves a 1 TiB map; valgrind's address space is smaller. Both builds get the same
 # cap through a sitecustomize on the broker's PYTHONPATH (the transient path never maps it).
@@ -139,6 +144,17 @@ def relay_run(port: int, messages: int) -> None:
     relay_workload.relay(url, messages, RELAY_BATCH, 1024)
 
 
+def stream_run(port: int, messages: int, readers: int) -> None:
+    """Publish ``messages`` x 1 KB with confirms to a new stream, then ``readers``
+    consumers (one process each, at once) each read all of it from ``first``."""
+    url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    name = f"icount-stream-{uuid.uuid4().hex[:8]}"
+    stream_rates.PUBLISHERS[0] = 2  # two publishing processes, as few as keep it busy
+    asyncio.run(stream_rates.publish(url, name, messages, 1024))
+    if readers:
+        asyncio.run(stream_rates.consume(url, name, messages, readers))
+
+
 def start_tracing(port: int, proc: subprocess.Popen[bytes]) -> None:
     """``PUT /api/traces/%2F`` on the broker's management listener (waits for it)."""
     wait_for_port(port, proc, START_TIMEOUT)
@@ -151,7 +167,8 @@ def start_tracing(port: int, proc: subprocess.Popen[bytes]) -> None:
         resp.read()
 
 
-def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -> int:
+def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False,
+             readers: int = 0) -> int:
     """Instructions the broker executed from start to exit, for ``messages``."""
     port = free_port()
     data_dir = out_dir / f"data-{messages}-{uuid.uuid4().hex[:6]}"
@@ -176,6 +193,8 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -
             start_tracing(mgmt_port, broker)
         if scenario == "relay":
             relay_run(port, messages)
+        elif scenario == "stream":
+            stream_run(port, messages, readers)
         else:
             asyncio.run(transient(port, messages, scenario == "confirmed"))
     finally:
@@ -189,11 +208,13 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", choices=("transient", "confirmed", "relay"),
+    parser.add_argument("--scenario", choices=("transient", "confirmed", "relay", "stream"),
                         default="transient")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--trace", action="store_true",
                         help="message tracing on for vhost / during the workload")
+    parser.add_argument("--readers", type=int, default=0,
+                        help="stream: consumers reading the whole log after the publish")
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (N, 2N)")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="keep the callgrind outputs in DIR (for callgrind_annotate)")
@@ -204,10 +225,12 @@ def main() -> None:
             tmp = str(args.keep)
         per_message = []
         for _ in range(args.repeat):
-            small = run_once(args.messages, args.scenario, Path(tmp), args.trace)
-            large = run_once(2 * args.messages, args.scenario, Path(tmp), args.trace)
+            small = run_once(args.messages, args.scenario, Path(tmp), args.trace, args.readers)
+            large = run_once(2 * args.messages, args.scenario, Path(tmp), args.trace,
+                             args.readers)
             per_message.append((large - small) / args.messages)
             print(json.dumps({"scenario": args.scenario, "trace": args.trace, "messages": args.messages,
+                              "readers": args.readers,
                               "instructions_small": small, "instructions_large": large,
                               "instructions_per_message": round(per_message[-1])}),
                   flush=True)

@@ -23,7 +23,7 @@ from loadgen_peers import ConfirmPublisher, encode_publish
 PUBLISHERS = 4  # processes, one connection each
 BATCH = 50  # publishes per socket write
 WINDOW = 1_000  # unconfirmed publishes per publisher, at most
-START_TIMEOUT = 60.0  # seconds for every publisher to connect
+START_TIMEOUT = 300.0  # seconds for every publisher to connect (a broker under callgrind is slow)
 
 
 async def _publish_share(url: str, name: str, count: int, size: int,

@@ -29,6 +29,10 @@ docs/differences.md). Nothing is ever redelivered.
 Offset tracking (``stream_tracking.py``) keeps, per consumer tag, the highest
 offset up to which every delivery was settled: a consumer resumes after it.
 
+Compiled, a stream is an extension subclass of the queue (``stream.pxd``): its
+``publish`` and ``settle`` override the queue's C methods and its fields are C reads;
+the reader's delivery loop and the page entries are extension types too.
+
 Retention drops whole segments (``stream_log.py``, which also rebuilds the
 index at startup) when a segment opens and when a policy changes; the entries
 go in the same batch as the publish that opened the segment.
@@ -293,7 +297,7 @@ class Stream(Queue):
                     continue
                 ahead.extend(page)
             if reader.plain:  # no seek, filter or tracking: deliver what credit allows
-                self._deliver_run(reader)
+                reader.deliver_run(self.dispatcher, self)
                 continue
             stored = ahead.popleft()
             reader.position = stored.seq + 1
@@ -304,21 +308,6 @@ class Stream(Queue):
             if reader.window is not None:
                 reader.window.delivered(stored.seq)
             self._deliver(consumer, stored)
-
-    def _deliver_run(self, reader: Reader) -> None:
-        """``_deliver`` of the read-ahead while there is credit, for a ``plain`` reader."""
-        consumer, ahead, dispatcher = reader.consumer, reader.ahead, self.dispatcher
-        deliver, can_take = consumer.deliver_shared, consumer.can_take
-        shared = None
-        while ahead and can_take() and not self.deleted:
-            shared = ahead.popleft()
-            entry = QueueEntry(shared.seq, shared.message)
-            entry.holder = consumer
-            dispatcher.unacked += 1
-            dispatcher.delivered += 1
-            deliver(entry, shared)
-        if shared is not None:
-            reader.position = shared.seq + 1
 
     def _deliver(self, consumer: Consumer, shared: Prepared) -> None:
         """``shared`` is the readers' (``stream_cache.py``), its content frames too: the

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from leveret.model.message import Message
 from leveret.persistence.store import StoredEntry
-from leveret.queues.stream_header import with_stream_offset
+from leveret.queues.stream_header import OffsetSplicer
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -85,11 +85,11 @@ class Prepared:
         return 2 * (len(message.body) + len(message.raw_properties)) + FRAMES_OVERHEAD
 
 
-def prepared(stored: StoredEntry) -> Prepared:
+def prepared(stored: StoredEntry, splicer: OffsetSplicer) -> Prepared:
     """``stored`` ready to deliver: its properties carry ``x-stream-offset``."""
     message = stored.message
     try:
-        raw = with_stream_offset(message.raw_properties, stored.seq)
+        raw = splicer.splice(message.raw_properties, stored.seq)
     except ValueError:
         raw = message.raw_properties  # accepted at publish; relayed as it is
     return Prepared(stored.seq, Message(message.exchange, message.routing_key, raw,
@@ -108,13 +108,14 @@ class _Page:
 class PageCache:
     """The prepared pages of one stream's log."""
 
-    __slots__ = ("_pages", "_positions", "_read", "bytes", "max_bytes", "reads")
+    __slots__ = ("_pages", "_positions", "_read", "_splicer", "bytes", "max_bytes", "reads")
 
     def __init__(self, read: ReadEntries, positions: Callable[[], Iterable[int]],
                  max_bytes: int = CACHE_BYTES) -> None:
         self._read = read
         self._positions = positions  # the readers' next offsets
         self._pages: dict[int, _Page] = {}  # by first offset
+        self._splicer = OffsetSplicer()  # the x-stream-offset header of each entry read
         self.max_bytes = max_bytes
         self.bytes = 0
         self.reads = 0  # store reads (for tests and the curious)
@@ -143,10 +144,11 @@ class PageCache:
             return
         self.reads += 1
         added = 0
+        splicer = self._splicer
         for stored in self._read(page.end, end - page.end):
             if stored.seq >= end:
                 break
-            entry = prepared(stored)
+            entry = prepared(stored, splicer)
             page.entries.append(entry)
             added += entry.size
         page.end = end

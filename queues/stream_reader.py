@@ -10,7 +10,9 @@ offsets, so the seek ends at the first entry at or after it) and, with
 its values. The filter is exact, per message (RabbitMQ's per-chunk Bloom filter
 lets false positives through and asks clients to filter again).
 
-Pure data: ``stream.py`` feeds it entries read from the store.
+Pure data: ``stream.py`` feeds it entries read from the store. Compiled, a ``Reader`` is
+an extension type (``stream_reader.pxd``) whose ``deliver_run``, the per-delivery loop of
+the usual reader, runs in C.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from leveret.model.message import Message
+from leveret.queues.entry import QueueEntry
 
 if TYPE_CHECKING:
     from leveret.queues.consumer import Consumer
+    from leveret.queues.dispatch import Dispatcher
+    from leveret.queues.queue import Queue
     from leveret.queues.stream_cache import Prepared
     from leveret.queues.stream_tracking import AckWindow
 
@@ -61,6 +66,22 @@ class Reader:
         if self.filters is None and not self.min_ts:
             return min(READ_AHEAD, max(self.consumer.prefetch, 1))
         return READ_AHEAD
+
+    def deliver_run(self, dispatcher: Dispatcher, queue: Queue) -> None:
+        """Deliver the read-ahead while the consumer has credit, for a ``plain`` reader:
+        each delivery's entry is its own, its message and frames the page's."""
+        consumer, ahead = self.consumer, self.ahead
+        deliver, can_take = consumer.deliver_shared, consumer.can_take
+        shared = None
+        while ahead and can_take() and not queue.deleted:
+            shared = ahead.popleft()
+            entry = QueueEntry(shared.seq, shared.message)
+            entry.holder = consumer
+            dispatcher.unacked += 1
+            dispatcher.delivered += 1
+            deliver(entry, shared)
+        if shared is not None:
+            self.position = shared.seq + 1
 
     def wants(self, entry: Prepared) -> bool:
         if self.min_ts:

@@ -25,7 +25,7 @@ from leveret.queues.stream_arguments import (
     parse_max_age,
     parse_offset,
 )
-from leveret.queues.stream_header import with_stream_offset
+from leveret.queues.stream_header import OffsetSplicer, with_stream_offset
 from leveret.queues.stream_log import StreamIndex
 from leveret.queues.stream_tracking import AckWindow
 
@@ -102,6 +102,24 @@ def test_splice_adds_the_offset_and_changes_nothing_else(props: commands.Basic.P
     for name in ("content_type", "content_encoding", "delivery_mode", "priority",
                  "correlation_id", "message_id"):
         assert getattr(spliced, name) == getattr(before, name)
+
+
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.integers(-2**63, 2**63 - 1)),
+                max_size=20),
+       st.lists(properties, min_size=3, max_size=3))
+def test_a_splicer_splices_as_the_function_does_when_properties_repeat_or_change(
+        run: list[tuple[int, int]], props: list[commands.Basic.Properties]) -> None:
+    splicer = OffsetSplicer()
+    for which, offset in run:  # runs of equal properties, then a change, as a page has
+        raw = encode_properties(props[which])
+        assert splicer.splice(raw, offset) == with_stream_offset(raw, offset)
+
+
+def test_a_splicer_refuses_what_the_function_refuses_and_goes_on() -> None:
+    splicer = OffsetSplicer()
+    with pytest.raises(ValueError):
+        splicer.splice(b"\x20\x00\x00\x00\x00\x09ab", 1)
+    assert splicer.splice(b"\x00\x00", 7) == with_stream_offset(b"\x00\x00", 7)
 
 
 def test_splice_sends_a_signed_64_bit_long() -> None:

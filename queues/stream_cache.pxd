@@ -1,0 +1,6 @@
+# C fields for queues/stream_cache.py when compiled (Cython pure-Python mode; the .py is the
+# source). A page's entry is an extension type: readers and the channel read its fields as C.
+
+cdef class Prepared:
+    cdef public long long seq, expires_at, frames_key
+    cdef public object message, frames
