@@ -24,9 +24,13 @@ and what is left in Python is one short loop building the messages:
   decoded ``str`` and ``bytes`` objects (less to build, and less memory once in the
   queue) and only its body is copied out.
 
-This took a 1 KB backlog's read-back from 3.6 to about 1.3 us of CPU an entry
-(``bench/store_micro.py --read-back``; ``docs/benchmarks.md``, "Backlogs paged by
-default").
+That took a 1 KB backlog's read-back from 30.0k to 13.2k instructions an entry under
+callgrind, 3.7 to 2.2 us of CPU on a loaded machine (``docs/benchmarks.md``, "Backlogs
+paged by default"). What is left is mostly CPython's and py-lmdb's own per-object work:
+allocating the two copies of each record (as read, and its body), py-lmdb releasing and
+taking the GIL at each cursor step, and the collector walking the new objects. Sharing one
+``map`` over the records instead of the Python loop that builds the messages measured the
+same (13.35k), so the loop stays.
 
 The pages a run maps are charged to the store's page budget (``mapped_memory.PageBudget``)
 before they are read, in chunks of at most a release's worth: key-order neighbours spend
