@@ -47,7 +47,8 @@ def drain(queue: Queue) -> int:
     return taken
 
 
-async def run(directory: Path, messages: int, bound: int, profile: bool) -> None:
+async def run(directory: Path, messages: int, bound: int, profile: bool, drained: bool = True
+              ) -> None:
     broker = Broker(Config(queue_messages_in_memory=bound), LmdbStore(directory),
                     asyncio.get_running_loop())
     queue, _ = broker.vhosts["/"].declare_queue("bench", durable=True, exclusive=False,
@@ -59,6 +60,9 @@ async def run(directory: Path, messages: int, bound: int, profile: bool) -> None
             await asyncio.sleep(0)  # let the group commit take its batches
     await broker.log.committed()
     paged = queue.paged_out
+    if not drained:  # the publish alone: bench/paged_icount.py subtracts it
+        print(f"bound {bound:,}: {paged:,} of {messages:,} paged out; not drained")
+        return
     profiler = cProfile.Profile() if profile else None
     start = time.process_time()
     if profiler is not None:
@@ -80,12 +84,15 @@ def main() -> None:
     parser.add_argument("--bound", type=int, default=10_000,
                         help="queue_messages_in_memory (0: no bound, the backlog in memory)")
     parser.add_argument("--profile", action="store_true", help="cProfile the drain")
+    parser.add_argument("--no-drain", action="store_true",
+                        help="publish and commit only (the baseline of bench/paged_icount.py)")
     parser.add_argument("--dir", type=Path, help="where to create the store (default: a "
                         "temporary directory, removed afterwards)")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="leveret-paged-drain-", dir=args.dir))
     try:
-        asyncio.run(run(directory / "store", args.messages, args.bound, args.profile))
+        asyncio.run(run(directory / "store", args.messages, args.bound, args.profile,
+                        not args.no_drain))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

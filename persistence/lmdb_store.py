@@ -349,7 +349,7 @@ class LmdbStore:
         if limit <= 0:
             return []
         try:
-            with self._require_env().begin(buffers=True) as txn:
+            with self._require_env().begin() as txn:  # bytes: see lmdb_reads
                 return read_run(txn, self._dbs[b"index"], self._dbs[b"messages"], qid, from_seq,
                                 limit, self._delivered_below(txn, qid), self.pages)
         except MissingMessage as exc:

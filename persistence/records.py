@@ -68,7 +68,7 @@ COUNTER = struct.Struct(">QQQQQQ")
 COUNTER_V2 = struct.Struct(">QQ")  # format 2: entry count, next seq
 COUNTER_V3 = struct.Struct(">QQQQQ")  # formats 3 and 4: no delivered mark
 UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF  # a byte total that is not known
-_MESSAGE_HEAD = struct.Struct(">HHI")
+MESSAGE_HEAD = struct.Struct(">HHI")
 DEDUPE_SCOPE_BYTES = 8
 
 FLAG_TRANSIENT = 1
@@ -192,13 +192,13 @@ def encode_message(message: Message) -> bytes:
     exchange = message.exchange.encode("utf-8", "surrogateescape")
     routing_key = message.routing_key.encode("utf-8", "surrogateescape")
     props = message.raw_properties
-    head = _MESSAGE_HEAD.pack(len(exchange), len(routing_key), len(props))
+    head = MESSAGE_HEAD.pack(len(exchange), len(routing_key), len(props))
     return b"".join((head, exchange, routing_key, props, message.body))
 
 
 def decode_message(record: bytes | memoryview, store_id: int) -> Message:
-    exchange_len, routing_key_len, props_len = _MESSAGE_HEAD.unpack_from(record, 0)
-    at = _MESSAGE_HEAD.size
+    exchange_len, routing_key_len, props_len = MESSAGE_HEAD.unpack_from(record, 0)
+    at = MESSAGE_HEAD.size
     # str(buffer, ...) also takes a memoryview (an LMDB read with buffers=True).
     exchange = str(record[at:at + exchange_len], "utf-8", "surrogateescape")
     at += exchange_len

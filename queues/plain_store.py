@@ -141,12 +141,13 @@ class PlainStore:
         stored = self.tail.read(want)
         fresh = self.fresh
         expiring = False
-        for item in stored:
-            entry = QueueEntry(item.seq, item.message)
-            entry.delivery_count = item.delivery_count
+        # Unpacked as tuples: no attribute lookup on each (``StoredEntry`` is one).
+        for seq, delivery_count, message, expires_at in stored:
+            entry = QueueEntry(seq, message)
+            entry.delivery_count = delivery_count
             entry.stored = True
-            if item.expires_at:
-                entry.expires_at = item.expires_at
+            if expires_at:
+                entry.expires_at = expires_at
                 expiring = True
             fresh.append(entry)
         if expiring:

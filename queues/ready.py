@@ -41,10 +41,13 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from itertools import islice
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.persistence.batch import SEQ_MASK
 from leveret.queues.host import QueueLog
+
+_message_of = attrgetter("message")
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -253,7 +256,7 @@ class Tail:
                 self.removed = {seq for seq in self.removed if seq >= self.first}
             self.count -= len(stored)
             if self.bytes is not None:
-                self.bytes -= sum(len(e.message.body) for e in stored)
+                self.bytes -= sum(map(len, map(_message_of, stored)))  # len: its body's
             elif not self.count:
                 self.bytes = 0
         if self.count and short and not self.waiting:
