@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Generator
+from typing import Any
 
 from leveret.model.errors import FRAME_ERROR, ConnectionError_
 
@@ -151,9 +152,10 @@ class FrameBuffer:
         avail = len(buf)
         if avail - pos < _HEAD:
             return _NONE
-        p = buf
+        # Any: compiled, a slice of it is a bytes; pure, a bytearray (then copied to one).
+        p: Any = buf
         if COMPILED:
-            ftype = p[pos]
+            ftype: int = p[pos]
             channel = p[pos + 1] << 8 | p[pos + 2]
             size = p[pos + 3]
             size = size << 24 | p[pos + 4] << 16 | p[pos + 5] << 8 | p[pos + 6]
@@ -182,9 +184,14 @@ class FrameBuffer:
                 and p[pos + 10] == 40 and not p[pos + 7] and not p[pos + 9]):
             body = self._content(buf, stop + 1, channel)
             if body:  # _content moved _at past the body frame
-                self.header = bytes(p[stop + 1 + _HEAD : body - 1])
-                self.body = bytes(p[body + _HEAD : self._at - 1])
-                self.payload = bytes(p[start:stop])
+                if COMPILED:  # a slice of the C pointer is a new bytes already
+                    self.header = p[stop + 1 + _HEAD : body - 1]
+                    self.body = p[body + _HEAD : self._at - 1]
+                    self.payload = p[start:stop]
+                else:
+                    self.header = bytes(p[stop + 1 + _HEAD : body - 1])
+                    self.body = bytes(p[body + _HEAD : self._at - 1])
+                    self.payload = bytes(p[start:stop])
                 return _PUBLISH
         if ftype != _METHOD and ftype != _HEADER and ftype != _BODY \
                 and ftype != _HEARTBEAT:
@@ -195,7 +202,7 @@ class FrameBuffer:
                 f"type {ftype}, all octets = {erlang_binary(bytes(p[start:stop]))}: "
                 "unknown_frame",
             )
-        self.payload = bytes(p[start:stop])
+        self.payload = p[start:stop] if COMPILED else bytes(p[start:stop])
         self._at = stop + 1
         return ftype
 
