@@ -9,6 +9,7 @@ cimport cython
 cimport leveret.amqp.fastpath as fastpath
 from leveret.amqp.connection cimport Connection as CConnection
 from leveret.amqp.held_output cimport ChannelOutput as CChannelOutput
+from leveret.amqp.unacked cimport UnackedMap as CUnackedMap
 from leveret.model.message cimport Message as CMessage
 from leveret.queues.consumer cimport Consumer as CConsumer
 from leveret.queues.entry cimport QueueEntry as CQueueEntry
@@ -23,7 +24,8 @@ cdef class Channel:
     cdef public object _publish_method, _publish
     cdef public object counted, exchange_stats, queue_stats, _queue_stats_prune_at
     cdef public Py_ssize_t _next_tag
-    cdef public object _unacked, consumers, consumer_prefetch, global_prefetch
+    cdef public CUnackedMap _unacked
+    cdef public object consumers, consumer_prefetch, global_prefetch
     cdef public Py_ssize_t _global_unacked
     cdef public bint _global_full
     cdef public object confirms, tx, tx_durable, last_queue_name, valid_properties
@@ -45,5 +47,5 @@ cdef class Channel:
     @cython.locals(message=CMessage, conn=CConnection)
     cpdef _delivered(self, CConsumer consumer, CQueueEntry entry, Py_ssize_t tag, bytes frame)
 
-    @cython.locals(entry=CQueueEntry, queue=CQueue, consumer=CConsumer)
+    @cython.locals(delivery=tuple, entry=CQueueEntry, queue=CQueue, consumer=CConsumer)
     cpdef ack_now(self, tag, multiple)

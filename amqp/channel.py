@@ -121,7 +121,7 @@ class Channel:
         self._queue_stats_prune_at = object_stats.PRUNE_AT
         # deliveries
         self._next_tag = 1
-        self._unacked: UnackedMap[Delivery] = UnackedMap()
+        self._unacked = UnackedMap()
         self.consumers: dict[str, Consumer] = {}
         self.consumer_prefetch = 0
         self.global_prefetch = 0
@@ -401,7 +401,26 @@ class Channel:
                                class_and_method(index))
 
     def ack_now(self, tag: int, multiple: bool) -> None:
-        taken = self._take(tag, multiple, _ACK)
+        if multiple or self._global_full or self.vhost.tracer is not None:
+            self._ack_taken(self._take(tag, multiple, _ACK))
+            return
+        # The usual ack, one delivery: one pop, no list (C calls, compiled).
+        delivery = self._unacked.take_one(tag)
+        if delivery is None:
+            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
+                               class_and_method(_ACK))
+        entry, queue, consumer = delivery
+        # Credit is given back before the queue hears of it: settling resumes the consumer.
+        if consumer is not None:
+            consumer.unacked -= 1
+            self._global_unacked -= 1
+            consumer.counters.ack += 1
+        else:
+            self.queue_counters(queue).ack += 1
+        queue.settle(entry)
+
+    def _ack_taken(self, taken: list[Delivery]) -> None:
+        """``ack_now`` of a multiple ack, under a global prefetch, or traced."""
         if self.vhost.tracer is not None:
             self._trace_settled("ack", taken, None)
         if len(taken) > 1 or self._global_full:

@@ -5,11 +5,15 @@
 cimport cython
 
 from leveret.amqp.channel cimport Channel as CChannel
+from leveret.amqp.frames cimport FrameBuffer as CFrameBuffer
+
+cdef int _METHOD, _HEARTBEAT, _PUBLISH, _NONE
 
 
 cdef class Connection:
     cdef public object broker, config, peer, local, name, on_output, clock, state, out
-    cdef public object _frames, _header, channels, closing_channels, _flush_channels
+    cdef public CFrameBuffer _frames
+    cdef public object _header, channels, closing_channels, _flush_channels
     cdef public object exclusive_queues, vhost, user, peer_cert_user, tls_info
     cdef public object client_properties, auth_mechanism, frame_max, channel_max, heartbeat
     cdef public object last_received, last_sent, close_deadline, flow_queues, on_flow_release
@@ -19,6 +23,9 @@ cdef class Connection:
     cdef public Py_ssize_t batch_bytes
 
     cpdef write(self, data)
+
+    @cython.locals(frames=CFrameBuffer, ftype=int, _turn=Py_ssize_t)
+    cpdef receive_data(self, data)
 
     @cython.locals(channel=CChannel)
     cpdef _on_publish(self, number, method, header, body)

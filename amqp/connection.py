@@ -50,6 +50,7 @@ from leveret.amqp.frames import (
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     FRAME_PUBLISH,
+    NO_FRAME,
     FrameBuffer,
     erlang_binary,
 )
@@ -93,6 +94,8 @@ _CHANNEL_HANDLES = 21 << 16
 # reading and calls again on the next loop turn (``input_pending``).
 FRAMES_PER_TURN = 1000
 _PUBLISH_FRAMES = (FRAME_METHOD, FRAME_HEADER, FRAME_BODY)
+# The frame types receive_data compares with, under names connection.pxd makes C integers.
+_METHOD, _HEARTBEAT, _PUBLISH, _NONE = FRAME_METHOD, FRAME_HEARTBEAT, FRAME_PUBLISH, NO_FRAME
 # A generator's frame, None once it is exhausted (inspect.getgeneratorstate costs a Python
 # call per receive_data; this is one C call).
 _gi_frame = attrgetter("gi_frame")
@@ -281,32 +284,44 @@ class Connection:
                 self._header = bytearray()
                 handshake.send_start(self)
             self.input_pending = False
+            if self.state == CLOSING:
+                self._receive_closing(data)
+                return
             frames = self._frames
-            feed = frames.feed(data) if self.state != CLOSING else frames.feed_closing(data)
-            # At most FRAMES_PER_TURN frames; islice keeps the count out of the loop below.
-            for ftype, channel, payload in islice(feed, FRAMES_PER_TURN):
-                # Per frame, so the frames after an error in the same chunk still reach
-                # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
-                try:
-                    if ftype == FRAME_METHOD:
-                        self._on_method(channel, payload)
-                        if self.state == CLOSED:  # only a method closes: read no further
+            frames.append(data)
+            try:
+                # At most FRAMES_PER_TURN frames (a C loop, compiled); the frame's type is
+                # returned, its channel and payloads are left on the frame buffer.
+                for _turn in range(FRAMES_PER_TURN):
+                    ftype = frames.next_frame()
+                    if ftype == _NONE:
+                        break
+                    # Per frame, so the frames after an error in the same chunk still reach
+                    # the CLOSING state (a pipelined close-ok), exactly as when fed byte by byte.
+                    try:
+                        if ftype == _PUBLISH:
+                            if self._on_publish(frames.channel, frames.payload,
+                                                frames.header, frames.body):
+                                return
+                        elif ftype == _METHOD:
+                            self._on_method(frames.channel, frames.payload)
+                            if self.state == CLOSED:  # only a method closes: read no further
+                                return
+                        elif ftype == _HEARTBEAT:
+                            if frames.channel:  # checked against RabbitMQ 3.10 (a raw frame)
+                                raise ConnectionError_(
+                                    UNEXPECTED_FRAME,
+                                    f"type 8, all octets = {erlang_binary(frames.payload)}")
+                        else:
+                            self._on_content(ftype, frames.channel, frames.payload)
+                    except ConnectionError_ as exc:
+                        ending.fail(self, exc)
+                        if self.state == CLOSED:
                             return
-                    elif ftype == FRAME_PUBLISH:
-                        if self._on_publish(channel, payload, *frames.content):
-                            return
-                    elif ftype == FRAME_HEARTBEAT:
-                        if channel:  # checked against RabbitMQ 3.10 with a raw frame on channel 1
-                            raise ConnectionError_(
-                                UNEXPECTED_FRAME, f"type 8, all octets = {erlang_binary(payload)}")
-                    else:
-                        self._on_content(ftype, channel, payload)
-                except ConnectionError_ as exc:
-                    ending.fail(self, exc)
-                    if self.state == CLOSED:
-                        return
-            # Stopped by the budget, not by the end of the data: the rest next turn.
-            self.input_pending = _gi_frame(feed) is not None  # suspended, not exhausted
+                else:  # stopped by the budget, not by the end of the data: the rest next turn
+                    self.input_pending = True
+            finally:
+                frames.compact()
         except ConnectionError_ as exc:  # framing: the rest of the stream cannot be parsed
             ending.fail(self, exc)
             ending.stop_reading(self)
@@ -321,6 +336,20 @@ class Connection:
             log.debug("internal error on connection %s", self.name, exc_info=True)
             failure = ConnectionError_(INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
             ending.fail(self, failure)
+
+    def _receive_closing(self, data: bytes) -> None:
+        """After we sent connection.close: only channel-0 methods (close, close-ok) count."""
+        feed = self._frames.feed_closing(data)
+        for _ftype, channel, payload in islice(feed, FRAMES_PER_TURN):
+            try:
+                self._on_method(channel, payload)
+                if self.state == CLOSED:
+                    return
+            except ConnectionError_ as exc:
+                ending.fail(self, exc)
+                if self.state == CLOSED:
+                    return
+        self.input_pending = _gi_frame(feed) is not None  # suspended, not exhausted
 
     def _bad_header(self) -> None:
         """Wrong protocol header: answer with ours and close, as the spec and RabbitMQ do."""

@@ -5,3 +5,5 @@
 cpdef bytes encode_deliver_with_content(channel, consumer_tag, delivery_tag, redelivered,
                                         exchange, routing_key, raw_properties, body,
                                         frame_max, class_id=*)
+
+cpdef tuple decode_ack(payload)

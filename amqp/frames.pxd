@@ -5,18 +5,27 @@
 
 cimport cython
 
+cdef bint COMPILED
+cdef int _METHOD, _HEADER, _BODY, _HEARTBEAT, _PUBLISH, _NONE, _END
+cdef Py_ssize_t _HEAD, _OVERHEAD, _PUBLISH_MIN, _HEADER_MIN
+
 
 cdef class FrameBuffer:
     cdef public bytearray _buf
     cdef public Py_ssize_t _skip, _at, frame_max
-    cdef public tuple content
+    cdef public int channel
+    cdef public bytes payload, header, body
 
-    @cython.locals(pos=Py_ssize_t, avail=Py_ssize_t, p="unsigned char *", ftype=int,
-                   channel=int, size=Py_ssize_t, limit=Py_ssize_t, start=Py_ssize_t,
-                   stop=Py_ssize_t, body=Py_ssize_t, payload=bytes)
-    cpdef _next_frame(self, bytearray buf)
+    cpdef append(self, data)
+
+    cpdef compact(self)
+
+    @cython.locals(buf=bytearray, pos=Py_ssize_t, avail=Py_ssize_t, p="unsigned char *",
+                   ftype=int, channel=int, size=Py_ssize_t, limit=Py_ssize_t,
+                   start=Py_ssize_t, stop=Py_ssize_t, body=Py_ssize_t)
+    cpdef int next_frame(self) except -2
 
     @cython.locals(end=Py_ssize_t, p="unsigned char *", ftype=int, number=int,
                    size=Py_ssize_t, limit=Py_ssize_t, stop=Py_ssize_t,
-                   body_size="unsigned long long")
+                   body_size="unsigned long long", i=Py_ssize_t)
     cpdef Py_ssize_t _content(self, bytearray buf, Py_ssize_t at, int channel) except -1

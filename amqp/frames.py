@@ -8,14 +8,26 @@ sliced out of one ``bytearray`` and the consumed prefix is dropped once per
 ``feed`` call, not once per frame. A publish is three frames; when its header and
 body have arrived with it, ``feed`` hands the three over as one item
 (``FRAME_PUBLISH``), so the hot path pays one dispatch per message, not three.
+
+The connection reads frames with ``append``, ``next_frame`` and ``compact`` rather than
+through ``feed``'s generator: the frame's type is the return value and its channel and
+payloads are left on the buffer, so a frame costs no generator resume and no tuple.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Generator
+from typing import Any
 
 from leveret.model.errors import FRAME_ERROR, ConnectionError_
+
+try:  # Compiled, ``cython.compiled`` is true at compile time; pure, Cython's shadow says False.
+    import cython
+
+    COMPILED: bool = cython.compiled
+except ImportError:  # pure Python without Cython installed
+    COMPILED = False
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -28,6 +40,8 @@ FRAME_HEADER_SIZE = 7
 FRAME_OVERHEAD = 8
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+# Not a frame type: ``next_frame`` returns it when no complete frame is buffered.
+NO_FRAME = 0
 # Not a wire type: ``feed`` yields it for a basic.publish method frame whose content header
 # and single body frame are complete and well framed too; the item's payload is the
 # method's, and ``FrameBuffer.content`` holds the other two until the next item.
@@ -46,6 +60,11 @@ _unpack_u64 = struct.Struct(">Q").unpack_from
 _PUBLISH_MIN = 9
 # A content header payload: class, weight, body size (u64), then at least one flag word.
 _HEADER_MIN = 14
+# The constants the frame reader compares with, again under names that frames.pxd makes C
+# integers when compiled (a module's public names stay Python objects there).
+_METHOD, _HEADER, _BODY, _HEARTBEAT = FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT
+_PUBLISH, _NONE, _END = FRAME_PUBLISH, NO_FRAME, FRAME_END
+_HEAD, _OVERHEAD = FRAME_HEADER_SIZE, FRAME_OVERHEAD
 
 
 def erlang_binary(data: bytes | bytearray) -> str:
@@ -59,18 +78,27 @@ def erlang_binary(data: bytes | bytearray) -> str:
 class FrameBuffer:
     """Accumulates bytes and yields complete frames; ``frame_max`` bounds their size."""
 
-    __slots__ = ("_at", "_buf", "_skip", "content", "frame_max")
+    __slots__ = ("_at", "_buf", "_skip", "body", "channel", "frame_max", "header", "payload")
 
     def __init__(self, frame_max: int = INITIAL_FRAME_MAX) -> None:
         self._buf = bytearray()
         self._skip = 0  # feed_closing: bytes of a skipped frame still to come
-        self._at = 0  # feed: where the next frame starts in the buffer
+        self._at = 0  # next_frame: where the next frame starts in the buffer
         self.frame_max = frame_max
-        # The content header's and the body's payloads of the last FRAME_PUBLISH item.
-        self.content: tuple[bytes, bytes] = (b"", b"")
+        # The last frame's channel and payload (a FRAME_PUBLISH: the method's) ...
+        self.channel = 0
+        self.payload = b""
+        # ... and for a FRAME_PUBLISH, the content header's and the body's payloads.
+        self.header = b""
+        self.body = b""
 
     def __len__(self) -> int:
         return len(self._buf)
+
+    @property
+    def content(self) -> tuple[bytes, bytes]:
+        """The content header's and the body's payloads of the last FRAME_PUBLISH item."""
+        return self.header, self.body
 
     def take(self, n: int) -> bytes:
         """Remove and return the first ``n`` buffered bytes (used for the protocol header)."""
@@ -89,68 +117,94 @@ class FrameBuffer:
         callers should treat that as terminating the stream. The consumed
         prefix is dropped once, when the iteration ends (or is abandoned).
         """
-        buf = self._buf
-        buf += data
-        self._at = 0
+        self.append(data)
         try:
             while True:
-                frame = self._next_frame(buf)
-                if frame is None:
+                ftype = self.next_frame()
+                if ftype == NO_FRAME:
                     return
-                yield frame
+                yield ftype, self.channel, self.payload
         finally:
-            if self._at:
-                del buf[:self._at]
-                self._at = 0
+            self.compact()
 
-    def _next_frame(self, buf: bytearray) -> tuple[int, int, bytes] | None:
-        """The frame at ``_at`` if it is complete (``_at`` moves past it), else None.
+    def append(self, data: bytes) -> None:
+        """Add ``data`` behind what is buffered; ``next_frame`` then reads from the start."""
+        self._buf += data
+        self._at = 0
+
+    def compact(self) -> None:
+        """Drop the frames ``next_frame`` has returned (once per read, not per frame)."""
+        if self._at:
+            del self._buf[:self._at]
+            self._at = 0
+
+    def next_frame(self) -> int:
+        """The next complete frame's type (``FRAME_PUBLISH`` for a publish with its
+        content), its channel and payload left in ``channel`` and ``payload``; else
+        ``NO_FRAME``. The same checks and errors as ``feed``.
 
         Compiled (``frames.pxd``), ``p`` is a C pointer into the buffer: its bytes are read
         as C and a payload is copied straight into a new ``bytes``; pure, ``p`` is
-        the bytearray and the same lines index and slice it. The head is one ``unpack_from``
-        in both: cheaper in the pure build than reading its bytes one by one."""
+        the bytearray and the same lines index and slice it. The head is read byte by byte
+        compiled, and with one ``unpack_from`` pure (cheaper there than reading its bytes)."""
+        buf = self._buf
         pos = self._at
         avail = len(buf)
-        if avail - pos < FRAME_HEADER_SIZE:
-            return None
-        p = buf
-        ftype, channel, size = _unpack_head(buf, pos)
+        if avail - pos < _HEAD:
+            return _NONE
+        # Any: compiled, a slice of it is a bytes; pure, a bytearray (then copied to one).
+        p: Any = buf
+        if COMPILED:
+            ftype: int = p[pos]
+            channel = p[pos + 1] << 8 | p[pos + 2]
+            size = p[pos + 3]
+            size = size << 24 | p[pos + 4] << 16 | p[pos + 5] << 8 | p[pos + 6]
+        else:
+            ftype, channel, size = _unpack_head(buf, pos)
         limit = self.frame_max
-        if limit and size + FRAME_HEADER_SIZE + 1 > limit:
+        if limit and size + _HEAD + 1 > limit:
             raise ConnectionError_(
                 FRAME_ERROR,
                 f"type {ftype}, all octets = <<>>: "
-                f"{{frame_too_large,{size},{limit - FRAME_HEADER_SIZE - 1}}}",
+                f"{{frame_too_large,{size},{limit - _HEAD - 1}}}",
             )
-        start = pos + FRAME_HEADER_SIZE
+        start = pos + _HEAD
         stop = start + size
         if stop >= avail:
-            return None
-        if p[stop] != FRAME_END:
+            return _NONE
+        if p[stop] != _END:
             raise ConnectionError_(
                 FRAME_ERROR,
                 f"type {ftype}, first 16 octets = "
                 f"{erlang_binary(buf[start:min(stop, start + 16)])}"
                 f": {{invalid_frame_end_marker,{buf[stop]}}}",
             )
-        if (ftype == FRAME_METHOD and size >= _PUBLISH_MIN and p[pos + 8] == 60
+        self.channel = channel
+        if (ftype == _METHOD and size >= _PUBLISH_MIN and p[pos + 8] == 60
                 and p[pos + 10] == 40 and not p[pos + 7] and not p[pos + 9]):
             body = self._content(buf, stop + 1, channel)
             if body:  # _content moved _at past the body frame
-                self.content = (bytes(p[stop + 1 + FRAME_HEADER_SIZE : body - 1]),
-                                bytes(p[body + FRAME_HEADER_SIZE : self._at - 1]))
-                return FRAME_PUBLISH, channel, bytes(p[start:stop])
-        payload = bytes(p[start:stop])
-        if ftype not in FRAME_TYPES:
+                if COMPILED:  # a slice of the C pointer is a new bytes already
+                    self.header = p[stop + 1 + _HEAD : body - 1]
+                    self.body = p[body + _HEAD : self._at - 1]
+                    self.payload = p[start:stop]
+                else:
+                    self.header = bytes(p[stop + 1 + _HEAD : body - 1])
+                    self.body = bytes(p[body + _HEAD : self._at - 1])
+                    self.payload = bytes(p[start:stop])
+                return _PUBLISH
+        if ftype != _METHOD and ftype != _HEADER and ftype != _BODY \
+                and ftype != _HEARTBEAT:
             # Checked on the whole frame, as RabbitMQ: the text does not depend
             # on how much of the stream had arrived.
             raise ConnectionError_(
                 FRAME_ERROR,
-                f"type {ftype}, all octets = {erlang_binary(payload)}: unknown_frame",
+                f"type {ftype}, all octets = {erlang_binary(bytes(p[start:stop]))}: "
+                "unknown_frame",
             )
+        self.payload = p[start:stop] if COMPILED else bytes(p[start:stop])
         self._at = stop + 1
-        return ftype, channel, payload
+        return ftype
 
     def _content(self, buf: bytearray, at: int, channel: int) -> int:
         """Where the body frame starts, if the frames from ``at`` (after a basic.publish)
@@ -158,25 +212,42 @@ class FrameBuffer:
         complete and well framed (``_at`` then moves past the body frame); else 0 (they go
         one by one, through every check of ``feed``)."""
         end = len(buf)
-        if end - at < FRAME_HEADER_SIZE + _HEADER_MIN:
+        if end - at < _HEAD + _HEADER_MIN:
             return 0
         p = buf
-        ftype, number, size = _unpack_head(buf, at)
+        if COMPILED:
+            ftype = p[at]
+            number = p[at + 1] << 8 | p[at + 2]
+            size = p[at + 3]
+            size = size << 24 | p[at + 4] << 16 | p[at + 5] << 8 | p[at + 6]
+        else:
+            ftype, number, size = _unpack_head(buf, at)
         limit = self.frame_max
-        stop = at + FRAME_HEADER_SIZE + size
-        if (ftype != FRAME_HEADER or number != channel
-                or size < _HEADER_MIN or stop >= end or p[stop] != FRAME_END
-                or (limit and size + FRAME_OVERHEAD > limit)):
+        stop = at + _HEAD + size
+        if (ftype != _HEADER or number != channel
+                or size < _HEADER_MIN or stop >= end or p[stop] != _END
+                or (limit and size + _OVERHEAD > limit)):
             return 0
-        (body_size,) = _unpack_u64(buf, at + FRAME_HEADER_SIZE + 4)
+        if COMPILED:
+            body_size = 0
+            for i in range(at + _HEAD + 4, at + _HEAD + 12):
+                body_size = body_size << 8 | p[i]
+        else:
+            (body_size,) = _unpack_u64(buf, at + _HEAD + 4)
         at = stop + 1
-        if not body_size or end - at < FRAME_HEADER_SIZE:
+        if not body_size or end - at < _HEAD:
             return 0
-        ftype, number, size = _unpack_head(buf, at)
-        stop = at + FRAME_HEADER_SIZE + size
-        if (ftype != FRAME_BODY or number != channel
-                or size != body_size or stop >= end or p[stop] != FRAME_END
-                or (limit and size + FRAME_OVERHEAD > limit)):
+        if COMPILED:
+            ftype = p[at]
+            number = p[at + 1] << 8 | p[at + 2]
+            size = p[at + 3]
+            size = size << 24 | p[at + 4] << 16 | p[at + 5] << 8 | p[at + 6]
+        else:
+            ftype, number, size = _unpack_head(buf, at)
+        stop = at + _HEAD + size
+        if (ftype != _BODY or number != channel
+                or size != body_size or stop >= end or p[stop] != _END
+                or (limit and size + _OVERHEAD > limit)):
             return 0
         self._at = stop + 1
         return at

@@ -30,13 +30,18 @@ Python names its source imports. The frame buffer is one too: its per-frame step
 buffer and copies each payload straight into a ``bytes`` (69.2k -> 61.4k a transient
 message at 20,000, pure 95.3k -> 96.1k; a relayed row 230.9k -> 219.0k). A C pointer where
 the pure build has the bytearray is the pattern for byte work: the same lines index both.
-It pays only where the pure build's lines stay cheap: a frame head read byte by byte saved
-another 4.9k compiled but cost the pure build 12k, so both read it with one ``unpack_from``.
-A stream's reader loop, page entry and ``x-stream-offset`` splice, and the stream itself
-as an extension subclass of the queue, took a stream delivery from 69.3k to 59.0k and a
-stream publish from 74.2k to 69.6k (``--scenario stream``, 3,000 x 1 KB).
-The pure build stays the oracle: ``.ci/test`` runs the protocol, codec and queue tests on
-both.
+It pays only where the pure build's lines stay cheap: a frame head read byte by byte cost
+the pure build 12k, so where the two builds want different lines, a module tests
+``COMPILED`` (``cython.compiled``, a C constant once compiled) and the pure build keeps its
+one ``unpack_from``. With the frame generator gone (the connection loops over
+``FrameBuffer.next_frame``), heads and payloads read in C, and the consumer ring and the
+unacked map extension types as well (they name their element types instead of a
+``Generic`` parameter, which Cython refuses for one): 61.2k -> 37.7k a transient message
+at 20,000, pure 96-103k before and after. A stream's reader loop, page entry and
+``x-stream-offset`` splice, and the stream itself as an extension subclass of the queue,
+took a stream delivery from 69.3k to 59.0k and a stream publish from 74.2k to 69.6k
+(``--scenario stream``, 3,000 x 1 KB). The pure build stays the oracle: ``.ci/test`` runs
+the protocol, codec and queue tests on both.
 """
 
 from __future__ import annotations

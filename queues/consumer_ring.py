@@ -33,6 +33,11 @@ message waits, until a consumer is unparked or added. Only those transitions
 read the clock, so consumers that keep up cost nothing; a consumer at prefetch
 1 behind a backlog costs two clock reads per message, as in RabbitMQ.
 
+Compiled, the ring is an extension type (``consumer_ring.pxd``) that the dispatcher and
+the queue call as C. Cython refuses a ``Generic`` base for one, so the ring is typed for
+the queue's ``Consumer`` by name (``Member`` says what it uses of one; the unit tests
+give it plain values).
+
 Single active consumer: when ``add`` is told so and a consumer is already
 active, the newcomer waits in ``standby`` (arrival order); when the last
 active consumer is removed the longest-waiting one becomes active (when the
@@ -45,7 +50,10 @@ import bisect
 import time
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from leveret.queues.consumer import Consumer
 
 # Seconds over which consumer utilisation's average halves the weight of the past.
 USE_HALF_LIFE = 1.0
@@ -57,8 +65,6 @@ class Member(Protocol):
 
     def can_take(self) -> bool: ...
 
-
-C = TypeVar("C", bound=Member)
 
 
 class Utilisation:
@@ -88,17 +94,17 @@ class Utilisation:
         return self._averaged(self.clock())
 
 
-class ConsumerRing(Generic[C]):
+class ConsumerRing:
     __slots__ = ("_by_priority", "_keys", "_levels", "_members", "active", "parked", "standby",
                  "use")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._levels: list[deque[C]] = []  # ready consumers, highest priority first
+        self._levels: list[deque[Consumer]] = []  # ready consumers, highest priority first
         self._keys: list[int] = []  # -priority of each level (ascending, for bisect)
-        self._by_priority: dict[int, deque[C]] = {}
+        self._by_priority: dict[int, deque[Consumer]] = {}
         self._members: dict[int, int] = {}  # priority -> active consumers (ready + parked)
-        self.parked: dict[C, None] = {}  # read-only outside
-        self.standby: list[C] = []
+        self.parked: dict[Consumer, None] = {}  # read-only outside
+        self.standby: list[Consumer] = []
         self.active = 0  # ready + parked
         self.use = Utilisation(clock)
 
@@ -107,7 +113,7 @@ class ConsumerRing(Generic[C]):
 
     # -- membership ----------------------------------------------------------------
 
-    def add(self, consumer: C, single_active: bool = False) -> bool:
+    def add(self, consumer: Consumer, single_active: bool = False) -> bool:
         """Register ``consumer``; False if it waits in standby (single active consumer)."""
         if single_active and self.active:
             self.standby.append(consumer)
@@ -128,7 +134,7 @@ class ConsumerRing(Generic[C]):
         self.use.set_blocked(False)
         return True
 
-    def remove(self, consumer: C) -> C | None:
+    def remove(self, consumer: Consumer) -> Consumer | None:
         """Forget ``consumer``; returns a standby consumer promoted in its place, if any."""
         p = consumer.priority
         level = self._by_priority.get(p)
@@ -155,9 +161,9 @@ class ConsumerRing(Generic[C]):
     def __contains__(self, consumer: object) -> bool:
         return consumer in self.parked or any(consumer in lv for lv in self._levels)
 
-    def members(self) -> list[C]:
+    def members(self) -> list[Consumer]:
         """Active consumers in priority order (ready before parked within a level)."""
-        out: list[C] = []
+        out: list[Consumer] = []
         for level in self._levels:
             out.extend(level)
             if self.parked:
@@ -173,14 +179,14 @@ class ConsumerRing(Generic[C]):
 
     # -- the dispatch loop's operations (O(1)) --------------------------------------
 
-    def front(self) -> C | None:
+    def front(self) -> Consumer | None:
         """The consumer ``take_turn`` would try first (highest level, first in turn)."""
         for level in self._levels:
             if level:
                 return level[0]
         return None
 
-    def take_turn(self) -> C | None:
+    def take_turn(self) -> Consumer | None:
         """The next consumer that can take a message, moved behind its peers; None if none.
 
         Consumers found without credit on the way are parked.
@@ -198,7 +204,7 @@ class ConsumerRing(Generic[C]):
             self.use.set_blocked(True)
         return None
 
-    def unpark(self, consumer: C) -> bool:
+    def unpark(self, consumer: Consumer) -> bool:
         """``consumer`` may have credit again: back at the end of its level. True if parked."""
         if consumer not in self.parked:
             return False
@@ -207,7 +213,7 @@ class ConsumerRing(Generic[C]):
         self.use.set_blocked(False)
         return True
 
-    def unpark_those(self, consumers: Collection[C]) -> bool:
+    def unpark_those(self, consumers: Collection[Consumer]) -> bool:
         """Those of ``consumers`` that are parked and ``can_take()`` rejoin the rotation in
         the order they were parked (a channel's room is back: rabbit_queue_consumers'
         ``unblock`` of the channel's blocked consumers). True if any did."""
@@ -219,7 +225,7 @@ class ConsumerRing(Generic[C]):
             self.use.set_blocked(False)
         return bool(back)
 
-    def park_behind(self, consumers: Collection[C]) -> None:
+    def park_behind(self, consumers: Collection[Consumer]) -> None:
         """Those of ``consumers`` that are parked move behind the other parked ones, in their
         order: unblocked while their channel is still suspended, RabbitMQ blocks them again
         at once, at the end of the channel's blocked list."""

@@ -61,7 +61,7 @@ class Dispatcher:
                  "had_consumer", "redelivered", "ring", "unacked")
 
     def __init__(self, time: Timekeeping) -> None:
-        self.ring: ConsumerRing[Consumer] = ConsumerRing(time.clock)
+        self.ring = ConsumerRing(time.clock)
         self._dispatching = False
         self._continuation: Handle | None = None  # the rest of a loop over budget
         self.had_consumer = False

@@ -4,6 +4,7 @@
 
 cimport cython
 
+from leveret.queues.consumer_ring cimport ConsumerRing as CConsumerRing
 from leveret.queues.dispatch cimport Dispatcher as CDispatcher
 from leveret.queues.entry cimport QueueEntry as CQueueEntry
 
@@ -22,5 +23,5 @@ cdef class Queue:
     @cython.locals(dispatcher=CDispatcher)
     cpdef publish(self, message)
 
-    @cython.locals(dispatcher=CDispatcher)
+    @cython.locals(dispatcher=CDispatcher, ring=CConsumerRing)
     cpdef settle(self, CQueueEntry entry)

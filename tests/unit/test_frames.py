@@ -16,6 +16,7 @@ from leveret.amqp.frames import (
     FRAME_METHOD,
     FRAME_PUBLISH,
     INITIAL_FRAME_MAX,
+    NO_FRAME,
     FrameBuffer,
 )
 from leveret.model.errors import FRAME_ERROR, ConnectionError_
@@ -256,3 +257,40 @@ def test_publishes_amid_other_frames_give_the_same_frames_however_cut(
     assert got == bytewise and error == bytewise_error
     if error is None:
         assert bytewise == frames
+
+
+# -- the connection's loop: append, next_frame, compact ------------------------------------
+
+def test_next_frame_leaves_the_frame_on_the_buffer_and_compact_drops_what_was_read() -> None:
+    """The steps ``feed`` is made of, as the connection calls them: the type is returned,
+    channel and payloads stay on the buffer, an incomplete frame waits for more bytes."""
+    publish = b"".join(raw_frame(*f) for f in [(FRAME_METHOD, 7, PUBLISH),
+                                               (FRAME_HEADER, 7, content_header(5)),
+                                               (FRAME_BODY, 7, b"hello")])
+    big = raw_frame(FRAME_BODY, 65535, b"b" * 300)
+    fb = FrameBuffer()
+    fb.append(publish + big + raw_frame(FRAME_HEARTBEAT, 0, b"")[:5])
+    assert fb.next_frame() == FRAME_PUBLISH
+    assert (fb.channel, fb.payload, fb.header, fb.body) == (7, PUBLISH, content_header(5),
+                                                            b"hello")
+    assert fb.next_frame() == FRAME_BODY
+    assert (fb.channel, fb.payload) == (65535, b"b" * 300)  # a channel and size above 255
+    assert fb.next_frame() == NO_FRAME  # five bytes of a heartbeat: not yet
+    fb.compact()
+    assert len(fb) == 5
+    fb.append(raw_frame(FRAME_HEARTBEAT, 0, b"")[5:])
+    assert fb.next_frame() == FRAME_HEARTBEAT and fb.payload == b""
+    fb.compact()
+    assert len(fb) == 0 and fb.next_frame() == NO_FRAME
+
+
+def test_a_size_with_its_top_bit_set_reads_as_unsigned() -> None:
+    head = b"\x03\x00\x01\x80\x00\x00\x01"  # a body frame of 2**31 + 1 bytes announced
+    unlimited = FrameBuffer(frame_max=0)
+    unlimited.append(head)
+    assert unlimited.next_frame() == NO_FRAME  # waits for the rest, however far
+    bounded = FrameBuffer(frame_max=131072)
+    bounded.append(head)
+    with pytest.raises(ConnectionError_) as info:
+        bounded.next_frame()
+    assert "{frame_too_large,2147483649,131064}" in info.value.reply_text
