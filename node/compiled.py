@@ -59,6 +59,8 @@ COMPILED_MODULES: Final = (
     "leveret.queues.plain_store", "leveret.broker.publishing",
     "leveret.amqp.channel", "leveret.amqp.held_output", "leveret.amqp.publishing",
     "leveret.queues.queue", "leveret.queues.dispatch",
+    "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
+    "leveret.persistence.records", "leveret.confirms.tracker",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
