@@ -32,8 +32,12 @@ message at 20,000, pure 95.3k -> 96.1k; a relayed row 230.9k -> 219.0k). A C poi
 the pure build has the bytearray is the pattern for byte work: the same lines index both.
 It pays only where the pure build's lines stay cheap: a frame head read byte by byte saved
 another 4.9k compiled but cost the pure build 12k, so both read it with one ``unpack_from``.
-The pure build stays the oracle: ``.ci/test`` runs the protocol, codec and queue tests on
-both.
+The store's write path (``persistence/apply``, ``lmdb_writer``, ``records``) and the confirm
+tracker run once or more for every persistent message, on the group commit's thread or the
+loop: they are compiled as they are, but for ``records.pxd`` reading a record's message as C
+(with that path's trims, a relayed row 216.1k -> 202.5k; ``docs/benchmarks.md``).
+The pure build stays the oracle: ``.ci/test`` runs the protocol, codec, queue and store tests
+on both.
 """
 
 from __future__ import annotations
