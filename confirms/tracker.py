@@ -81,20 +81,28 @@ class ConfirmTracker:
         acked = self._acked
         if not acked:
             return out
-        order = self._held_order
-        while order and order[0] not in self._held:
-            order.popleft()
-        low = order[0] if order else self.next_seq
+        order, held = self._held_order, self._held
+        if held:
+            while order[0] not in held:
+                order.popleft()
+            low = order[0]
+        else:  # everything held was settled (a commit released it): no walk
+            order.clear()
+            low = self.next_seq
         below = 0
-        highest_below = 0
+        highest_below = max(acked)
         above: list[int] = []
-        for seq in acked:
-            if seq < low:
-                below += 1
-                if seq > highest_below:
-                    highest_below = seq
-            else:
-                above.append(seq)
+        if highest_below < low:  # the usual case: all of them, one multiple ack
+            below = len(acked)
+        else:
+            highest_below = 0
+            for seq in acked:
+                if seq < low:
+                    below += 1
+                    if seq > highest_below:
+                        highest_below = seq
+                else:
+                    above.append(seq)
         if below == 1:
             out.append((highest_below, False, True))
         elif below:

@@ -40,8 +40,12 @@ unacked map extension types as well (they name their element types instead of a
 at 20,000, pure 96-103k before and after. A stream's reader loop, page entry and
 ``x-stream-offset`` splice, and the stream itself as an extension subclass of the queue,
 took a stream delivery from 69.3k to 59.0k and a stream publish from 74.2k to 69.6k
-(``--scenario stream``, 3,000 x 1 KB). The pure build stays the oracle: ``.ci/test`` runs
-the protocol, codec and queue tests on both.
+(``--scenario stream``, 3,000 x 1 KB). The store's write path (``persistence/apply``,
+``lmdb_writer``, ``records``) and the confirm tracker run once or more for every persistent
+message, on the group commit's thread or the loop: they are compiled as they are, but for
+``records.pxd`` reading a record's message as C (with that path's trims, a relayed row
+216.1k -> 202.5k; ``docs/benchmarks.md``). The pure build stays the oracle: ``.ci/test`` runs the protocol, codec, queue and store
+tests on both.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ COMPILED_MODULES: Final = (
     "leveret.queues.queue", "leveret.queues.dispatch",
     "leveret.queues.stream_header", "leveret.queues.stream_cache", "leveret.queues.stream_reader",
     "leveret.queues.stream",
+    "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
+    "leveret.persistence.records", "leveret.confirms.tracker",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other

@@ -237,8 +237,10 @@ class Recorder:
         if key in pending:
             self._cancel(key)  # a re-used (qid, seq) replaces the entry
         op = Enqueue(qid, seq, message, 0, transient, False, expires_at)
-        pending[key] = op  # before _add: a synchronous write takes the batch there
-        self._add(op)
+        pending[key] = op  # before _recorded: a synchronous write takes the batch there
+        self._ops.append(op)  # _add, without its call: one per persistent message
+        self._live += 1
+        self._recorded()
 
     def mark_delivered(self, qid: int, seq: int, message: Message, delivery_count: int) -> None:
         """Persist an entry's delivery count (its ``redelivered`` flag after a restart)."""

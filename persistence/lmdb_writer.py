@@ -77,6 +77,9 @@ def _no_budget(n: float = 1) -> None:
     pass
 
 
+_NEAR_ENTRY = ENTRY_SIZE / PAGE_SIZE  # the budget an index entry next to the last one spends
+
+
 class LmdbWriter:
     """The ``apply.Applier`` primitives inside one write transaction.
 
@@ -109,7 +112,12 @@ class LmdbWriter:
         self._fresh_index_keys: list[bytes] = []
         self._fresh_index: list[bytes] = []
         self._index_cursor: Any = None  # _index()
-        self._last_removed = (-1, -2)  # (qid, seq) remove_entry took last: the next is nearby
+        self._last_qid = -1  # the (qid, seq) remove_entry took last: the next is nearby
+        self._last_seq = -2
+        self._near_spent = 0.0  # remove_entry's nearby shares, spent a page at a time
+        # Whether the refs database holds any record: usually not (one entry per message,
+        # format 4), and then a removal knows its message's count without a lookup.
+        self._refs_on_disk: bool | None = None
         self._messages_cursor: lmdb.Cursor | None = None  # _forget_in_bulk's, on the message records
         self._last_dropped = -2  # the message id _forget_in_bulk dropped last
 
@@ -120,6 +128,8 @@ class LmdbWriter:
             return refs
         if not has_entry and msg_id & _ID_MASK >= self.first_new_id():
             refs = 0  # handed out after the last commit: not on disk, no read needed
+        elif has_entry and not self.refs_on_disk():
+            refs = 1  # absent means one, and no message has a refs record
         else:
             raw = self.txn.get(U64.pack(msg_id), db=self.refs_db)
             if raw is not None:
@@ -131,6 +141,14 @@ class LmdbWriter:
                 refs = int(self.txn.get(U64.pack(msg_id), db=self.messages) is not None)
         self.refs[msg_id] = refs
         return refs
+
+    def refs_on_disk(self) -> bool:
+        """Whether any message has a refs record (read once per batch: ``finish`` writes
+        them, after every operation)."""
+        on_disk = self._refs_on_disk
+        if on_disk is None:
+            on_disk = self._refs_on_disk = self.txn.stat(self.refs_db)["entries"] > 0
+        return on_disk
 
     def first_new_id(self) -> int:
         """The committed ``next_msg_id``: ids are handed out in order and each commit
@@ -157,7 +175,9 @@ class LmdbWriter:
         msg_id = message.store_id
         refs = self.refs.get(msg_id)
         if refs is None:
-            refs = self.refcount(msg_id, False)
+            # Handed out after the last commit: no record on disk (refcount's first case).
+            first_new = self._first_new
+            refs = 0 if 0 <= first_new <= msg_id & _ID_MASK else self.refcount(msg_id, False)
         qid, seq = op.qid, op.seq
         key = INDEX_KEY.pack(qid, seq)
         size = len(message.body)
@@ -216,16 +236,42 @@ class LmdbWriter:
         return self._index_cursor
 
     def remove_entry(self, qid: int, seq: int) -> None:
-        self._write_fresh()
-        last_qid, last_seq = self._last_removed
-        # An ack of the entry after the last one removed: the cursor's page (mapped_memory).
-        self.spend(ENTRY_SIZE / PAGE_SIZE if qid == last_qid and seq == last_seq + 1 else 1)
-        self._last_removed = (qid, seq)
+        if self._fresh_index:
+            self._write_fresh()
+        if qid == self._last_qid and seq == self._last_seq + 1:
+            # An ack of the entry after the last one removed: the cursor's page
+            # (mapped_memory); these shares are spent a whole page at a time.
+            near = self._near_spent + _NEAR_ENTRY
+            if near >= 1:
+                self.spend(near)
+                near = 0.0
+            self._near_spent = near
+        else:
+            self._last_qid = qid
+            self.spend()
+        self._last_seq = seq
         key = INDEX_KEY.pack(qid, seq)
-        cursor = self._index()
-        if cursor.set_key(key):  # absent: its enqueue was in a batch that failed
-            self._forget_entry(key, cursor.value(), self.counter(qid))
-            cursor.delete()
+        cursor = self._index_cursor
+        if cursor is None:
+            cursor = self._index()
+        value = cursor.pop(key)
+        if value is None:  # absent: its enqueue was in a batch that failed
+            return
+        if len(value) == INDEX_SIZED.size and value[12] == FLAG_SIZED:
+            # The usual entry (_forget_entry's commonest case, without its calls).
+            msg_id, _, _, size = INDEX_SIZED.unpack(value)
+            refs = self.refs.get(msg_id)
+            if refs is None:
+                refs = self.refcount(msg_id, True)
+            self.refs[msg_id] = refs - 1
+            counter = self.counters.get(qid) or self.counter(qid)
+            entries = counter[0] = counter[0] - 1
+            if not entries:
+                counter[2] = counter[3] = counter[4] = 0
+            elif counter[2] != UNKNOWN:
+                counter[2] -= size
+        else:
+            self._forget_entry(key, value, self.counter(qid))
 
     def set_delivery_count(self, qid: int, seq: int, delivery_count: int) -> None:
         self._write_fresh()
@@ -374,6 +420,7 @@ class LmdbWriter:
         counted = self.counted
         messages = txn.cursor(db=self.messages)  # ids ascend: deletes stay on a page
         last_deleted = -2
+        near = self._near_spent  # neighbouring records' shares, spent a page at a time
         for msg_id, refs in self.refs.items():  # the usual, one entry and no record: nothing
             if refs > 1:
                 txn.put(U64.pack(msg_id), U32.pack(refs), db=self.refs_db)
@@ -381,12 +428,17 @@ class LmdbWriter:
             if msg_id in counted:  # one entry left (absent means one) or none
                 txn.delete(U64.pack(msg_id), db=self.refs_db)
             if refs <= 0:
-                size = 0
-                if messages.set_key(U64.pack(msg_id)):
-                    size = len(messages.value())
-                    messages.delete()
-                self.spend(nearby(size) if msg_id == last_deleted + 1 else 1)
+                record = messages.pop(U64.pack(msg_id))
+                if msg_id == last_deleted + 1:
+                    near += nearby(len(record) if record is not None else 0)
+                    if near >= 1:
+                        self.spend(near)
+                        near = 0.0
+                else:
+                    self.spend()
                 last_deleted = msg_id
+        if near:
+            self.spend(near)
         for qid, counter in self.counters.items():
             key = COUNTER_PREFIX + U32.pack(qid)
             if counter is None:
