@@ -59,6 +59,7 @@ COMPILED_MODULES: Final = (
     "leveret.queues.plain_store", "leveret.broker.publishing",
     "leveret.amqp.channel", "leveret.amqp.held_output", "leveret.amqp.publishing",
     "leveret.queues.queue", "leveret.queues.dispatch",
+    "leveret.model.dedupe", "leveret.broker.dedupe",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
