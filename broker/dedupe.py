@@ -99,18 +99,17 @@ class DedupeStore(Protocol):
 class ExchangeDedupe:
     """One exchange's window, its counters, and (if durable) its records."""
 
-    __slots__ = ("_batch", "_batches", "_expires", "_keys", "_log", "_op", "_order", "_time",
-                 "_ttl", "duplicates", "read", "scope", "settings", "window")
+    __slots__ = ("_batch", "_batches", "_expires", "_expiries", "_keys", "_log", "_op",
+                 "_order", "_time", "_ttl", "duplicates", "reader", "scope", "settings",
+                 "window")
 
     def __init__(self, settings: DedupeSettings, vhost: str, exchange: str, log: DedupeLog,
                  time: Timekeeping) -> None:
         self.settings = settings
         self.window = Window(settings.size)
         self.scope = dedupe_scope(vhost, exchange)
-        # The message's key (None: not deduplicated) and its ``x-cache-ttl`` header: the
-        # reader's own method, no call of ours around it on every publish.
-        self.read: Callable[[Message], tuple[bytes | None, object]] = HeaderReader(
-            settings.header, TTL_HEADER).read
+        # Reads the message's key (None: not deduplicated) and its ``x-cache-ttl`` header.
+        self.reader = HeaderReader(settings.header, TTL_HEADER)
         self._ttl = settings.ttl
         self._expires = 0  # the expiry of the key ``check`` last found new (0: never)
         self.duplicates = 0  # publishes confirmed without being enqueued
@@ -120,9 +119,10 @@ class ExchangeDedupe:
         # Keys added per batch not yet committed, oldest batch first: (batch, keys).
         self._batches: deque[tuple[int, list[bytes]]] = deque()
         # The batch being filled (the log's number, -1: none), its keys (the newest of
-        # _batches) and, for a durable window, its record.
+        # _batches) and, for a durable window, its record and the record's expiries.
         self._batch = -1
         self._keys: list[bytes] = []
+        self._expiries: list[int] = []
         self._op: DedupeAppend | None = None
 
     def load(self, store: DedupeStore) -> None:
@@ -144,7 +144,7 @@ class ExchangeDedupe:
         took the message); ``SEEN`` if it has, counted as a duplicate; None if the message
         carries no key. One call a publish: the header, the clock (read only when some key
         can expire) and the window (``Window.seen``, inline)."""
-        key, ttl_header = self.read(message)
+        key, ttl_header = self.reader.read(message)
         if key is None:
             return None
         window = self.window
@@ -192,7 +192,7 @@ class ExchangeDedupe:
         self._keys.append(key)  # a durable window's record's own list of keys
         op = self._op
         if op is not None:
-            op.expires.append(expires)
+            self._expiries.append(expires)  # the record's (op.expires), a C append compiled
             op.floor = window.floor
 
     def _first_of_batch(self, key: bytes, order: int, expires: int) -> None:
@@ -213,8 +213,10 @@ class ExchangeDedupe:
             op.floor = self.window.floor
             # The keys to take back if the write fails are the record's: one list for both.
             self._keys = op.keys
+            self._expiries = op.expires
         else:
             self._keys = [key]
+            self._expiries = []
         self._batches.append((self._batch, self._keys))
         log.after_commit(self._on_commit)
         self._op = op
@@ -237,6 +239,7 @@ class ExchangeDedupe:
         self.window.resize(settings.size)
         self._batch = -1  # the next key opens its batch again, record included
         self._op = None
+        self._expiries = []
         if was and not settings.persistent:
             self._log.drop_dedupe(self.scope)
         elif settings.persistent and not was:
@@ -249,6 +252,7 @@ class ExchangeDedupe:
         if self.settings.persistent:
             self._log.drop_dedupe(self.scope)
         self._op = None
+        self._expiries = []
         self._batch = -1
 
     def _on_commit(self, ok: bool) -> None:

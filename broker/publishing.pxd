@@ -1,6 +1,13 @@
 # Types for broker/publishing.py when compiled (Cython pure-Python mode; the .py is the source).
 # The one publish operation is cpdef: the AMQP channel's publish path (which cimports this
-# module) calls it as C; every other front door calls it as before.
+# module) calls it as C; every other front door calls it as before. An exchange's
+# deduplication window is typed (cimported), so its check and admit are C calls.
 
+cimport cython
+
+from leveret.broker.dedupe cimport ExchangeDedupe as CExchangeDedupe
+
+
+@cython.locals(window=CExchangeDedupe)
 cpdef basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin, queues=*,
                     deduplicate=*)

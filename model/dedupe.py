@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -184,40 +183,72 @@ class HeaderReader:
     ``field_table`` reads it); any other value is decoded by ``field_table``'s decoder, so
     every key is the one ``Message.headers`` would give. The table was checked when the message
     was published (``properties.py``); a malformed one reads as no headers.
+
+    Compiled (``dedupe.pxd``) it is an extension type whose ``key`` is a C call from the
+    window's ``check``; the table whose one field is the key is read with C integers and a
+    pointer into the properties (pure, the same lines index the bytes).
     """
 
-    __slots__ = ("_alone", "_key", "_other")
+    __slots__ = ("_fixed", "_head", "_key", "_other")
 
     def __init__(self, key: str, other: str | None = None) -> None:
         self._key = key.encode("utf-8")
         self._other = other.encode("utf-8") if other is not None else None
-        # A table whose one field is the key as a long string (the usual), read in one C
-        # call: the table's size, the field's name and type code, the string's length.
-        # ``fixed``: the table's size less the string's (the string starts 4 bytes after).
-        # A name over 255 bytes is in no table: its size never matches (negative).
-        head = bytes((len(self._key) & 0xFF,)) + self._key + b"S"
-        fixed = len(head) + 4 if len(self._key) < 256 else -1 << 40
-        self._alone = (struct.Struct(f">I{len(head)}sI"), head, fixed)
+        # A table whose one field is the key as a long string (the usual): the field's name
+        # and type code (``_head``), and the table's size less the string's (``_fixed``: the
+        # string starts 4 bytes after the head). A name over 255 bytes is in no table.
+        self._head = bytes((len(self._key) & 0xFF,)) + self._key + b"S"
+        self._fixed = len(self._head) + 4 if len(self._key) < 256 else -1
 
     def read(self, message: Message) -> tuple[bytes | None, object]:
         """(the typed key, ``dedupe_key``'s; the other header's value), None where absent."""
+        peeked = message._peeked  # a struct field compiled: the property is a lookup
+        at = peeked[0] if peeked is not None else message.headers_offset
+        if at < 0:
+            return None, None
+        raw = message.raw_properties
+        key = self._alone(raw, at)
+        if key is not None:
+            return key, None
+        return self._walk(raw, at)
+
+    def key(self, message: Message) -> bytes | None:
+        """The typed key alone (the other header is not looked for: a queue's key)."""
+        peeked = message._peeked
+        at = peeked[0] if peeked is not None else message.headers_offset
+        if at < 0:
+            return None
+        raw = message.raw_properties
+        key = self._alone(raw, at)
+        if key is not None:
+            return key
+        return self._walk(raw, at)[0]
+
+    def _alone(self, raw: bytes, at: int) -> bytes | None:
+        """The key of a table whose one field is the key as a long string short enough to
+        be its own key (the table was checked at publish: the string is all there); None
+        for any other table (``_walk`` reads it)."""
+        fixed = self._fixed
+        n = fixed - 4
+        if fixed < 0 or len(raw) - at < fixed + 4:
+            return None
+        start = at + 4
+        if not raw.startswith(self._head, start):
+            return None
+        p = raw
+        size = (p[at] << 24) | (p[at + 1] << 16) | (p[at + 2] << 8) | p[at + 3]
+        start += n
+        length = (p[start] << 24) | (p[start + 1] << 16) | (p[start + 2] << 8) | p[start + 3]
+        if size != fixed + length or length >= MAX_KEY_BYTES:
+            return None
+        start += 4
+        data = p[start:start + length]  # compiled: copied from the pointer, no slice object
+        return b"s" + data if data.isascii() or _utf8(data) else b"b" + data
+
+    def _walk(self, raw: bytes, at: int) -> tuple[bytes | None, object]:
+        """Any other table: its fields in order, the wanted ones read, the others skipped."""
         key: bytes | None = None
         other: object = None
-        at = message.headers_offset
-        if at < 0:
-            return key, other
-        raw = message.raw_properties
-        alone, head, fixed = self._alone
-        try:
-            size, first, length = alone.unpack_from(raw, at)
-        except struct.error:  # shorter than that: the walk says what it is
-            size = first = length = None
-        if first == head and size == fixed + length and length < MAX_KEY_BYTES:
-            # The key and nothing else, short enough to be its own key. (The table was
-            # checked at publish: the string is all there.)
-            at += fixed + 4
-            data = raw[at:at + length]
-            return (b"s" + data if data.isascii() or _utf8(data) else b"b" + data), None
         want_key, want_other = self._key, self._other
         left = 1 if want_other is None else 2
         try:
@@ -266,13 +297,18 @@ def message_ttl(value: object, default: int | None) -> int | None:
     return default if ttl is None else ttl
 
 
+# Places taken from the front of a window's FIFO list before it may be cut down.
+_CUT = 4096
+
+
 class Window:
     """Keys seen, each with its place in the window (``order``, increasing) and, if it has
     one, its expiry (wall-clock ms).
 
     ``add`` evicts the oldest key beyond ``size`` (exact FIFO). ``keys`` maps a key to its
     place (a small int: nothing built per key beyond the dict's slot) and ``_fifo`` holds
-    the keys by place, so the oldest is found without walking the dict (whose front fills
+    the keys by place from ``_head`` on (a list, cut down once its front is mostly taken:
+    compiled, its appends and reads are C), so the oldest is found without walking the dict (whose front fills
     with deleted slots as keys leave it). A key added again, or discarded, leaves its old
     place in ``_fifo`` behind; ``_moved`` counts those, and eviction skips them. Expiries
     are a second dict holding only the keys that have one: a window without TTLs (the
@@ -285,7 +321,7 @@ class Window:
     time (until then, callers may pass 0).
     """
 
-    __slots__ = ("_fifo", "_moved", "expiry", "floor", "keys", "size", "timed")
+    __slots__ = ("_fifo", "_head", "_moved", "expiry", "floor", "keys", "size", "timed")
 
     def __init__(self, size: int, entries: Iterable[tuple[bytes, int, int]] = ()) -> None:
         """``entries``: (key, order, expires), oldest first; a key given twice keeps its
@@ -295,7 +331,8 @@ class Window:
         self.timed = False
         self.keys: dict[bytes, int] = {}
         self.expiry: dict[bytes, int] = {}  # only the keys that expire
-        self._fifo: deque[bytes] = deque()
+        self._fifo: list[bytes] = []
+        self._head = 0  # the oldest place in _fifo not yet taken
         self._moved: dict[bytes, int] = {}  # key -> its stale places left in _fifo
         first = True
         for key, order, expires in entries:
@@ -331,7 +368,7 @@ class Window:
             if self._moved or self.timed:
                 self._evict()
             else:  # no place left behind, no expiry to forget: _evict's first step
-                self.floor = keys.pop(fifo.popleft()) + 1
+                self.floor = keys.pop(self._take()) + 1
         if expires:
             self.expiry[key] = expires
             self.timed = True
@@ -341,16 +378,31 @@ class Window:
     def _left(self, key: bytes) -> None:
         moved = self._moved
         moved[key] = moved.get(key, 0) + 1
-        if len(self._fifo) > 2 * len(self.keys) + 64:  # mostly stale places: rebuild
+        if len(self._fifo) - self._head > 2 * len(self.keys) + 64:  # mostly stale: rebuild
             keys = self.keys
-            self._fifo = deque(sorted(keys, key=keys.__getitem__))
+            self._fifo = list(sorted(keys, key=keys.__getitem__))
+            self._head = 0
             moved.clear()
+
+    def _take(self) -> bytes:
+        """The key at the oldest place, taken from ``_fifo`` (whose front is cut off once
+        it is half the list: each place is moved at most once on average)."""
+        fifo = self._fifo
+        head = self._head
+        key = fifo[head]
+        fifo[head] = b""  # no longer held here (typed keys are never empty)
+        head += 1
+        if head >= _CUT and head * 2 >= len(fifo):
+            del fifo[:head]
+            head = 0
+        self._head = head
+        return key
 
     def _evict(self) -> None:
         """Take out the oldest key held, skipping places left behind."""
-        fifo, moved = self._fifo, self._moved
+        moved = self._moved
         while True:
-            key = fifo.popleft()
+            key = self._take()
             if moved:
                 stale = moved.get(key)
                 if stale is not None:

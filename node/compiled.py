@@ -75,6 +75,7 @@ COMPILED_MODULES: Final = (
     "leveret.queues.stream",
     "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
     "leveret.persistence.records", "leveret.confirms.tracker",
+    "leveret.model.dedupe", "leveret.broker.dedupe",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other

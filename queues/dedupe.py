@@ -52,7 +52,7 @@ class QueueDedupe:
         self.duplicates = 0  # publishes not taken because their key was in the queue
 
     def key_of(self, message: Message) -> bytes | None:
-        return self._reader.read(message)[0]
+        return self._reader.key(message)
 
     def duplicate(self, key: bytes) -> bool:
         """Whether an entry of the queue carries ``key`` (then the publish is counted as a

@@ -86,6 +86,24 @@ def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
     assert window.items() == [(b"3", 3, 0)]
 
 
+
+def test_a_window_stays_exact_past_many_evictions() -> None:
+    """Thousands of evictions (the FIFO list's front is cut off as it goes), with keys
+    added again and discarded among them: still the newest ``size`` keys, oldest first."""
+    window = Window(7)
+    model: list[bytes] = []
+    for step in range(30_000):
+        key = b"s%d" % (step % 11 if step % 13 == 0 else step)
+        if step % 17 == 0:
+            window.discard(key)
+            model = [k for k in model if k != key]
+            continue
+        window.add(key, step, 0)
+        model = [*[k for k in model if k != key], key][-7:]
+    assert [k for k, _, _ in window.items()] == model
+    assert window.floor <= min(window.keys.values())
+
+
 # -- reading one header from the raw properties ---------------------------------------------
 
 VALUES = st.recursive(

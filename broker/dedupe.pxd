@@ -1,0 +1,23 @@
+# C types for broker/dedupe.py when compiled (Cython pure-Python mode; the .py is the source).
+# An extension type: the publish path (broker/publishing.pxd cimports it) calls ``check`` and
+# ``admit`` as C, and they reach the header reader and the window (model/dedupe.pxd) as C.
+
+cimport cython
+
+from leveret.model.dedupe cimport HeaderReader as CHeaderReader
+from leveret.model.dedupe cimport Window as CWindow
+
+
+cdef class ExchangeDedupe:
+    cdef public object settings, scope, _log, _time, _ttl, _batches, _op
+    cdef public CWindow window
+    cdef public CHeaderReader reader
+    cdef public long long _expires, _order, _batch
+    cdef public Py_ssize_t duplicates
+    cdef public list _keys, _expiries
+
+    @cython.locals(window=CWindow, now="long long", expires="long long", key=bytes)
+    cpdef check(self, message)
+
+    @cython.locals(expires="long long", order="long long", window=CWindow)
+    cpdef admit(self, bytes key)

@@ -1,0 +1,49 @@
+# C types for model/dedupe.py when compiled (Cython pure-Python mode; the .py is the source).
+# Extension types: the header reader and the window are on a deduplicated publish's path, so
+# their fields are C struct slots, their per-publish methods cpdef (a C call from the
+# exchange's window, broker/dedupe.pxd), and the table whose one field is the key is read
+# with C integers through a pointer into the properties.
+
+cimport cython
+
+from leveret.model.message cimport Message as CMessage
+
+
+cdef class HeaderReader:
+    cdef public bytes _key, _head
+    cdef public object _other
+    cdef public Py_ssize_t _fixed
+
+    @cython.locals(at=Py_ssize_t, raw=bytes, peeked=tuple)
+    cpdef tuple read(self, CMessage message)
+
+    @cython.locals(at=Py_ssize_t, raw=bytes, peeked=tuple)
+    cpdef key(self, CMessage message)
+
+    @cython.locals(fixed=Py_ssize_t, n=Py_ssize_t, p="const unsigned char *", start=Py_ssize_t,
+                   size=Py_ssize_t, length=Py_ssize_t, data=bytes)
+    cpdef _alone(self, bytes raw, Py_ssize_t at)
+
+    cpdef tuple _walk(self, bytes raw, Py_ssize_t at)
+
+
+cdef class Window:
+    cdef public Py_ssize_t size
+    cdef public long long floor
+    cdef public bint timed
+    cdef public dict keys, expiry, _moved
+    cdef public list _fifo
+    cdef public Py_ssize_t _head
+
+    @cython.locals(expires="long long")
+    cpdef bint seen(self, bytes key, long long now)
+
+    @cython.locals(keys=dict, held=Py_ssize_t)
+    cpdef add(self, bytes key, long long order, long long expires)
+
+    cpdef _left(self, bytes key)
+
+    @cython.locals(fifo=list, head=Py_ssize_t, key=bytes)
+    cdef bytes _take(self)
+
+    cpdef _evict(self)
