@@ -8,6 +8,8 @@ cimport cython
 
 from leveret.model.message cimport Message as CMessage
 
+cdef bint COMPILED
+
 
 cdef class HeaderReader:
     cdef public bytes _key, _head
