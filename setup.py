@@ -127,13 +127,17 @@ class BuildExt(build_ext):
         ``leveret`` itself) does not have."""
         tree = Path(self.build_temp) / "pxd"
         (tree / "leveret").mkdir(parents=True, exist_ok=True)
-        (tree / "leveret" / "__init__.py").touch()
+        init = tree / "leveret" / "__init__.py"
+        if not init.exists():
+            init.touch()
         for ext in self.extensions:
             source = ROOT / (ext.name.removeprefix("leveret.").replace(".", "/") + ".pxd")
             target = tree / (ext.name.replace(".", "/") + ".pxd")
             if source.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
+                # With the source's time: Cython rebuilds a module only when a .pxd it
+                # depends on is newer than its C file (a copy stamped now rebuilt all).
+                shutil.copy2(source, target)
             else:
                 target.unlink(missing_ok=True)
         return str(tree)
