@@ -142,6 +142,9 @@ class StaleGuard(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.stale: set[str] = set()
+        # Per tree: the files' (mtime, size) when last judged, and the verdict; every
+        # compiled module's import asks, and hashing the tree each time cost ~2 ms.
+        self._judged: dict[Path, tuple[tuple[tuple[int, int], ...], bool]] = {}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
@@ -164,15 +167,29 @@ class StaleGuard(importlib.abc.MetaPathFinder):
 
     def _tree_is_stale(self, root: Path) -> bool:
         """Whether any stamped hot-path module under ``root`` was edited since compiled
-        (a few milliseconds of hashing, and only in a tree built in place)."""
+        (hashed again only when a source, ``.pxd`` or stamp changed size or time)."""
+        sources = [root / (name.partition(".")[2].replace(".", "/") + ".py")
+                   for name in COMPILED_MODULES]
+        seen = []
+        for source in sources:
+            for file in (source, source.with_suffix(".pxd"), stamp_of(source)):
+                try:
+                    info = file.stat()
+                    seen.append((info.st_mtime_ns, info.st_size))
+                except OSError:
+                    seen.append((-1, -1))
+        signature = tuple(seen)
+        judged = self._judged.get(root)
+        if judged is not None and judged[0] == signature:
+            return judged[1]
         stale = False
-        for name in COMPILED_MODULES:
-            source = root / (name.partition(".")[2].replace(".", "/") + ".py")
+        for name, source in zip(COMPILED_MODULES, sources):
             stamp = stamp_of(source)
             if source.is_file() and stamp.is_file() \
                     and stamp.read_text().strip() != source_digest(source):
                 self.stale.add(name)
                 stale = True
+        self._judged[root] = (signature, stale)
         return stale
 
 
