@@ -7,8 +7,9 @@ Theory of operation. ``load_config`` layers four sources, highest first:
 Every field has one *kind* (int, float, str, path, list of strings) which fixes
 how it is read from text (flags, environment) and from TOML (typed values, so
 ``port = "5672"`` is an error rather than a silent conversion), and at most one
-*check* (a range or a choice). A value is converted and checked where it is
-read, so a bad value is reported with the key and the source it came from, as
+*check* (a range or a choice); kinds and checks live in ``config_values.py``. A
+value is converted and checked where it is read, so a bad value is reported with
+the key and the source it came from, as
 one line: ``invalid port in environment variable LEVERET_PORT: expected an
 integer, got 'abc'``. Lower layers are still validated even when a higher one
 overrides them: a broken config file is an error, not a latent surprise.
@@ -23,15 +24,29 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from leveret.config_values import (
+    Check,
+    Invalid,
+    Kind,
+    choice,
+    from_text,
+    from_toml,
+    int_range,
+    names,
+    names_one,
+    no_check,
+    non_empty,
+    non_negative_float,
+    positive_float,
+)
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -197,155 +212,6 @@ class Config:
             raise ConfigError(f"invalid Config(): {problem}")
 
 
-# --- field kinds: reading a value from text or from TOML -------------------
-
-Kind = Literal["int", "float", "str", "path", "strs", "bool"]
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-
-
-class _Invalid(Exception):
-    """A problem with a value; the caller adds the key and the source."""
-
-
-_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-
-
-def _from_text(kind: Kind, text: str) -> Any:
-    """Read a value from a flag or an environment variable."""
-    if kind == "bool":
-        if text.strip().lower() not in _BOOLS:
-            raise _Invalid(f"expected true or false, got {text!r}")
-        return _BOOLS[text.strip().lower()]
-    if kind == "int":
-        if not _INT_RE.fullmatch(text.strip()):
-            raise _Invalid(f"expected an integer, got {text!r}")
-        return int(text)
-    if kind == "float":
-        try:
-            value = float(text)
-        except ValueError:
-            raise _Invalid(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise _Invalid(f"expected a finite number, got {text!r}")
-        return value
-    if kind == "path":
-        if not text.strip():
-            raise _Invalid("expected a path, got an empty string")
-        return Path(text).expanduser()
-    if kind == "strs":
-        # Comma-separated; "" is the empty list (for host: every interface).
-        return tuple(part.strip() for part in text.split(",") if part.strip())
-    return text
-
-
-def _from_toml(kind: Kind, value: Any) -> Any:
-    """Check a typed TOML (or already-typed flag) value; no silent coercion."""
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise _Invalid(f"expected true or false, got {_describe(value)}")
-        return value
-    # bool is an int subclass in Python; `port = true` is still a mistake.
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"expected an integer, got {_describe(value)}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _Invalid(f"expected a number, got {_describe(value)}")
-        if not math.isfinite(value):
-            raise _Invalid(f"expected a finite number, got {value!r}")
-        return float(value)
-    if kind == "path":
-        if isinstance(value, Path):
-            return value.expanduser()
-        if not isinstance(value, str):
-            raise _Invalid(f"expected a path string, got {_describe(value)}")
-        return _from_text(kind, value)
-    if kind == "strs":
-        if isinstance(value, str):  # `host = "::1"` reads as a one-element list
-            return _from_text(kind, value)
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise _Invalid(f"expected a list of strings, got {_describe(value)}")
-        return tuple(v.strip() for v in value)
-    if not isinstance(value, str):
-        raise _Invalid(f"expected a string, got {_describe(value)}")
-    return value
-
-
-def _describe(value: Any) -> str:
-    names = {
-        bool: "a boolean",
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        list: "a list",
-        dict: "a table",
-    }
-    return f"{names.get(type(value), type(value).__name__)} ({value!r})"
-
-
-# --- checks: return a problem description, or None --------------------------
-
-Check = Callable[[Any], "str | None"]
-
-
-def _int_range(low: int, high: int, why: str = "") -> Check:
-    def check(value: Any) -> str | None:
-        if not low <= value <= high:
-            return f"must be between {low} and {high}{why}, got {value}"
-        return None
-
-    return check
-
-
-def _positive_float(value: Any) -> str | None:
-    return None if value > 0 else f"must be greater than 0, got {value}"
-
-
-def _non_negative_float(value: Any) -> str | None:
-    return None if value >= 0 else f"must be 0 or greater, got {value}"
-
-
-def _non_empty(value: Any) -> str | None:
-    return None if value else "must not be empty"
-
-
-def _log_level(value: Any) -> str | None:
-    if value in LOG_LEVELS:
-        return None
-    return f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
-
-
-def _names(what: str) -> Check:
-    def check(value: Any) -> str | None:
-        for item in value:
-            if not item or any(c.isspace() for c in item):
-                return f"each {what} must be non-empty without spaces, got {item!r}"
-        return None
-
-    return check
-
-
-def _names_one(what: str) -> Check:
-    """A single name, checked as ``_names`` checks each of a list ("" is allowed: default)."""
-    inner = _names(what)
-
-    def check(value: Any) -> str | None:
-        return inner((value,)) if value else None
-
-    return check
-
-
-def _choice(*choices: str) -> Check:
-    def check(value: Any) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
-    return check
-
-
-def _no_check(value: Any) -> str | None:
-    return None
-
-
 def _check_ports(port: int, management_port: int) -> str | None:
     if port == management_port and port != 0:
         return f"port and management_port are both {port}"
@@ -355,59 +221,60 @@ def _check_ports(port: int, management_port: int) -> str | None:
 @dataclass(frozen=True)
 class _Field:
     kind: Kind
-    check: Check = _no_check
+    check: Check = no_check
 
 
 _FIELDS: dict[str, _Field] = {
-    "host": _Field("strs", _names("host")),
-    "port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "host": _Field("strs", names("host")),
+    "port": _Field("int", int_range(0, MAX_PORT, " (0 = any free port)")),
     "data_dir": _Field("path"),
-    "management_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
-    "prometheus_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "management_port": _Field("int", int_range(0, MAX_PORT, " (0 = any free port)")),
+    "prometheus_port": _Field("int", int_range(0, MAX_PORT, " (0 = any free port)")),
     "prometheus_authentication": _Field("bool"),
-    "management_host": _Field("strs", _names("host")),
+    "management_host": _Field("strs", names("host")),
     "load_definitions": _Field("str"),
-    "frame_max": _Field("int", _int_range(FRAME_MIN_SIZE, MAX_FRAME_MAX)),
+    "frame_max": _Field("int", int_range(FRAME_MIN_SIZE, MAX_FRAME_MAX)),
     # The spec lets 0 mean "no limit"; we ask for the number (65535) instead.
-    "channel_max": _Field("int", _int_range(1, MAX_SHORT)),
-    "heartbeat": _Field("int", _int_range(0, MAX_SHORT, " (0 = disabled)")),
-    "max_message_size": _Field("int", _int_range(1, MAX_MESSAGE_SIZE_LIMIT)),
-    "default_user": _Field("str", _non_empty),
+    "channel_max": _Field("int", int_range(1, MAX_SHORT)),
+    "heartbeat": _Field("int", int_range(0, MAX_SHORT, " (0 = disabled)")),
+    "max_message_size": _Field("int", int_range(1, MAX_MESSAGE_SIZE_LIMIT)),
+    "default_user": _Field("str", non_empty),
     "default_pass": _Field("str"),
-    "default_vhost": _Field("str", _non_empty),
-    "loopback_users": _Field("strs", _names("user")),
-    "disk_free_limit": _Field("int", _int_range(0, 2**63 - 1)),
-    "disk_capacity": _Field("int", _int_range(0, 2**63 - 1)),
-    "memory_high_watermark": _Field("float", _positive_float),
-    "memory_high_watermark_paging_ratio": _Field("float", _non_negative_float),
-    "queue_messages_in_memory": _Field("int", _int_range(0, 2**31 - 1, " (0 = no bound)")),
-    "log_level": _Field("str", _log_level),
-    "handshake_timeout": _Field("float", _positive_float),
-    "connection_max": _Field("int", _int_range(0, 2**31 - 1, " (0 = no limit)")),
-    "delayed_release_rate": _Field("int", _int_range(1, 2**31 - 1)),
-    "tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "default_vhost": _Field("str", non_empty),
+    "loopback_users": _Field("strs", names("user")),
+    "disk_free_limit": _Field("int", int_range(0, 2**63 - 1)),
+    "disk_capacity": _Field("int", int_range(0, 2**63 - 1)),
+    "memory_high_watermark": _Field("float", positive_float),
+    "memory_high_watermark_paging_ratio": _Field("float", non_negative_float),
+    "queue_messages_in_memory": _Field("int", int_range(0, 2**31 - 1, " (0 = no bound)")),
+    "log_level": _Field("str", choice(*LOG_LEVELS)),
+    "handshake_timeout": _Field("float", positive_float),
+    "connection_max": _Field("int", int_range(0, 2**31 - 1, " (0 = no limit)")),
+    "delayed_release_rate": _Field("int", int_range(1, 2**31 - 1)),
+    "tls_port": _Field("int", int_range(0, MAX_PORT, " (0 = any free port)")),
     "tls_certfile": _Field("path"),
     "tls_keyfile": _Field("path"),
     "tls_cafile": _Field("path"),
-    "tls_verify": _Field("str", _choice("none", "peer")),
+    "tls_verify": _Field("str", choice("none", "peer")),
     "tls_fail_if_no_peer_cert": _Field("bool"),
-    "tls_cert_login_from": _Field("str", _choice("distinguished_name", "common_name")),
-    "management_tls_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "tls_cert_login_from": _Field("str", choice("distinguished_name", "common_name")),
+    "management_tls_port": _Field("int", int_range(0, MAX_PORT, " (0 = any free port)")),
     "ready_file": _Field("path"),
-    "management_request_timeout": _Field("float", _positive_float),
-    "management_idle_timeout": _Field("float", _positive_float),
-    "collect_statistics_interval": _Field("float", _positive_float),
-    "management_allowed_origins": _Field("strs", _names("origin")),
-    "node_name": _Field("str", _names_one("node name")),
-    "etcd": _Field("strs", _names("etcd endpoint")),
-    "cluster_name": _Field("str", _names_one("cluster name")),
-    "replication_port": _Field("int", _int_range(0, MAX_PORT, " (0 = any free port)")),
+    "management_request_timeout": _Field("float", positive_float),
+    "management_idle_timeout": _Field("float", positive_float),
+    "collect_statistics_interval": _Field("float", positive_float),
+    "management_allowed_origins": _Field("strs", names("origin")),
+    "node_name": _Field("str", names_one("node name")),
+    "etcd": _Field("strs", names("etcd endpoint")),
+    "cluster_name": _Field("str", names_one("cluster name")),
+    "replication_port": _Field("int", int_range(0, MAX_PORT, " (0 = any free port)")),
     "replication_host": _Field("str"),
-    "replication_advertised_port": _Field("int", _int_range(0, MAX_PORT,
-                                                            " (0 = the replication_port)")),
-    "min_in_sync": _Field("int", _int_range(1, 64)),
+    "replication_advertised_port": _Field(
+        "int", int_range(0, MAX_PORT, " (0 = the replication_port)")
+    ),
+    "min_in_sync": _Field("int", int_range(1, 64)),
     # etcd grants no lease shorter than 2 s.
-    "lease_ttl": _Field("int", _int_range(2, 3600)),
+    "lease_ttl": _Field("int", int_range(2, 3600)),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(Config)} - {"explicit"}
 
@@ -457,7 +324,7 @@ def load_config(
         try:
             value = _normalise(name, read())
             problem = _FIELDS[name].check(value)
-        except _Invalid as exc:
+        except Invalid as exc:
             problem = str(exc)
         if problem is not None:
             raise ConfigError(f"invalid {name} in {source}: {problem}")
@@ -473,7 +340,7 @@ def load_config(
     for name, spec in _FIELDS.items():
         var = env_var(name)
         if var in env:
-            take(name, f"environment variable {var}", partial(_from_text, spec.kind, env[var]))
+            take(name, f"environment variable {var}", partial(from_text, spec.kind, env[var]))
 
     for name, raw in argv_options.items():
         if raw is None:
@@ -522,7 +389,7 @@ def _read_toml(path: Path, source: str) -> dict[str, Any]:
 
 
 def _toml_value(kind: Kind, raw: Any, path: Path, name: str) -> Any:
-    value = _from_toml(kind, raw)
+    value = from_toml(kind, raw)
     if name == "data_dir" and not value.is_absolute():
         # Relative to the file, not to wherever the broker happens to be started.
         value = path.parent / value
@@ -531,8 +398,8 @@ def _toml_value(kind: Kind, raw: Any, path: Path, name: str) -> Any:
 
 def _flag_value(kind: Kind, raw: Any) -> Any:
     if isinstance(raw, str):
-        return _from_text(kind, raw)
+        return from_text(kind, raw)
     if kind == "strs" and isinstance(raw, (list, tuple)):
         # A repeated flag (--host a --host b,c): each item may be comma-separated.
-        return tuple(h for item in raw for h in _from_text(kind, str(item)))
-    return _from_toml(kind, raw)
+        return tuple(h for item in raw for h in from_text(kind, str(item)))
+    return from_toml(kind, raw)
