@@ -23,6 +23,7 @@ from leveret.management_ui import (
     log_stream,
     messages,
     openapi_schemas,
+    overview,
     read,
     sessions,
     traces,
@@ -38,12 +39,12 @@ M, MON, POL, ADM = MANAGEMENT, MONITORING, POLICYMAKER, ADMINISTRATOR
 B = "bindings/{vhost}/e/{source}/{kind}/{dest}"
 
 ROUTES: list[tuple[str, str, Any, str | None]] = [
-    ("GET", "overview", read.overview, M),
-    ("GET", "whoami", read.whoami, M),
-    ("GET", "extensions", read.extensions, M),
-    ("GET", "auth", read.auth_info, None),
-    ("GET", "nodes", read.nodes, MON),
-    ("GET", "nodes/{node}", read.node, MON),
+    ("GET", "overview", overview.overview, M),
+    ("GET", "whoami", overview.whoami, M),
+    ("GET", "extensions", overview.extensions, M),
+    ("GET", "auth", overview.auth_info, None),
+    ("GET", "nodes", overview.nodes, MON),
+    ("GET", "nodes/{node}", overview.node, MON),
     ("GET", "connections", sessions.connections, M),
     ("GET", "connections/{name}", sessions.connection, M),
     ("DELETE", "connections/{name}", write.delete_connection, M),

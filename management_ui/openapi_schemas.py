@@ -41,7 +41,7 @@ SCHEMAS: dict[str, Any] = {
     "Error": obj({"error": STR, "reason": {"oneOf": [STR, {"type": "array"}]}}),
     "Health": obj({"status": {"type": "string", "enum": ["ok", "failed"]}}, reason=STR),
     # node, listeners, contexts and object_totals.consumers: monitoring users and
-    # administrators only (read.overview).
+    # administrators only (overview.overview).
     "Overview": obj({"management_version": STR, "rabbitmq_version": STR, "cluster_name": STR,
                      "product_name": STR, "product_version": STR,
                      "object_totals": obj({k: INT for k in (

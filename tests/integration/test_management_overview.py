@@ -5,7 +5,7 @@ tagged ``management`` or ``policymaker`` sees the queue totals, message_stats an
 exchange/queue counts of ``A`` only, its own connections and channels, no
 ``consumers`` count and no ``node``/``listeners``/``contexts``; a ``monitoring`` user
 (like an administrator) sees the whole broker. ``?columns=`` on the overview keeps
-whole top-level fields. ``management_ui/read.py``'s ``overview`` has the rules.
+whole top-level fields. ``management_ui/overview.py``'s ``overview`` has the rules.
 
 Runs against a private Leveret always, and against RabbitMQ when its API answers on
 127.0.0.1:15672 (skipped otherwise); what it creates there is deleted afterwards. The
