@@ -2,6 +2,7 @@
 
     python bench/spark_writer.py                          # 2 writers x 50,000 rows, 3 rounds
     python bench/spark_writer.py --writers 1 --rows 100000 --profile
+    python bench/spark_writer.py --ids                    # rows with their own message_id
     python bench/spark_writer.py --url amqp://...         # an already running broker
 
 Each writer is a process of its own, as Spark's tasks are, running what a sink task runs
@@ -50,17 +51,20 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
-def child(url: str, rows: int, batch_rows: int, size: int, prefix: str, profile: bool) -> None:
+def child(url: str, rows: int, batch_rows: int, size: int, prefix: str, profile: bool,
+          ids: bool) -> None:
     """One writer: build the batches, wait for the go line on stdin, publish, print CPU."""
     import pyarrow as pa
 
     from leveret.spark_sink.publisher import ConnectionPool, PublishOptions, publish_batches
 
     body = b"x" * size
+    sizes = [n for n in [batch_rows] * (rows // batch_rows) + [rows % batch_rows] if n]
     batches = [pa.RecordBatch.from_pydict({
-        "routing_key": pa.array(["bench"] * n), "body": pa.array([body] * n, pa.binary())})
-        for n in [batch_rows] * (rows // batch_rows) + [rows % batch_rows] if n]
-    opts = PublishOptions(url=url, exchange="spark-bench-x").checked(["routing_key", "body"])
+        "routing_key": pa.array(["bench"] * n), "body": pa.array([body] * n, pa.binary()),
+        **({"message_id": pa.array([f"{prefix}{b}-{i}" for i in range(n)])} if ids else {})})
+        for b, n in enumerate(sizes)]
+    opts = PublishOptions(url=url, exchange="spark-bench-x").checked(batches[0].schema.names)
     pool = ConnectionPool()
     pool.give(url, pool.take(url))  # connected, as a reused Spark worker's pool is
     print("ready", flush=True)
@@ -85,7 +89,8 @@ def one_round(url: str, broker_pid: int | None, args: argparse.Namespace, rnd: i
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--child", url, "--rows", str(per),
          "--batch-rows", str(args.batch_rows), "--size", str(args.size),
-         "--prefix", f"r{rnd}-w{w}-", *(["--profile"] if args.profile and w == 0 else [])],
+         "--prefix", f"r{rnd}-w{w}-", *(["--profile"] if args.profile and w == 0 else []),
+         *(["--ids"] if args.ids else [])],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for w in range(args.writers)]
     for p in procs:
@@ -121,12 +126,15 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile the first writer")
+    parser.add_argument("--ids", action="store_true",
+                        help="rows carry their own message_id (as e2e's source rows do)")
     parser.add_argument("--url", help="an already running broker (no broker CPU figures)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.rows, args.batch_rows, args.size, args.prefix, args.profile)
+        child(args.child, args.rows, args.batch_rows, args.size, args.prefix, args.profile,
+              args.ids)
         return
     proc = None
     url = args.url

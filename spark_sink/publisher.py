@@ -271,10 +271,12 @@ def _properties(batch: pa.RecordBatch, options: PublishOptions, id_prefix: str,
     rows = batch.num_rows
     present = {n: batch.column(names.index(n)).to_pylist() for n in SINK_PROPERTY_COLUMNS
                if n in names}
-    given = present.get("message_id")
-    ids: list[str] = [f"{id_prefix}{first_index + row}" for row in range(rows)]
-    if given is not None:
-        ids = [own if own is not None else made for own, made in zip(given, ids)]
+    ids: list[str] | None = present.get("message_id")
+    if ids is None:
+        ids = [f"{id_prefix}{first_index + row}" for row in range(rows)]
+    elif None in ids:  # a row without its own id gets the generated one
+        ids = [f"{id_prefix}{first_index + row}" if own is None else own
+               for row, own in enumerate(ids)]
     persistent = options.persistent
     if all(name == "message_id" for name in present):  # message_id and delivery mode only
         raws = [mid.encode() for mid in ids]
