@@ -21,9 +21,14 @@ to the pool only after a task that ended with everything confirmed; any error
 closes it.
 
 Rows are encoded column-wise: the Arrow columns become Python lists once per
-batch, and a row whose only varying property is its ``message_id`` (what a
-source row carries, or the generated id) gets its property bytes from a
-precomputed prefix, without walking the property table.
+batch (string bodies cast to bytes and null bodies filled by Arrow), a row whose
+only varying property is its ``message_id`` (what a source row carries, or the
+generated id) gets its property bytes from a precomputed prefix, without walking
+the property table, and rows sharing a routing key share one ``Basic.Publish``
+frame. Their frames are then encoded ``CHUNK_ROWS`` at a time
+(:func:`.wire.encode_publishes`) and handed to the connection as one buffer, so
+the client costs no Python call per row; a chunk never takes more than the room
+the confirm window has left.
 
 ``message_id`` is the row's own column when it has one (a source row carries
 its message's id through), else ``<prefix>-<partition>-<index>``, where the
