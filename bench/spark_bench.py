@@ -27,7 +27,8 @@ broker gets the same ones, in the same run, through the same bridge):
   (so less sensitive to other load than the rates): encoding and publishing ``--rows`` rows
   with ``publish_batches``, the driver's drain (socket to deliveries), splitting into
   partitions, pickling and unpickling them (Spark ships them to the executors so), and the
-  executor's conversion to Arrow.
+  executor's conversion to Arrow of the columns e2e's source declares (``--source-schema``).
+  Needs no Spark: ``--scenarios rowcost relay`` starts no JVM.
 * ``cold``: a fresh session in a child process (JVM up and one job run, no Python worker
   started yet), the first query's figures at the first ``--per-trigger``.
 * ``e2e-<n>``: the pipeline a user runs: the queue, filled by an untimed sink
@@ -303,6 +304,7 @@ class Bench:
 
         from leveret.spark_sink.amqp_client import Connection
         from leveret.spark_sink.publisher import ConnectionPool, PublishOptions, publish_batches
+        from leveret.spark_sink.schema import Layout
         from leveret.spark_sink.source import read_partition, split
 
         rows = self.args.rows
@@ -334,8 +336,10 @@ class Bench:
 
             cpu_us("drain_us", drain)
             delivered = [frames for _tag, frames in got]
+            fields = [tuple(f.split()) for f in self.args.source_schema.split(",") if f.strip()]
+            layout = Layout.of(fields or None, False)  # what e2e's source decodes
             parts = cpu_us("split_us", lambda: split(range(len(delivered)), delivered,
-                                                      self.args.partitions))
+                                                      self.args.partitions, layout))
             blob = cpu_us("pickle_us", lambda: pickle.dumps(parts))
             parts = cpu_us("unpickle_us", lambda: pickle.loads(blob))
             cpu_us("to_arrow_us", lambda: [b for p in parts for b in read_partition(p)])
@@ -492,8 +496,11 @@ def main() -> None:
                     result = cold_first_batch(args, burl, args.daemon_module)
                     results.setdefault("cold", {}).setdefault(name, []).append(result)
                     print(f"{'cold':>10} {name:>9}: {headline(result)}", flush=True)
-        spark = session()
-        register(spark)
+        # Scenarios without Spark alone (``--scenarios rowcost relay``) start no JVM.
+        with_spark = any(name.split("-")[0] not in NO_SPARK for name in args.scenarios)
+        spark = session() if with_spark else None
+        if spark is not None:
+            register(spark)
         bench = Bench(spark, args, tmp)
         # Warm-up: starts the JVM paths and Spark's Python workers (a user's JVM is up too),
         # as many as the measured runs use (a small batch alone would run as one task).
@@ -501,9 +508,10 @@ def main() -> None:
         # (and RabbitMQ's schedulers) ran its first measured repeat slower than the second.
         for burl in brokers.values():
             bench.reset(burl)
-            bench.sink(burl, args.warmup)
-            bench.stream(burl, args.warmup, into_exchange=True, partitions=args.partitions)
-            bench.reset(burl)
+            if spark is not None:
+                bench.sink(burl, args.warmup)
+                bench.stream(burl, args.warmup, into_exchange=True, partitions=args.partitions)
+                bench.reset(burl)
             fill_with_client(burl, args.warmup, args.size)
             relay(burl, args.warmup, args.warmup, args.size)
         plan: list[tuple[str, Any]] = []
@@ -535,7 +543,8 @@ def main() -> None:
                     print(f"{scenario:>10} {name:>9}: {headline(result)}", flush=True)
         for burl in brokers.values():
             bench.reset(burl)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     finally:
         if broker is not None:
             broker.terminate()

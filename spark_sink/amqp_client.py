@@ -295,6 +295,16 @@ class Connection:
         mandatory: bool = False,
     ) -> None:
         """Queue one publish; written in chunks, confirmed asynchronously."""
+        prefix = self.publish_prefix(exchange, routing_key, mandatory)
+        self._out.extend(wire.encode_publish(prefix, CHANNEL, raw_properties, body, self.frame_max))
+        self._out_size += len(body) + len(raw_properties) + PUBLISH_OVERHEAD
+        if self.confirms is not None:
+            self.confirms.published += 1
+        if self._out_size >= FLUSH_BYTES:
+            self.flush()
+
+    def publish_prefix(self, exchange: str, routing_key: str, mandatory: bool = False) -> bytes:
+        """The Basic.Publish method frame for this channel (cached)."""
         key = (exchange, routing_key, mandatory)
         prefix = self._publish_prefix.get(key)
         if prefix is None:
@@ -303,10 +313,16 @@ class Connection:
             prefix = self._publish_prefix[key] = wire.publish_prefix(
                 CHANNEL, exchange, routing_key, mandatory
             )
-        self._out.extend(wire.encode_publish(prefix, CHANNEL, raw_properties, body, self.frame_max))
-        self._out_size += len(body) + len(raw_properties) + PUBLISH_OVERHEAD
+        return prefix
+
+    def publish_encoded(self, frames: bytes, count: int) -> None:
+        """Queue ``count`` publishes already encoded as ``frames`` (the method frames from
+        :meth:`publish_prefix`, joined with :func:`wire.encode_publishes`): a batch of rows
+        costs one join and no call per message."""
+        self._out.append(frames)
+        self._out_size += len(frames)
         if self.confirms is not None:
-            self.confirms.published += 1
+            self.confirms.published += count
         if self._out_size >= FLUSH_BYTES:
             self.flush()
 

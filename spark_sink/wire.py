@@ -36,7 +36,7 @@ Everything here is pure: bytes in, values out.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pamqp import decode as pdecode
@@ -68,7 +68,7 @@ __all__ = [
     "FRAME_END", "FRAME_HEADER", "FRAME_HEARTBEAT", "FRAME_METHOD", "FRAME_OVERHEAD",
     "PROPERTY_FLAGS", "PROPERTY_NAMES", "decode_ack", "decode_confirm", "decode_content_header",
     "decode_deliver", "decode_nack", "decode_properties", "encode_ack", "encode_content",
-    "encode_properties", "encode_publish", "method_id", "publish_prefix", "shortstr",
+    "encode_properties", "encode_publish", "encode_publishes", "method_id", "publish_prefix", "shortstr",
 ]
 
 FRAME_HEADER_STRUCT = struct.Struct(">BHI")  # type, channel, payload size (the client's reader)
@@ -200,6 +200,27 @@ def encode_publish(
         return (prefix, head, raw_properties,
                 _END_THEN_BODY.pack(FRAME_END, FRAME_BODY, channel, size), body, _END)
     return (prefix, encode_content(channel, raw_properties, body, frame_max))
+
+
+def encode_publishes(
+    prefix: bytes | Sequence[bytes], channel: int, raw_properties: Sequence[bytes],
+    bodies: Sequence[bytes], frame_max: int,
+) -> list[bytes]:
+    """Many publishes as one list of pieces to join and write: for each message, what
+    :func:`encode_publish` gives it, without a Python call per message where its body
+    fits one frame. ``prefix`` is one method frame for all, or one per message."""
+    out: list[bytes] = []
+    prefixes = [prefix] * len(bodies) if isinstance(prefix, bytes) else prefix
+    limit = frame_max - FRAME_OVERHEAD
+    head, tail = _CONTENT_HEAD.pack, _END_THEN_BODY.pack
+    for pre, raw, body in zip(prefixes, raw_properties, bodies, strict=True):
+        size = len(body)
+        if 0 < size <= limit:
+            out += (pre, head(FRAME_HEADER, channel, 12 + len(raw), BASIC_CLASS, 0, size), raw,
+                    tail(FRAME_END, FRAME_BODY, channel, size), body, _END)
+        else:
+            out += encode_publish(pre, channel, raw, body, frame_max)
+    return out
 
 
 # --- incoming hot frames -----------------------------------------------------

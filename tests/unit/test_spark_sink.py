@@ -95,6 +95,36 @@ def test_many_rows_pipelined_through_a_small_window(broker, qname):
         conn.queue_delete(f"{qname}-a")
 
 
+def test_rows_are_written_in_chunks_within_the_confirm_window(broker, qname):
+    """Rows go out a chunk at a time, and a chunk never takes more than the room the
+    window has left; null bodies are empty messages, per-row keys route each row."""
+    setup_exchange(broker.url, qname)
+    pool = ConnectionPool()
+    conn = pool.take(broker.url)
+    pool.give(broker.url, conn)
+    outstanding: list[int] = []
+    publish_encoded = conn.publish_encoded
+
+    def watched(frames: bytes, count: int) -> None:
+        publish_encoded(frames, count)
+        outstanding.append(conn.confirms.outstanding)
+
+    conn.publish_encoded = watched
+    n = 600
+    batch = pa.RecordBatch.from_pydict({
+        "body": pa.array([b"z" * 10, None] * (n // 2), pa.binary()),
+        "routing_key": ["a", "b"] * (n // 2)})
+    opts = PublishOptions.from_options({"url": broker.url, "exchange": qname,
+                                        "confirmWindow": "50"}).checked(batch.schema.names)
+    assert publish_batches([batch], opts, "c-", pool) == n
+    assert len(outstanding) >= n // 50 and max(outstanding) <= 50
+    pool.close_all()
+    a, b = drain(broker.url, f"{qname}-a", n // 2), drain(broker.url, f"{qname}-b", n // 2)
+    assert len(a) == len(b) == n // 2
+    assert {m[2] for m in a} == {b"z" * 10} and {m[2] for m in b} == {b""}
+    assert [m[1]["message_id"] for m in a[:2]] == ["c-0", "c-2"]
+
+
 def test_errors_are_named(broker, qname):
     with pytest.raises(ValueError, match="needs a 'body' column"):
         LeveretBatchWriter({"url": broker.url}, ["payload"])

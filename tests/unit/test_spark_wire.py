@@ -60,6 +60,24 @@ def test_publish_frames_match_pamqp(exchange, routing_key, mandatory, body):
     assert b"".join(wire.encode_publish(prefix, 1, props, body, frame_max=1024)) == expected
 
 
+@given(messages=st.lists(st.tuples(st.sampled_from(["a", "bb", ""]), st.binary(max_size=2500),
+                                    st.text(max_size=20)), max_size=8),
+       shared=st.booleans())
+def test_a_batch_of_publishes_is_each_publish_joined(messages, shared):
+    """encode_publishes is encode_publish per message (checked against pamqp above),
+    whatever the bodies: empty, one frame, several frames; one method frame or one each."""
+    prefixes = [wire.publish_prefix(1, "x", "k" if shared else key, False)
+                for key, _body, _mid in messages]
+    props = [wire.encode_properties({"delivery_mode": 2, "message_id": mid or None})
+             for _key, _body, mid in messages]
+    bodies = [body for _key, body, _mid in messages]
+    one = wire.publish_prefix(1, "x", "k", False)
+    mine = wire.encode_publishes(one if shared else prefixes, 1, props, bodies, frame_max=1024)
+    expected = [piece for pre, raw, body in zip(prefixes, props, bodies)
+                for piece in wire.encode_publish(pre, 1, raw, body, frame_max=1024)]
+    assert b"".join(mine) == b"".join(expected)
+
+
 def test_ack_and_incoming_methods_match_pamqp():
     assert wire.encode_ack(1, 77, True) == pframe.marshal(commands.Basic.Ack(77, True), 1)
     deliver = pframe.marshal(commands.Basic.Deliver("ctag", 5, True, "ex", "rk"), 1)
