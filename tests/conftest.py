@@ -23,8 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from leveret.node import ready_file
+
+# Property tests answer for what they find, not for how fast: hypothesis's default 200 ms
+# deadline per example and its too-slow health check fail a correct test on a busy machine.
+# Loaded here, before any test module builds its own ``@settings``, so those inherit it.
+settings.register_profile("leveret", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("leveret")
 
 # What ``--quick`` runs besides the unit tests: a node id prefix each (a file, or a test).
 QUICK = (
