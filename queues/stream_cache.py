@@ -87,13 +87,14 @@ class Prepared:
 
 def prepared(stored: StoredEntry, splicer: OffsetSplicer) -> Prepared:
     """``stored`` ready to deliver: its properties carry ``x-stream-offset``."""
-    message = stored.message
+    seq, _, message, expires_at = stored  # a tuple: unpacked at once, not field by field
+    raw = message.raw_properties
     try:
-        raw = splicer.splice(message.raw_properties, stored.seq)
+        spliced = splicer.splice(raw, seq)
     except ValueError:
-        raw = message.raw_properties  # accepted at publish; relayed as it is
-    return Prepared(stored.seq, Message(message.exchange, message.routing_key, raw,
-                                        message.body), stored.expires_at)
+        spliced = raw  # accepted at publish; relayed as it is
+    return Prepared(seq, Message(message.exchange, message.routing_key, spliced, message.body),
+                    expires_at)
 
 
 class _Page:
