@@ -8,10 +8,11 @@ reads each entry from the store, decodes it and splices its ``x-stream-offset``
 header (``stream_header.py``): ten consumers, ten times the work. Here the log
 is cut into *pages* of ``PAGE`` offsets aligned on multiples of ``PAGE``; a
 page is read in one store transaction, each entry prepared once for delivery
-(its message with the ``x-stream-offset`` header already in its properties, and
-its content frames encoded by its first delivery and reused by the others on a
-channel of the same number and frame_max: only the deliver method frame is each
-consumer's), and kept while it fits in ``CACHE_BYTES``. A reader takes a slice
+(its message with the ``x-stream-offset`` header already in its properties, and,
+while the stream has more than one reader, its content frames encoded by its first
+delivery and reused by the others on a channel of the same number and frame_max: only
+the deliver method frame is each consumer's; a lone reader encodes each delivery whole,
+``Reader.deliver_run``), and kept while it fits in ``CACHE_BYTES``. A reader takes a slice
 of a page: the entries themselves are shared, never copied.
 
 Eviction knows where the readers are (``positions``), since least-recently-used
