@@ -423,28 +423,48 @@ def encode_deliver_with_content(
     built with a single join, which is what a consumer delivery wants. Compiled, it is a
     C function the channel calls directly (``fastpath.pxd``).
     """
-    cache = _shortstr_cache
-    ctag = cache.get(consumer_tag) or _shortstr(consumer_tag)
-    exch = cache.get(exchange) or _shortstr(exchange)
-    rkey = cache.get(routing_key) or _shortstr(routing_key)
     size = len(body)
     try:
-        method = _METHOD_HEAD.pack(
-            FRAME_METHOD, channel, 13 + len(ctag) + len(exch) + len(rkey), BASIC_DELIVER)
-        tag_bits = _TAG_BITS.pack(delivery_tag, 1 if redelivered else 0)
+        heads = _deliver_heads.get((channel, consumer_tag, exchange, routing_key))
+        if heads is None:
+            heads = _new_deliver_heads(channel, consumer_tag, exchange, routing_key)
+        head, names = heads
+        tag_bits = _pack_tag_bits(delivery_tag, 1 if redelivered else 0)
         if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
             # The usual delivery, a body in one frame: one join, no list of parts.
             return b"".join((
-                method, ctag, tag_bits, exch, rkey,
-                _END_THEN_HEADER_HEAD.pack(FRAME_END, FRAME_HEADER, channel,
+                head, tag_bits, names,
+                _pack_end_then_header_head(FRAME_END, FRAME_HEADER, channel,
                                            _CONTENT_HEADER_PREFIX + len(raw_properties),
                                            class_id, 0, size),
                 raw_properties,
-                _END_THEN_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, size),
+                _pack_end_then_body_head(FRAME_END, FRAME_BODY, channel, size),
                 body,
                 FRAME_END_BYTE,
             ))
         parts = _content_parts(channel, raw_properties, body, frame_max, class_id)
-        return b"".join((method, ctag, tag_bits, exch, rkey, FRAME_END_BYTE, *parts))
+        return b"".join((head, tag_bits, names, FRAME_END_BYTE, *parts))
     except struct.error as exc:
         raise ValueError(f"Basic.Deliver field out of range: {exc}") from exc
+
+
+# Basic.Deliver's bytes before its delivery tag (frame head, method id, consumer tag) and
+# after its redelivered bit (exchange, routing key), by (channel, consumer tag, exchange,
+# routing key): they repeat across a consumer's deliveries, so the usual delivery packs
+# only its tag and its content heads. Bounded and cleared as the shortstr cache is.
+_deliver_heads: dict[tuple[int, str, str, str], tuple[bytes, bytes]] = {}
+# Bound once: a struct's ``pack`` looked up per call costs as much as the packing.
+_pack_tag_bits = _TAG_BITS.pack
+_pack_end_then_header_head = _END_THEN_HEADER_HEAD.pack
+_pack_end_then_body_head = _END_THEN_BODY_HEAD.pack
+
+
+def _new_deliver_heads(channel: int, consumer_tag: str, exchange: str,
+                       routing_key: str) -> tuple[bytes, bytes]:
+    ctag, exch, rkey = _shortstr(consumer_tag), _shortstr(exchange), _shortstr(routing_key)
+    heads = (_METHOD_HEAD.pack(FRAME_METHOD, channel, 13 + len(ctag) + len(exch) + len(rkey),
+                               BASIC_DELIVER) + ctag, exch + rkey)
+    if len(_deliver_heads) >= SHORTSTR_CACHE_MAX:
+        _deliver_heads.clear()
+    _deliver_heads[(channel, consumer_tag, exchange, routing_key)] = heads
+    return heads

@@ -297,7 +297,7 @@ class Stream(Queue):
                     continue
                 ahead.extend(page)
             if reader.plain:  # no seek, filter or tracking: deliver what credit allows
-                reader.deliver_run(self.dispatcher, self)
+                reader.deliver_run(self.dispatcher, self, len(self._readers) > 1)
                 continue
             stored = ahead.popleft()
             reader.position = stored.seq + 1
@@ -310,14 +310,17 @@ class Stream(Queue):
             self._deliver(consumer, stored)
 
     def _deliver(self, consumer: Consumer, shared: Prepared) -> None:
-        """``shared`` is the readers' (``stream_cache.py``), its content frames too: the
-        entry is this delivery's."""
+        """``shared`` is the readers' (``stream_cache.py``), its content frames too when
+        other readers may deliver it (``Reader.deliver_run``): the entry is this delivery's."""
         entry = QueueEntry(shared.seq, shared.message)
         entry.holder = consumer
         dispatcher = self.dispatcher
         dispatcher.unacked += 1
         dispatcher.delivered += 1
-        consumer.deliver_shared(entry, shared)
+        if len(self._readers) > 1:
+            consumer.deliver_shared(entry, shared)
+        else:
+            consumer.deliver(entry)
 
     # -- settling: credit only ---------------------------------------------------------------
 

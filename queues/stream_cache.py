@@ -8,10 +8,11 @@ reads each entry from the store, decodes it and splices its ``x-stream-offset``
 header (``stream_header.py``): ten consumers, ten times the work. Here the log
 is cut into *pages* of ``PAGE`` offsets aligned on multiples of ``PAGE``; a
 page is read in one store transaction, each entry prepared once for delivery
-(its message with the ``x-stream-offset`` header already in its properties, and
-its content frames encoded by its first delivery and reused by the others on a
-channel of the same number and frame_max: only the deliver method frame is each
-consumer's), and kept while it fits in ``CACHE_BYTES``. A reader takes a slice
+(its message with the ``x-stream-offset`` header already in its properties, and,
+while the stream has more than one reader, its content frames encoded by its first
+delivery and reused by the others on a channel of the same number and frame_max: only
+the deliver method frame is each consumer's; a lone reader encodes each delivery whole,
+``Reader.deliver_run``), and kept while it fits in ``CACHE_BYTES``. A reader takes a slice
 of a page: the entries themselves are shared, never copied.
 
 Eviction knows where the readers are (``positions``), since least-recently-used
@@ -87,13 +88,14 @@ class Prepared:
 
 def prepared(stored: StoredEntry, splicer: OffsetSplicer) -> Prepared:
     """``stored`` ready to deliver: its properties carry ``x-stream-offset``."""
-    message = stored.message
+    seq, _, message, expires_at = stored  # a tuple: unpacked at once, not field by field
+    raw = message.raw_properties
     try:
-        raw = splicer.splice(message.raw_properties, stored.seq)
+        spliced = splicer.splice(raw, seq)
     except ValueError:
-        raw = message.raw_properties  # accepted at publish; relayed as it is
-    return Prepared(stored.seq, Message(message.exchange, message.routing_key, raw,
-                                        message.body), stored.expires_at)
+        spliced = raw  # accepted at publish; relayed as it is
+    return Prepared(seq, Message(message.exchange, message.routing_key, spliced, message.body),
+                    expires_at)
 
 
 class _Page:

@@ -25,6 +25,7 @@ _u32 = struct.Struct(">I")
 
 
 _VALUE = struct.Struct(">q")
+_pack_value = _VALUE.pack  # bound once: a per-entry lookup of ``pack`` costs as much as packing
 _FIELD_HEAD = _FIELD.pack(len(_NAME), _NAME, ord("l"), 0)[:-_VALUE.size]  # before the value
 
 
@@ -87,4 +88,4 @@ class OffsetSplicer:
         if raw != self._raw:
             self._head, self._tail = spliced(raw)
             self._raw = raw
-        return b"".join((self._head, _VALUE.pack(offset), self._tail))
+        return b"".join((self._head, _pack_value(offset), self._tail))

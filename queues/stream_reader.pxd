@@ -15,4 +15,4 @@ cdef class Reader:
     cdef public bint match_unfiltered
 
     @cython.locals(entry=CQueueEntry, shared=CPrepared)
-    cpdef deliver_run(self, CDispatcher dispatcher, CQueue queue)
+    cpdef deliver_run(self, CDispatcher dispatcher, CQueue queue, bint share_frames)

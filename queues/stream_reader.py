@@ -67,11 +67,14 @@ class Reader:
             return min(READ_AHEAD, max(self.consumer.prefetch, 1))
         return READ_AHEAD
 
-    def deliver_run(self, dispatcher: Dispatcher, queue: Queue) -> None:
+    def deliver_run(self, dispatcher: Dispatcher, queue: Queue, share_frames: bool) -> None:
         """Deliver the read-ahead while the consumer has credit, for a ``plain`` reader:
-        each delivery's entry is its own, its message and frames the page's."""
+        each delivery's entry is its own, its message the page's. With ``share_frames``
+        (other readers may deliver the same entries) the content frames are encoded once
+        and kept on the page; a lone reader would only pay to keep them, so its deliveries
+        are encoded whole, in one join, as a queue's are."""
         consumer, ahead = self.consumer, self.ahead
-        deliver, can_take = consumer.deliver_shared, consumer.can_take
+        can_take = consumer.can_take
         shared = None
         while ahead and can_take() and not queue.deleted:
             shared = ahead.popleft()
@@ -79,7 +82,10 @@ class Reader:
             entry.holder = consumer
             dispatcher.unacked += 1
             dispatcher.delivered += 1
-            deliver(entry, shared)
+            if share_frames:
+                consumer.deliver_shared(entry, shared)
+            else:
+                consumer.deliver(entry)
         if shared is not None:
             self.position = shared.seq + 1
 

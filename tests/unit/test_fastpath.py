@@ -460,3 +460,17 @@ def test_where_fast_decoders_succeed_pamqp_agrees(data: bytes) -> None:
         # pamqp reads longlong as signed; compare tags modulo 2**64.
         theirs = tuple(v % 2**64 if f == "delivery_tag" else v for f, v in zip(fields, theirs))
         assert ours == theirs
+
+
+def test_the_deliver_heads_cache_is_bounded_and_keyed_by_all_four() -> None:
+    for i in range(fp.SHORTSTR_CACHE_MAX * 2 + 10):
+        fp.encode_deliver_with_content(1 + i % 3, f"ctag-{i}", i, False, "amq.direct",
+                                       f"rk-{i}", b"\x00\x00", b"x", 0)
+    assert len(fp._deliver_heads) <= fp.SHORTSTR_CACHE_MAX
+    for channel, ctag, exchange, rkey in [(1, "a", "", "q"), (2, "a", "", "q"),
+                                          (1, "b", "", "q"), (1, "a", "x", "q"),
+                                          (1, "a", "", "r"), (1, "a", "", "q")]:
+        assert fp.encode_deliver_with_content(
+            channel, ctag, 7, True, exchange, rkey, b"\x00\x00", b"body", 0) == (
+            fp.encode_deliver(channel, ctag, 7, True, exchange, rkey)
+            + b"".join(fp.encode_content(channel, b"\x00\x00", b"body", 0)))

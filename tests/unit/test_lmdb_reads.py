@@ -1,7 +1,8 @@
 """The LMDB store reads a paged tail back a column at a time (``persistence/lmdb_reads.py``):
 whatever the run holds (records with different heads, names that are not UTF-8, entries
-with expiries or delivered marks, messages shared with another queue, removed entries),
-it returns what the in-memory store does."""
+with expiries or delivered marks, every entry with its own expiry as a stream's carry its
+chunk's time, messages shared with another queue, removed entries), it returns what the
+in-memory store does."""
 
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ def _seen(stored: list[StoredEntry]) -> list[tuple[object, ...]]:
 
 @settings(max_examples=40, deadline=None)
 @given(entries=entries, below=st.integers(0, 70), start=st.integers(0, 70),
-       limit=st.integers(1, 80), every=st.sampled_from([1, 3, 1024]))
+       limit=st.integers(1, 80), every=st.sampled_from([1, 3, 1024]), stamped=st.booleans())
 def test_read_queue_returns_what_the_memory_store_does(
         entries: list[tuple[int, bytes, int, bool, bool, bool]], below: int, start: int,
-        limit: int, every: int) -> None:
+        limit: int, every: int, stamped: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         lmdb_store = LmdbStore(Path(tmp) / "store", map_size=1 << 26)
         lmdb_store.pages.every = every  # a run read in chunks of a release's worth
@@ -52,6 +53,8 @@ def test_read_queue_returns_what_the_memory_store_does(
                 other = store.put_queue(QueueDef("/", "other"))
                 for seq, (head, body, expires_at, transient, shared, _) in enumerate(entries):
                     message = Message(*HEADS[head], body)
+                    if stamped:  # each its own (a stream's entries: their chunk's time)
+                        expires_at = 1_900_000_000_000 + seq
                     store.enqueue(qid, seq, message, transient, expires_at)
                     if shared:
                         store.enqueue(other, seq, message)
