@@ -74,7 +74,7 @@ COMPILED_MODULES: Final = (
     "leveret.queues.stream_header", "leveret.queues.stream_cache", "leveret.queues.stream_reader",
     "leveret.queues.stream",
     "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
-    "leveret.persistence.records", "leveret.confirms.tracker",
+    "leveret.persistence.records", "leveret.persistence.batch", "leveret.confirms.tracker",
     "leveret.model.dedupe", "leveret.broker.dedupe",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
