@@ -18,6 +18,7 @@ from typing import Any
 
 import lmdb
 
+from leveret.persistence import records  # encode_message: a C call when compiled (.pxd)
 from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
 from leveret.persistence.mapped_memory import ENTRY_SIZE, PAGE_SIZE, PageBudget, nearby
 from leveret.persistence.records import (
@@ -37,7 +38,6 @@ from leveret.persistence.records import (
     encode_dedupe_runs,
     encode_definition,
     encode_index_value,
-    encode_message,
 )
 from leveret.persistence.store import BindingDef
 
@@ -194,7 +194,7 @@ class LmdbWriter:
             # entry wait in ``_fresh_*`` and go in with one C call each (``_write_fresh``).
             if refs == 0:
                 self._fresh_message_keys.append(U64.pack(msg_id))
-                self._fresh_messages.append(encode_message(message))
+                self._fresh_messages.append(records.encode_message(message))
             self._fresh_index_keys.append(key)
             self._fresh_index.append(value)
             counter[1] = seq + 1
@@ -202,7 +202,7 @@ class LmdbWriter:
             self._write_fresh()
             self.spend()
             if refs == 0:  # first entry on disk: write the record (once for all queues)
-                self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
+                self.txn.put(U64.pack(msg_id), records.encode_message(message), db=self.messages)
             old = self.txn.replace(key, value, db=self.index)
             if old is not None:  # (qid, seq) reused: the old entry is replaced
                 self._forget_entry(key, old, counter)
