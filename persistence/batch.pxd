@@ -4,6 +4,10 @@
 # reading it a struct access, and the recorder's per-message methods are C calls (group
 # commit is a Python subclass: its own attributes live in its __dict__).
 
+cimport cython
+
+from leveret.model.message cimport Message as CMessage
+
 cdef class Enqueue:
     cdef public object qid, seq, message, delivery_count, expires_at
     cdef public bint transient, cancelled
@@ -22,7 +26,8 @@ cdef class Recorder:
     cdef _add(self, op)
     cpdef bint has_pending(self)
     cpdef hold(self, channel, seq)
-    cpdef enqueue(self, qid, seq, message, transient=*, expires_at=*, cluster=*)
+    @cython.locals(op=Enqueue)
+    cpdef enqueue(self, qid, seq, CMessage message, transient=*, expires_at=*, cluster=*)
     cpdef mark_delivered(self, qid, seq, message, delivery_count)
     cpdef mark_delivered_below(self, qid, below)
     cpdef remove(self, qid, seq, message=*)
