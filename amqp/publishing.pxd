@@ -3,10 +3,17 @@
 # (access, connection, confirms, counters) is a struct access, and the broker's publish
 # (cimported) a C call.
 
+cimport cython
+
 cimport leveret.broker.publishing as publishing
 from leveret.amqp.channel cimport Channel as CChannel
+from leveret.confirms.tracker cimport ConfirmTracker as CConfirmTracker
+from leveret.persistence.batch cimport Recorder as CRecorder
 
 
 cpdef complete(CChannel channel, publish, props, body)
 
+# The confirm branch: the tracker numbers the message and the group commit (a Recorder)
+# holds its confirm for the next commit, two C calls.
+@cython.locals(confirms=CConfirmTracker, store_log=CRecorder)
 cpdef publish_message(CChannel channel, message, mandatory, extra_routing_keys=*)

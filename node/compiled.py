@@ -42,12 +42,15 @@ at 20,000, pure 96-103k before and after. A stream's reader loop, page entry and
 took a stream delivery from 69.3k to 59.0k and a stream publish from 74.2k to 69.6k
 (``--scenario stream``, 3,000 x 1 KB). The store's write path (``persistence/apply``,
 ``lmdb_writer``, ``records``) and the confirm tracker run once or more for every persistent
-message, on the group commit's thread or the loop: they are compiled as they are, but for
-``records.pxd`` reading a record's message as C (with that path's trims, a relayed row
-216.1k -> 202.5k; ``docs/benchmarks.md``). The store's read-back (``persistence/lmdb_reads``)
-runs once for every message a paged queue or a stream reads back: compiled as it is, with the
-stream's delivery trims it took a one-reader stream delivery from 44.0k to 28.7k. The pure build stays the oracle: ``.ci/test`` runs the protocol, codec, queue and store
-tests on both.
+message, on the group commit's thread or the loop: compiled, with ``records.pxd`` reading a
+record's message as C (with that path's trims, a relayed row 216.1k -> 202.5k;
+``docs/benchmarks.md``). Then the batch record (``Enqueue``, ``Remove``), the recorder that
+group commit subclasses, the confirm tracker and the store writer became extension types
+too, the publish path holding the log and the tracker typed (a relayed row 171.6k -> 133.0k
+at 5,000). The store's read-back (``persistence/lmdb_reads``) runs once for every message a
+paged queue or a stream reads back: compiled as it is, with the stream's delivery trims it
+took a one-reader stream delivery from 44.0k to 28.7k. The pure build stays the oracle:
+``.ci/test`` runs the protocol, codec, queue and store tests on both.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ COMPILED_MODULES: Final = (
     "leveret.queues.stream_header", "leveret.queues.stream_cache", "leveret.queues.stream_reader",
     "leveret.queues.stream",
     "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
-    "leveret.persistence.records", "leveret.persistence.lmdb_reads", "leveret.confirms.tracker",
+    "leveret.persistence.records", "leveret.persistence.lmdb_reads", "leveret.persistence.batch",
+    "leveret.confirms.tracker",
     "leveret.model.dedupe", "leveret.broker.dedupe",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a

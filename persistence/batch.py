@@ -41,21 +41,37 @@ the order they were taken (group commit writes them one at a time, so they are).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from leveret.model.message import Message
 from leveret.persistence.records import Definition, binding_identity, encode_definition
 from leveret.persistence.store import BindingDef, QueueDef, StoreState
 
+if TYPE_CHECKING:
+    from leveret.persistence.group_commit import ConfirmSink
 
-@dataclass(slots=True)
+
 class Enqueue:
-    qid: int
-    seq: int
-    message: Message
-    delivery_count: int = 0
-    transient: bool = False
-    cancelled: bool = False
-    expires_at: int = 0  # absolute wall-clock ms of its TTL expiry; 0 = never
+    """Entry (qid, seq) for ``message``. A plain class, not a dataclass: compiled, it is an
+    extension type (``batch.pxd``) that the recorder builds and the writer reads as C."""
+
+    __slots__ = ("cancelled", "delivery_count", "expires_at", "message", "qid", "seq",
+                 "transient")
+
+    def __init__(self, qid: int, seq: int, message: Message, delivery_count: int = 0,
+                 transient: bool = False, cancelled: bool = False, expires_at: int = 0) -> None:
+        self.qid = qid
+        self.seq = seq
+        self.message = message
+        self.delivery_count = delivery_count
+        self.transient = transient
+        self.cancelled = cancelled
+        self.expires_at = expires_at  # absolute wall-clock ms of its TTL expiry; 0 = never
+
+    def __repr__(self) -> str:
+        return (f"Enqueue(qid={self.qid}, seq={self.seq}, delivery_count={self.delivery_count},"
+                f" transient={self.transient}, cancelled={self.cancelled},"
+                f" expires_at={self.expires_at})")
 
 
 @dataclass(slots=True)
@@ -81,10 +97,17 @@ class DeliveredBelow:
     cancelled: bool = False
 
 
-@dataclass(slots=True)
 class Remove:
-    qid: int
-    seq: int
+    """Entry (qid, seq) is gone (an ack); an extension type when compiled, as ``Enqueue``."""
+
+    __slots__ = ("qid", "seq")
+
+    def __init__(self, qid: int, seq: int) -> None:
+        self.qid = qid
+        self.seq = seq
+
+    def __repr__(self) -> str:
+        return f"Remove(qid={self.qid}, seq={self.seq})"
 
 
 @dataclass(slots=True)
@@ -179,8 +202,12 @@ SEQ_MASK = (1 << SEQ_CLUSTER_SHIFT) - 1
 class Recorder:
     """Builds the pending batch (loop thread only); ``take_batch`` detaches it.
 
-    Subclasses learn of every recorded operation through ``_recorded`` (group
-    commit schedules its write there).
+    Every recorded operation is counted (``_recorded_ops``), and while no write is
+    scheduled or running, subclasses are asked for one through ``_wanted`` (group commit
+    schedules its write there): once per batch, not once per operation. The publisher
+    confirms waiting for the pending batch are kept here too (``hold``), so that a
+    confirmed persistent publish is two C calls when compiled (``batch.pxd``); group commit
+    releases them.
     """
 
     def __init__(self, state: StoreState | None = None) -> None:
@@ -196,9 +223,29 @@ class Recorder:
         self._pending: dict[tuple[int, int], Enqueue | MarkDelivered] = {}
         self._below: dict[int, DeliveredBelow] = {}  # this batch's, by qid
         self._dedupe: dict[bytes, DedupeAppend] = {}  # this batch's, by window
+        self._recorded_ops = 0  # operations recorded since the last batch was taken
+        self._scheduled = False  # a write of the pending batch is scheduled (group commit)
+        self._writing = False  # a batch is being written (group commit)
+        # Confirm seqs each channel holds for the next commit: released as one list per
+        # channel, so a batch of 50,000 confirms costs a few calls, not 50,000.
+        self._held: dict[ConfirmSink, list[int]] = {}
 
     def _recorded(self, count: int = 1) -> None:
-        """Called after each operation (or run of ``count``) added to the batch."""
+        """After each operation (or run of ``count``) added to the batch."""
+        self._recorded_ops += count
+        if not self._scheduled and not self._writing:
+            self._wanted()
+
+    def _wanted(self) -> None:
+        """Operations wait and no write is scheduled or running (group commit's hook)."""
+
+    def hold(self, channel: ConfirmSink, seq: int) -> None:
+        """Release publisher confirm ``seq`` of ``channel`` after the next commit."""
+        seqs = self._held.get(channel)
+        if seqs is None:
+            self._held[channel] = [seq]
+        else:
+            seqs.append(seq)
 
     def has_pending(self) -> bool:
         return self._live > 0

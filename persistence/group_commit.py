@@ -69,11 +69,6 @@ class GroupCommit(Recorder):
         self.deferred = loop is not None  # confirms wait for a later commit
         self._executor = (concurrent.futures.ThreadPoolExecutor(1, "leveret-commit")
                           if loop is not None else None)
-        self._scheduled = False
-        self._writing = False
-        # Confirm seqs each channel holds for the next commit: released as one list per
-        # channel, so a batch of 50,000 confirms costs a few calls, not 50,000.
-        self._held: dict[ConfirmSink, list[int]] = {}
         self._callbacks: list[Waiter] = []
         self._idle: asyncio.Future[None] | None = None
         self.commits = 0
@@ -81,7 +76,6 @@ class GroupCommit(Recorder):
         # Per batch, for Prometheus (commit_stats.py): operations, and write+fsync seconds.
         self.batch_sizes = Histogram(BATCH_BOUNDS)
         self.write_seconds = Histogram(WRITE_BOUNDS)
-        self._recorded_ops = 0  # operations recorded since the last batch was taken
         # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
         # and is released (its after_commit callbacks run) with that batch's ``ok``.
         self.batch = 0
@@ -92,12 +86,12 @@ class GroupCommit(Recorder):
         self._turn: asyncio.Future[None] | None = None
         self._compacting = False
 
-    def _recorded(self, count: int = 1) -> None:
-        """Every recorded operation: write it now, or schedule a write for this loop turn."""
-        self._recorded_ops += count
+    def _wanted(self) -> None:
+        """Operations wait (``Recorder._recorded``): write them now, or schedule a write for
+        this loop turn."""
         if not self.deferred:
             self._write_now()
-        elif not self._scheduled and not self._writing:
+        else:
             self._scheduled = True
             assert self.loop is not None
             self.loop.call_soon(self._start)
@@ -121,14 +115,6 @@ class GroupCommit(Recorder):
         return self.store.queue_stats(qid)
 
     # -- waiting for durability ---------------------------------------------------
-
-    def hold(self, channel: ConfirmSink, seq: int) -> None:
-        """Release publisher confirm ``seq`` of ``channel`` after the next commit."""
-        seqs = self._held.get(channel)
-        if seqs is None:
-            self._held[channel] = [seq]
-        else:
-            seqs.append(seq)
 
     def after_commit(self, callback: Waiter) -> None:
         """Run ``callback(ok)`` once everything recorded so far is committed (or failed)."""

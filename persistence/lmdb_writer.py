@@ -18,6 +18,7 @@ from typing import Any
 
 import lmdb
 
+from leveret.persistence import records  # encode_message: a C call when compiled (.pxd)
 from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
 from leveret.persistence.mapped_memory import ENTRY_SIZE, PAGE_SIZE, PageBudget, nearby
 from leveret.persistence.records import (
@@ -37,7 +38,6 @@ from leveret.persistence.records import (
     encode_dedupe_runs,
     encode_definition,
     encode_index_value,
-    encode_message,
 )
 from leveret.persistence.store import BindingDef
 
@@ -51,6 +51,13 @@ COUNTER_PREFIX = b"c"
 
 
 _ID_MASK = (1 << CLUSTER_SHIFT) - 1  # a message id's counter, under its cluster byte
+# The per-message lines' packers, bound once: each use is then a call, without the lookup
+# of the method on its ``Struct`` first.
+_pack_index_key = INDEX_KEY.pack
+_pack_index_sized = INDEX_SIZED.pack
+_unpack_index_sized = INDEX_SIZED.unpack
+_pack_id = U64.pack
+_INDEX_SIZED_SIZE = INDEX_SIZED.size
 
 
 def _put_new_records(cursor: Any, keys: list[bytes], records: list[bytes]) -> None:
@@ -179,22 +186,22 @@ class LmdbWriter:
             first_new = self._first_new
             refs = 0 if 0 <= first_new <= msg_id & _ID_MASK else self.refcount(msg_id, False)
         qid, seq = op.qid, op.seq
-        key = INDEX_KEY.pack(qid, seq)
+        key = _pack_index_key(qid, seq)
         size = len(message.body)
         transient = op.transient
         if transient or op.expires_at:
             value = encode_index_value(
                 msg_id, op.delivery_count, FLAG_TRANSIENT if transient else 0, op.expires_at, size)
         else:  # the usual entry: encode_index_value's last case, without the call
-            value = INDEX_SIZED.pack(msg_id, op.delivery_count, FLAG_SIZED, size)
+            value = _pack_index_sized(msg_id, op.delivery_count, FLAG_SIZED, size)
         counter = self.counters.get(qid) or self.counter(qid)
         seq &= SEQ_MASK
         if seq >= counter[1]:
             # Above every seq the queue has on disk, so the key is new: the record and the
             # entry wait in ``_fresh_*`` and go in with one C call each (``_write_fresh``).
             if refs == 0:
-                self._fresh_message_keys.append(U64.pack(msg_id))
-                self._fresh_messages.append(encode_message(message))
+                self._fresh_message_keys.append(_pack_id(msg_id))
+                self._fresh_messages.append(records.encode_message(message))
             self._fresh_index_keys.append(key)
             self._fresh_index.append(value)
             counter[1] = seq + 1
@@ -202,7 +209,7 @@ class LmdbWriter:
             self._write_fresh()
             self.spend()
             if refs == 0:  # first entry on disk: write the record (once for all queues)
-                self.txn.put(U64.pack(msg_id), encode_message(message), db=self.messages)
+                self.txn.put(U64.pack(msg_id), records.encode_message(message), db=self.messages)
             old = self.txn.replace(key, value, db=self.index)
             if old is not None:  # (qid, seq) reused: the old entry is replaced
                 self._forget_entry(key, old, counter)
@@ -250,16 +257,16 @@ class LmdbWriter:
             self._last_qid = qid
             self.spend()
         self._last_seq = seq
-        key = INDEX_KEY.pack(qid, seq)
+        key = _pack_index_key(qid, seq)
         cursor = self._index_cursor
         if cursor is None:
             cursor = self._index()
         value = cursor.pop(key)
         if value is None:  # absent: its enqueue was in a batch that failed
             return
-        if len(value) == INDEX_SIZED.size and value[12] == FLAG_SIZED:
+        if len(value) == _INDEX_SIZED_SIZE and value[12] == FLAG_SIZED:
             # The usual entry (_forget_entry's commonest case, without its calls).
-            msg_id, _, _, size = INDEX_SIZED.unpack(value)
+            msg_id, _, _, size = _unpack_index_sized(value)
             refs = self.refs.get(msg_id)
             if refs is None:
                 refs = self.refcount(msg_id, True)
@@ -428,7 +435,7 @@ class LmdbWriter:
             if msg_id in counted:  # one entry left (absent means one) or none
                 txn.delete(U64.pack(msg_id), db=self.refs_db)
             if refs <= 0:
-                record = messages.pop(U64.pack(msg_id))
+                record = messages.pop(_pack_id(msg_id))
                 if msg_id == last_deleted + 1:
                     near += nearby(len(record) if record is not None else 0)
                     if near >= 1:

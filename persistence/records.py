@@ -189,8 +189,12 @@ def dedupe_scope(vhost: str, exchange: str) -> bytes:
 # -- messages -------------------------------------------------------------------
 
 def encode_message(message: Message) -> bytes:
-    exchange = message.exchange.encode("utf-8", "surrogateescape")
-    routing_key = message.routing_key.encode("utf-8", "surrogateescape")
+    # Names typed ``str`` when compiled (records.pxd): encoding them is a C-API call, not
+    # a method lookup and call; the default exchange's empty name is not encoded at all.
+    exchange_name: str = message.exchange
+    routing_key_name: str = message.routing_key
+    exchange = exchange_name.encode("utf-8", "surrogateescape") if exchange_name else b""
+    routing_key = routing_key_name.encode("utf-8", "surrogateescape")
     props = message.raw_properties
     head = MESSAGE_HEAD.pack(len(exchange), len(routing_key), len(props))
     return b"".join((head, exchange, routing_key, props, message.body))

@@ -4,6 +4,7 @@
 
 cimport cython
 
+from leveret.persistence.batch cimport Recorder as CRecorder
 from leveret.queues.consumer_ring cimport ConsumerRing as CConsumerRing
 from leveret.queues.dispatch cimport Dispatcher as CDispatcher
 from leveret.queues.entry cimport QueueEntry as CQueueEntry
@@ -25,3 +26,10 @@ cdef class Queue:
 
     @cython.locals(dispatcher=CDispatcher, ring=CConsumerRing)
     cpdef settle(self, CQueueEntry entry)
+
+    # A durable queue's log is the group commit (a Recorder): its per-message calls are C.
+    @cython.locals(log=CRecorder)
+    cpdef written(self, seq)
+
+    @cython.locals(log=CRecorder)
+    cpdef note_delivered(self, CQueueEntry entry)
