@@ -31,22 +31,21 @@ cdef class HeaderReader:
 
 cdef class Window:
     cdef public Py_ssize_t size
-    cdef public long long floor, _taken
+    cdef public long long floor
     cdef public bint timed
     cdef public dict keys, expiry, _moved
     cdef public list _fifo
-    cdef public object _places
-    cdef public Py_ssize_t _head, _count, _mask
+    cdef public Py_ssize_t _head
 
     @cython.locals(expires="long long")
     cpdef bint seen(self, bytes key, long long now)
 
-    @cython.locals(keys=dict, held=Py_ssize_t, at=Py_ssize_t)
+    @cython.locals(keys=dict, held=Py_ssize_t)
     cpdef add(self, bytes key, long long order, long long expires)
 
-    cpdef _regrow(self)
+    cpdef _left(self, bytes key)
 
-    @cython.locals(head=Py_ssize_t, key=bytes)
+    @cython.locals(fifo=list, head=Py_ssize_t, key=bytes)
     cdef bytes _take(self)
 
     cpdef _evict(self)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -310,26 +309,21 @@ def message_ttl(value: object, default: int | None) -> int | None:
     return default if ttl is None else ttl
 
 
-# The FIFO ring's first capacity (a power of two; it doubles as the window fills).
-_RING = 64
+# Places taken from the front of a window's FIFO list before it may be cut down.
+_CUT = 4096
 
 
 class Window:
     """Keys seen, each with its place in the window (``order``, increasing) and, if it has
     one, its expiry (wall-clock ms).
 
-    ``add`` evicts the oldest key beyond ``size`` (exact FIFO). ``keys`` holds the keys (a
-    dict whose values are all None); ``_fifo`` holds them by place in a ring (a list of a
-    power-of-two length, ``_count`` of them from ``_head`` on) and ``_places`` their places
-    beside them (machine integers in an ``array``), so the oldest is found without walking
-    the dict. A million-key window is out of the caches, so its layout is its cost: places
-    kept beside the FIFO are read in order, where a place as the dict's value was one cold
-    integer object per eviction, read and freed; and a full window's ring is written and
-    read in place, where a list appended to at its end and cut at its front was copied
-    each time it grew (``docs/benchmarks.md``, "Deduplication"). A key added again, or
-    discarded, leaves its old place in the ring behind; ``_moved`` counts those, eviction
-    skips them, and a full ring that is mostly such places is compacted rather than grown.
-    Expiries are a dict holding only the keys that have one: a window without TTLs (the
+    ``add`` evicts the oldest key beyond ``size`` (exact FIFO). ``keys`` maps a key to its
+    place (a small int: nothing built per key beyond the dict's slot) and ``_fifo`` holds
+    the keys by place from ``_head`` on (a list, cut down once its front is mostly taken:
+    compiled, its appends and reads are C), so the oldest is found without walking the dict (whose front fills
+    with deleted slots as keys leave it). A key added again, or discarded, leaves its old
+    place in ``_fifo`` behind; ``_moved`` counts those, and eviction skips them. Expiries
+    are a second dict holding only the keys that have one: a window without TTLs (the
     usual) keeps none. Since eviction is by age, what a durable window has lost is every
     place below ``floor``, one number: it is moved past each evicted key's place as it
     goes, so it costs nothing while the window is filling and no walk when it is full (a
@@ -339,8 +333,7 @@ class Window:
     time (until then, callers may pass 0).
     """
 
-    __slots__ = ("_count", "_fifo", "_head", "_mask", "_moved", "_places", "_taken",
-                 "expiry", "floor", "keys", "size", "timed")
+    __slots__ = ("_fifo", "_head", "_moved", "expiry", "floor", "keys", "size", "timed")
 
     def __init__(self, size: int, entries: Iterable[tuple[bytes, int, int]] = ()) -> None:
         """``entries``: (key, order, expires), oldest first; a key given twice keeps its
@@ -348,15 +341,11 @@ class Window:
         self.size = size
         self.floor = 0
         self.timed = False
-        self.keys: dict[bytes, None] = {}
+        self.keys: dict[bytes, int] = {}
         self.expiry: dict[bytes, int] = {}  # only the keys that expire
-        self._fifo: list[bytes] = [b""] * _RING
-        self._places = array("q", bytes(8 * _RING))  # each key's place, beside it
-        self._mask = _RING - 1
-        self._head = 0  # the ring's index of the oldest place not yet taken
-        self._count = 0  # places in the ring from _head on, those left behind included
-        self._taken = 0  # the place of the key _take took last
-        self._moved: dict[bytes, int] = {}  # key -> its stale places left in the ring
+        self._fifo: list[bytes] = []
+        self._head = 0  # the oldest place in _fifo not yet taken
+        self._moved: dict[bytes, int] = {}  # key -> its stale places left in _fifo
         first = True
         for key, order, expires in entries:
             if first:
@@ -382,67 +371,43 @@ class Window:
         evicting the oldest key if the window is then over its size."""
         keys = self.keys
         held = len(keys)
-        keys[key] = None
-        if self._count > self._mask:  # the ring is full
-            self._regrow()
-        at = (self._head + self._count) & self._mask
-        self._fifo[at] = key
-        self._places[at] = order
-        self._count += 1
+        keys[key] = order
+        fifo = self._fifo
+        fifo.append(key)
         if len(keys) == held:  # it was there already: its old place is left behind
-            self._moved[key] = self._moved.get(key, 0) + 1
+            self._left(key)
         elif held >= self.size:  # one over: the oldest goes
             if self._moved or self.timed:
                 self._evict()
             else:  # no place left behind, no expiry to forget: _evict's first step
-                del keys[self._take()]
-                self.floor = self._taken + 1
+                self.floor = keys.pop(self._take()) + 1
         if expires:
             self.expiry[key] = expires
             self.timed = True
         elif self.timed:
             self.expiry.pop(key, None)
 
-    def _regrow(self) -> None:
-        """A full ring: its live places laid out again from index 0, in a ring twice as
-        long unless at most half of them are live (then in one as long)."""
-        live = self._live()
-        capacity = self._mask + 1
-        if 2 * len(live) > capacity:
-            capacity *= 2
-        spare = capacity - len(live)
-        self._fifo = [k for k, _ in live] + [b""] * spare
-        self._places = array("q", [o for _, o in live])
-        self._places.frombytes(bytes(8 * spare))
-        self._mask = capacity - 1
-        self._head = 0
-        self._count = len(live)
-        self._moved.clear()
-
-    def _live(self) -> list[tuple[bytes, int]]:
-        """(key, place) of each key held, oldest first: its last place in the ring."""
-        fifo, places, mask, head = self._fifo, self._places, self._mask, self._head
-        stale = dict(self._moved)
-        out = []
-        for i in range(self._count):
-            at = (head + i) & mask
-            key = fifo[at]
-            left = stale.get(key)
-            if left:  # an earlier place of a key placed again later, or discarded
-                stale[key] = left - 1
-            else:
-                out.append((key, places[at]))
-        return out
+    def _left(self, key: bytes) -> None:
+        moved = self._moved
+        moved[key] = moved.get(key, 0) + 1
+        if len(self._fifo) - self._head > 2 * len(self.keys) + 64:  # mostly stale: rebuild
+            keys = self.keys
+            self._fifo = list(sorted(keys, key=keys.__getitem__))
+            self._head = 0
+            moved.clear()
 
     def _take(self) -> bytes:
-        """The key at the oldest place, taken from the ring; its place is left in
-        ``_taken``."""
+        """The key at the oldest place, taken from ``_fifo`` (whose front is cut off once
+        it is half the list: each place is moved at most once on average)."""
+        fifo = self._fifo
         head = self._head
-        key = self._fifo[head]
-        self._fifo[head] = b""  # no longer held here (typed keys are never empty)
-        self._taken = self._places[head]
-        self._head = (head + 1) & self._mask
-        self._count -= 1
+        key = fifo[head]
+        fifo[head] = b""  # no longer held here (typed keys are never empty)
+        head += 1
+        if head >= _CUT and head * 2 >= len(fifo):
+            del fifo[:head]
+            head = 0
+        self._head = head
         return key
 
     def _evict(self) -> None:
@@ -458,24 +423,23 @@ class Window:
                     else:
                         del moved[key]
                     continue
-            del self.keys[key]
-            self.floor = self._taken + 1
+            self.floor = self.keys.pop(key) + 1
             if self.timed:
                 self.expiry.pop(key, None)
             return
 
     def discard(self, key: bytes) -> bool:
-        if key not in self.keys:
+        if self.keys.pop(key, None) is None:
             return False
-        del self.keys[key]
         self.expiry.pop(key, None)
-        self._moved[key] = self._moved.get(key, 0) + 1
+        self._left(key)
         return True
 
     def items(self) -> list[tuple[bytes, int, int]]:
         """(key, order, expires), oldest first."""
         expiry = self.expiry
-        return [(k, o, expiry.get(k, 0)) for k, o in self._live()]
+        return sorted(((k, o, expiry.get(k, 0)) for k, o in self.keys.items()),
+                      key=lambda item: item[1])
 
     def resize(self, size: int) -> int:
         """A new size (a recovered window whose definition changed); returns how many of

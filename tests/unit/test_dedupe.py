@@ -89,9 +89,9 @@ def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
 
 @pytest.mark.parametrize("size", [7, 150])
 def test_a_window_stays_exact_past_many_evictions(size: int) -> None:
-    """Thousands of evictions (the FIFO ring wraps, grows and is compacted as it goes),
-    with keys added again and discarded among them: still the newest ``size`` keys,
-    oldest first, each at its own place."""
+    """Thousands of evictions (the FIFO list's front is cut off as it goes, and grows with
+    the larger window), with keys added again and discarded among them: still the newest
+    ``size`` keys, oldest first, each at its own place."""
     window = Window(size)
     model: list[tuple[bytes, int, int]] = []  # (key, place, expires), oldest first
     for step in range(30_000):

@@ -130,7 +130,8 @@ def test_a_window_whose_keys_keep_moving_stays_exact() -> None:
         window.add(key, step, 0)
         model = [*[k for k in model if k != key][-2:], key]
         assert [k for k, _, _ in window.items()] == model
-    assert len(window._fifo) == 64  # the places left behind were compacted, not grown
+    live = len(window._fifo) - window._head  # the places not yet taken
+    assert live <= 2 * len(window.keys) + 64 and window._head < 2 * 4096
 
 
 def test_a_lone_key_header_at_the_digest_boundary() -> None:
