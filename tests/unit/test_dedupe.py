@@ -87,21 +87,23 @@ def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
 
 
 
-def test_a_window_stays_exact_past_many_evictions() -> None:
-    """Thousands of evictions (the FIFO list's front is cut off as it goes), with keys
-    added again and discarded among them: still the newest ``size`` keys, oldest first."""
-    window = Window(7)
-    model: list[bytes] = []
+@pytest.mark.parametrize("size", [7, 150])
+def test_a_window_stays_exact_past_many_evictions(size: int) -> None:
+    """Thousands of evictions (the FIFO list's front is cut off as it goes, and grows with
+    the larger window), with keys added again and discarded among them: still the newest
+    ``size`` keys, oldest first, each at its own place."""
+    window = Window(size)
+    model: list[tuple[bytes, int, int]] = []  # (key, place, expires), oldest first
     for step in range(30_000):
         key = b"s%d" % (step % 11 if step % 13 == 0 else step)
         if step % 17 == 0:
             window.discard(key)
-            model = [k for k in model if k != key]
+            model = [e for e in model if e[0] != key]
             continue
         window.add(key, step, 0)
-        model = [*[k for k in model if k != key], key][-7:]
-    assert [k for k, _, _ in window.items()] == model
-    assert window.floor <= min(window.keys.values())
+        model = [*[e for e in model if e[0] != key], (key, step, 0)][-size:]
+    assert window.items() == model  # each key with its own place, past many cuts
+    assert window.floor <= model[0][1]
 
 
 # -- reading one header from the raw properties ---------------------------------------------
