@@ -119,8 +119,15 @@ def _check_properties(channel: Channel, message: Message) -> tuple[Message, tupl
     if message.has_expiration:
         publish_props.check_expiration(decoded_properties(message).expiration)
     if publish_props.needs_work(message.raw_properties):
-        return publish_props.prepare(message, lambda: channel.vhost.reply_to.reply_name(channel))
+        return _prepare(channel, message)
     return message, ()
+
+
+def _prepare(channel: Channel, message: Message) -> tuple[Message, tuple[str, ...]]:
+    """CC/BCC and direct reply-to, the reply name asked for only when needed. The closure is
+    here, not in ``_check_properties``: compiled, a function with a closure allocates its
+    cell on every call, and that one runs on every publish."""
+    return publish_props.prepare(message, lambda: channel.vhost.reply_to.reply_name(channel))
 
 
 def _check_publish(access: Access, exchange: str) -> None:

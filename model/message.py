@@ -26,6 +26,11 @@ FLAG_REPLY_TO = 1 << 9
 FLAG_EXPIRATION = 1 << 8
 FLAG_USER_ID = 1 << 4
 
+# The peek's copies of the flags: C integers when compiled (message.pxd), so testing one is
+# not a lookup of a module global on every publish.
+_CT, _CE, _HD, _DM = FLAG_CONTENT_TYPE, FLAG_CONTENT_ENCODING, FLAG_HEADERS, FLAG_DELIVERY_MODE
+_PR, _CI, _RT, _EX = FLAG_PRIORITY, FLAG_CORRELATION_ID, FLAG_REPLY_TO, FLAG_EXPIRATION
+
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 
@@ -125,27 +130,27 @@ def _peek_properties(raw: bytes) -> tuple[int, int, int, int]:
         if flags & 1:  # continuation flag word(s): skip them
             while _u16.unpack_from(raw, pos - 2)[0] & 1:
                 pos += 2
-        if flags & FLAG_CONTENT_TYPE:
+        if flags & _CT:
             pos += 1 + raw[pos]
-        if flags & FLAG_CONTENT_ENCODING:
+        if flags & _CE:
             pos += 1 + raw[pos]
         headers_at = -1
-        if flags & FLAG_HEADERS:
+        if flags & _HD:
             headers_at = pos
             pos += 4 + _u32.unpack_from(raw, pos)[0]
         mode = 0
-        if flags & FLAG_DELIVERY_MODE:
+        if flags & _DM:
             mode = raw[pos]
             pos += 1
         prio = 0
-        if flags & FLAG_PRIORITY:
+        if flags & _PR:
             prio = raw[pos]
             pos += 1
         expiration = -1
-        if flags & FLAG_EXPIRATION:
-            if flags & FLAG_CORRELATION_ID:
+        if flags & _EX:
+            if flags & _CI:
                 pos += 1 + raw[pos]
-            if flags & FLAG_REPLY_TO:
+            if flags & _RT:
                 pos += 1 + raw[pos]
             text = bytes(raw[pos + 1:pos + 1 + raw[pos]]).decode("ascii", "replace")
             ttl = parse_expiration(text)
