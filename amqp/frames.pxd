@@ -9,6 +9,12 @@ cdef bint COMPILED
 cdef int _METHOD, _HEADER, _BODY, _HEARTBEAT, _PUBLISH, _NONE, _END
 cdef Py_ssize_t _HEAD, _OVERHEAD, _PUBLISH_MIN, _HEADER_MIN
 
+# A frame's head from the buffer's pointer, inlined where each of the two readers calls it;
+# a C tuple back, so the three values never become Python objects (and no error check:
+# reading seven bytes cannot raise).
+@cython.locals(size=Py_ssize_t)
+cdef inline (int, int, Py_ssize_t) _read_head(unsigned char *p, Py_ssize_t at) noexcept
+
 
 cdef class FrameBuffer:
     cdef public bytearray _buf

@@ -75,6 +75,15 @@ def erlang_binary(data: bytes | bytearray) -> str:
     return "<<" + ",".join(str(b) for b in data) + ">>"
 
 
+def _read_head(p: bytes | bytearray, at: int) -> tuple[int, int, int]:
+    """The head of the frame at ``at``: type, channel, size. Compiled (``frames.pxd``), an
+    inline C function over the buffer's pointer, its seven bytes read as C; pure Python
+    calls ``_unpack_head`` instead (one ``unpack_from`` is cheaper there than these lines)."""
+    size: int = p[at + 3]  # widened before the shift: a size with its top bit set is unsigned
+    return (p[at], p[at + 1] << 8 | p[at + 2],
+            size << 24 | p[at + 4] << 16 | p[at + 5] << 8 | p[at + 6])
+
+
 class FrameBuffer:
     """Accumulates bytes and yields complete frames; ``frame_max`` bounds their size."""
 
@@ -146,7 +155,7 @@ class FrameBuffer:
         Compiled (``frames.pxd``), ``p`` is a C pointer into the buffer: its bytes are read
         as C and a payload is copied straight into a new ``bytes``; pure, ``p`` is
         the bytearray and the same lines index and slice it. The head is read byte by byte
-        compiled, and with one ``unpack_from`` pure (cheaper there than reading its bytes)."""
+        compiled (``_read_head``), and with one ``unpack_from`` pure."""
         buf = self._buf
         pos = self._at
         avail = len(buf)
@@ -155,10 +164,7 @@ class FrameBuffer:
         # Any: compiled, a slice of it is a bytes; pure, a bytearray (then copied to one).
         p: Any = buf
         if COMPILED:
-            ftype: int = p[pos]
-            channel = p[pos + 1] << 8 | p[pos + 2]
-            size = p[pos + 3]
-            size = size << 24 | p[pos + 4] << 16 | p[pos + 5] << 8 | p[pos + 6]
+            ftype, channel, size = _read_head(p, pos)
         else:
             ftype, channel, size = _unpack_head(buf, pos)
         limit = self.frame_max
@@ -216,10 +222,7 @@ class FrameBuffer:
             return 0
         p = buf
         if COMPILED:
-            ftype = p[at]
-            number = p[at + 1] << 8 | p[at + 2]
-            size = p[at + 3]
-            size = size << 24 | p[at + 4] << 16 | p[at + 5] << 8 | p[at + 6]
+            ftype, number, size = _read_head(p, at)
         else:
             ftype, number, size = _unpack_head(buf, at)
         limit = self.frame_max
@@ -238,10 +241,7 @@ class FrameBuffer:
         if not body_size or end - at < _HEAD:
             return 0
         if COMPILED:
-            ftype = p[at]
-            number = p[at + 1] << 8 | p[at + 2]
-            size = p[at + 3]
-            size = size << 24 | p[at + 4] << 16 | p[at + 5] << 8 | p[at + 6]
+            ftype, number, size = _read_head(p, at)
         else:
             ftype, number, size = _unpack_head(buf, at)
         stop = at + _HEAD + size

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-SUMMARY_RE = re.compile(r"Collected : (\d+)")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from callgrind import callgrind_instructions  # bench/ is not a package: found through sys.path
+
 BATCH = 1000  # publishes per recorded batch (taken, as the group commit would)
 
 
@@ -99,18 +98,11 @@ def workload(window: int, messages: int, baseline: bool, store_dir: str | None) 
 
 
 def instructions(window: int, messages: int, baseline: bool, store: bool, out_dir: Path) -> int:
-    out = out_dir / f"callgrind-{messages}.out"
     args = [sys.executable, __file__, "--workload", "--window", str(window),
             "--messages", str(messages)] + (["--baseline"] if baseline else [])
     if store:
         args += ["--store-dir", str(out_dir / f"store-{messages}")]
-    done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                           "--dump-instr=no", *args], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONHASHSEED="0"), check=True)
-    match = SUMMARY_RE.search(done.stderr)
-    if match is None:
-        raise SystemExit(f"no callgrind summary:\n{done.stderr[-2000:]}")
-    return int(match.group(1))
+    return callgrind_instructions(args, out_dir / f"callgrind-{messages}.out")
 
 
 def main() -> None:

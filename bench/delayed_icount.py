@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-SUMMARY_RE = re.compile(r"Collected : (\d+)")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from callgrind import callgrind_instructions  # bench/ is not a package: found through sys.path
+
 T0 = 1_800_000_000_000
 
 
@@ -82,19 +81,12 @@ async def _workload(messages: int, schedule_only: bool, store_dir: str | None) -
 
 
 def instructions(messages: int, schedule_only: bool, store: bool, out_dir: Path) -> int:
-    out = out_dir / f"callgrind-{messages}.out"
     args = [sys.executable, __file__, "--workload", "--messages", str(messages)]
     if schedule_only:
         args.append("--schedule-only")
     if store:
         args += ["--store-dir", str(out_dir / f"store-{messages}")]
-    done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                           "--dump-instr=no", *args], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONHASHSEED="0"), check=True)
-    match = SUMMARY_RE.search(done.stderr)
-    if match is None:
-        raise SystemExit(f"no callgrind summary:\n{done.stderr[-2000:]}")
-    return int(match.group(1))
+    return callgrind_instructions(args, out_dir / f"callgrind-{messages}.out")
 
 
 def main() -> None:

@@ -36,8 +36,6 @@ import asyncio
 import base64
 import json
 import os
-import re
-import signal
 import socket
 import subprocess
 import sys
@@ -54,19 +52,9 @@ import loadgen_client  # bench/ is not a package: found through sys.path above
 import loadgen_peers
 import relay_workload  # the Spark pipeline's broker work, without Spark
 import stream_rates
+from callgrind import callgrind_instructions, lmdb_capped
 
-# LMDB reserves a 1 TiB map; valgrind's address space is smaller. Both builds get the same
-# cap through a sitecustomize on the broker's PYTHONPATH (the transient path never maps it).
-LMDB_CAP = """\
-import lmdb
-_open = lmdb.open
-def _capped(path, *args, **kw):
-    kw["map_size"] = min(kw.get("map_size", 1 << 30), 1 << 34)
-    return _open(path, *args, **kw)
-lmdb.open = _capped
-"""
 RELAY_BATCH = 5000  # deliveries per relayed batch (a Spark trigger's worth)
-SUMMARY_RE = re.compile(rb"^summary: (\d+)", re.MULTILINE)
 # Startup under callgrind (CPython imports, LMDB open) takes a minute on a loaded 2-CPU VM.
 START_TIMEOUT = 600.0
 
@@ -173,21 +161,9 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False,
     port = free_port()
     data_dir = out_dir / f"data-{messages}-{uuid.uuid4().hex[:6]}"
     out_file = out_dir / f"callgrind-{messages}-{uuid.uuid4().hex[:6]}.out"
-    shim = out_dir / "shim"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(LMDB_CAP)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]))
     mgmt_port = free_port()
-    broker = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
-         "--dump-instr=no", "--trace-children=no", sys.executable, "-m", "leveret", "serve",
-         "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
-         "--log-level", "warning", "--prometheus-port", "0",
-         "--management-port", str(mgmt_port)],
-        stdout=subprocess.DEVNULL, stderr=open(out_dir / "broker.log", "ab"),
-        cwd=out_dir, env=env, start_new_session=True)
-    try:
+
+    def workload(broker: subprocess.Popen[bytes]) -> None:
         wait_for_port(port, broker, START_TIMEOUT)
         if trace:
             start_tracing(mgmt_port, broker)
@@ -197,13 +173,14 @@ def run_once(messages: int, scenario: str, out_dir: Path, trace: bool = False,
             stream_run(port, messages, readers)
         else:
             asyncio.run(transient(port, messages, scenario == "confirmed"))
-    finally:
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(timeout=600)
-    match = SUMMARY_RE.search(out_file.read_bytes())
-    if match is None:
-        raise SystemExit(f"no 'summary:' line in {out_file}")
-    return int(match.group(1))
+
+    with open(out_dir / "broker.log", "ab") as log:
+        return callgrind_instructions(
+            [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port",
+             str(port), "--data-dir", str(data_dir), "--log-level", "warning",
+             "--prometheus-port", "0", "--management-port", str(mgmt_port)],
+            out_file, env=lmdb_capped(out_dir), cwd=out_dir, stderr=log,
+            while_running=workload)
 
 
 def main() -> None:

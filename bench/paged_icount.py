@@ -18,36 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from icount import LMDB_CAP  # bench/ is not a package: found through sys.path above
+from callgrind import callgrind_instructions, lmdb_capped  # bench/ is not a package
 
-COLLECTED_RE = re.compile(r"Collected : (\d+)")
 HERE = Path(__file__).resolve().parent
 
 
 def instructions(messages: int, bound: int, drain: bool, tmp: Path) -> int:
-    shim = tmp / "shim"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(LMDB_CAP)
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join(
-        [str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.%p.out",
-               sys.executable, str(HERE / "paged_drain.py"), "--messages", str(messages),
+    command = [sys.executable, str(HERE / "paged_drain.py"), "--messages", str(messages),
                "--bound", str(bound), "--dir", str(tmp)]
     if not drain:
         command.append("--no-drain")
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-    match = COLLECTED_RE.search(result.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{result.stderr[-2000:]}")
-    return int(match.group(1))
+    out_file = tmp / f"callgrind-{'drained' if drain else 'published'}.out"
+    return callgrind_instructions(command, out_file, env=lmdb_capped(tmp))
 
 
 def main() -> None:

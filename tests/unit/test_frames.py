@@ -20,6 +20,7 @@ from leveret.amqp.frames import (
     FrameBuffer,
 )
 from leveret.model.errors import FRAME_ERROR, ConnectionError_
+from leveret.tests.unit import compiled_build
 
 
 def raw_frame(ftype: int, channel: int, payload: bytes, end: int = 0xCE) -> bytes:
@@ -294,3 +295,12 @@ def test_a_size_with_its_top_bit_set_reads_as_unsigned() -> None:
     with pytest.raises(ConnectionError_) as info:
         bounded.next_frame()
     assert "{frame_too_large,2147483649,131064}" in info.value.reply_text
+
+
+@given(st.binary(min_size=7, max_size=24), st.data())
+def test_the_head_reader_reads_what_struct_reads(data: bytes, draw: st.DataObject) -> None:
+    """``_read_head``'s lines are the compiled reader's (an inline C function there, not
+    reachable from Python): run from the ``.py``, they read every head as ``>BHI`` does."""
+    at = draw.draw(st.integers(0, len(data) - 7))
+    pure = compiled_build.pure("leveret.amqp.frames")
+    assert pure._read_head(data, at) == struct.unpack_from(">BHI", data, at)
