@@ -53,7 +53,7 @@ from leveret.queues.stream_arguments import (
     DEFAULT_SEGMENT_BYTES,
     parse_max_age,
 )
-from leveret.queues.stream_cache import PageCache, Prepared
+from leveret.queues.stream_cache import PageCache
 from leveret.queues.stream_log import StreamIndex, StreamLog
 from leveret.queues.stream_reader import Reader
 from leveret.queues.stream_tracking import AckWindow, TrackedOffsets
@@ -307,20 +307,7 @@ class Stream(Queue):
                 continue
             if reader.window is not None:
                 reader.window.delivered(stored.seq)
-            self._deliver(consumer, stored)
-
-    def _deliver(self, consumer: Consumer, shared: Prepared) -> None:
-        """``shared`` is the readers' (``stream_cache.py``), its content frames too when
-        other readers may deliver it (``Reader.deliver_run``): the entry is this delivery's."""
-        entry = QueueEntry(shared.seq, shared.message)
-        entry.holder = consumer
-        dispatcher = self.dispatcher
-        dispatcher.unacked += 1
-        dispatcher.delivered += 1
-        if len(self._readers) > 1:
-            consumer.deliver_shared(entry, shared)
-        else:
-            consumer.deliver(entry)
+            reader.deliver(self.dispatcher, stored, len(self._readers) > 1)
 
     # -- settling: credit only ---------------------------------------------------------------
 

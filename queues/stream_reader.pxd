@@ -14,5 +14,7 @@ cdef class Reader:
     cdef public long long position, min_ts
     cdef public bint match_unfiltered
 
-    @cython.locals(entry=CQueueEntry, shared=CPrepared)
+    @cython.locals(shared=CPrepared)
     cpdef deliver_run(self, CDispatcher dispatcher, CQueue queue, bint share_frames)
+    @cython.locals(entry=CQueueEntry)
+    cpdef deliver(self, CDispatcher dispatcher, CPrepared shared, bint share_frames)

@@ -73,21 +73,27 @@ class Reader:
         (other readers may deliver the same entries) the content frames are encoded once
         and kept on the page; a lone reader would only pay to keep them, so its deliveries
         are encoded whole, in one join, as a queue's are."""
-        consumer, ahead = self.consumer, self.ahead
-        can_take = consumer.can_take
+        ahead = self.ahead
+        can_take = self.consumer.can_take
         shared = None
         while ahead and can_take() and not queue.deleted:
             shared = ahead.popleft()
-            entry = QueueEntry(shared.seq, shared.message)
-            entry.holder = consumer
-            dispatcher.unacked += 1
-            dispatcher.delivered += 1
-            if share_frames:
-                consumer.deliver_shared(entry, shared)
-            else:
-                consumer.deliver(entry)
+            self.deliver(dispatcher, shared, share_frames)
         if shared is not None:
             self.position = shared.seq + 1
+
+    def deliver(self, dispatcher: Dispatcher, shared: Prepared, share_frames: bool) -> None:
+        """One delivery of ``shared`` to this reader's consumer (``deliver_run``'s, and the
+        stream's for a reader that seeks, filters or tracks)."""
+        consumer = self.consumer
+        entry = QueueEntry(shared.seq, shared.message)
+        entry.holder = consumer
+        dispatcher.unacked += 1
+        dispatcher.delivered += 1
+        if share_frames:
+            consumer.deliver_shared(entry, shared)
+        else:
+            consumer.deliver(entry)
 
     def wants(self, entry: Prepared) -> bool:
         if self.min_ts:
