@@ -147,7 +147,7 @@ class Connection:
         self.frame_max = DEFAULT_FRAME_MAX
         self.sock: socket.socket | None = None
         self._inbuf = bytearray()
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._out_size = 0
         self._replies: deque[Any] = deque()
         self.deliveries: deque[Delivery] = deque()
@@ -315,7 +315,7 @@ class Connection:
             )
         return prefix
 
-    def publish_encoded(self, frames: bytes, count: int) -> None:
+    def publish_encoded(self, frames: bytes | memoryview, count: int) -> None:
         """Queue ``count`` publishes already encoded as ``frames`` (the method frames from
         :meth:`publish_prefix`, joined with :func:`wire.encode_publishes`): a batch of rows
         costs one join and no call per message."""
@@ -348,13 +348,14 @@ class Connection:
 
     def flush(self) -> None:
         if self._out and self.sock is not None:
-            data = b"".join(self._out)
+            # One buffer (a chunk of encoded publishes) goes out as it is, without a copy.
+            data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
             self._out.clear()
             self._out_size = 0
             self.sock.settimeout(self.timeout)
             self._sendall_reading(data)
 
-    def _sendall_reading(self, data: bytes) -> None:
+    def _sendall_reading(self, data: bytes | memoryview) -> None:
         """sendall that keeps reading, so neither side blocks on a full socket buffer."""
         assert self.sock is not None
         view = memoryview(data)

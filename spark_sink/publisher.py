@@ -20,15 +20,17 @@ micro-batch's task skips the TCP and AMQP handshakes. A connection goes back
 to the pool only after a task that ended with everything confirmed; any error
 closes it.
 
-Rows are encoded column-wise: the Arrow columns become Python lists once per
-batch (string bodies cast to bytes and null bodies filled by Arrow), a row whose
-only varying property is its ``message_id`` (what a source row carries, or the
-generated id) gets its property bytes from a precomputed prefix, without walking
-the property table, and rows sharing a routing key share one ``Basic.Publish``
-frame. Their frames are then encoded ``CHUNK_ROWS`` at a time
-(:func:`.wire.encode_publishes`) and handed to the connection as one buffer, so
-the client costs no Python call per row; a chunk never takes more than the room
-the confirm window has left.
+Rows are encoded column-wise, ``SLICE_ROWS`` of a batch at a time. The usual
+batch (no property column but ``message_id``, bodies that fit one frame) has its
+frames laid out by Arrow in one buffer (:mod:`.arrow_frames`): no Python object
+per row, the body copied once. Any other batch takes the general path: the
+columns become Python lists (string bodies cast to bytes and null bodies filled
+by Arrow), a row whose only varying property is its ``message_id`` gets its
+property bytes from a precomputed prefix, and :func:`.wire.encode_publishes`
+builds each row's pieces. Rows sharing a routing key share one ``Basic.Publish``
+frame. Either way the frames go to the connection ``CHUNK_ROWS`` at a time as
+one buffer, and a chunk never takes more than the room the confirm window has
+left.
 
 ``message_id`` is the row's own column when it has one (a source row carries
 its message's id through), else ``<prefix>-<partition>-<index>``, where the
@@ -37,32 +39,22 @@ prefix names the query and batch: a retried task republishes the same ids.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pamqp import encode as pencode
 
-from . import wire
-from .amqp_client import CHANNEL, AmqpError, Connection, parse_url
+from .amqp_client import AmqpError, Connection, parse_url
 from .process_tuning import task_started
-from .schema import SINK_PROPERTY_COLUMNS, check_sink_columns, headers_from_json
+from .row_encoding import Encoder, arrow_encoder, general_encoder
+from .schema import check_sink_columns
 
 MIN_CONFIRM_WINDOW = 2000  # unconfirmed publishes per task at least (~2 MB of 1 KB messages)
 MAX_CONFIRM_WINDOW = 65536  # and at most, by default (~64 MB of 1 KB messages)
 DEFAULT_CONFIRM_WINDOW = 0  # 0: the Arrow batch's row count, within the bounds above
-CHUNK_ROWS = 1000  # rows encoded and handed to the socket at a time (~1 MB of 1 KB rows)
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
-_U64 = struct.Struct(">Q")
-_FLAGS = {name: (flag, kind) for name, flag, kind in wire.PROPERTY_FLAGS}
-_PERSISTENT = _U8.pack(2)
-_LENGTH_BYTE = [bytes((n,)) for n in range(256)]
-_MESSAGE_ID_FLAG = _FLAGS["message_id"][0]
-_DELIVERY_MODE_FLAG = _FLAGS["delivery_mode"][0]
+CHUNK_ROWS = 1000  # rows handed to the socket at a time (~1 MB of 1 KB rows)
+SLICE_ROWS = 16384  # rows encoded at once (Arrow's 32-bit offsets hold 2 GB: ~128 KB a row)
 
 
 def _bool(value: Any) -> bool:
@@ -109,35 +101,6 @@ class PublishOptions:
 
 class PublishError(RuntimeError):
     """Messages the broker refused (nack) or could not route (mandatory)."""
-
-
-def _encode_props(
-    columns: list[tuple[int, str, list[Any]]], row: int, persistent: bool, message_id: str | None
-) -> bytes:
-    flags = 0
-    parts: list[bytes] = []
-    for flag, kind, values in columns:  # in wire order; message_id and delivery mode inline
-        if kind == "dm":
-            if persistent:
-                flags |= flag
-                parts.append(_PERSISTENT)
-            continue
-        value = message_id if kind == "mid" else values[row]
-        if value is None:
-            continue
-        flags |= flag
-        if kind == "s" or kind == "mid":
-            raw = value.encode() if isinstance(value, str) else bytes(value)
-            parts.append(_U8.pack(len(raw)) + raw)
-        elif kind == "o":
-            parts.append(_U8.pack(value))
-        elif kind == "T":
-            stamp: Any = value  # a datetime from an Arrow timestamp column
-            parts.append(_U64.pack(int(stamp.timestamp())))
-        else:  # headers: (key, value) pairs from an Arrow map, or a JSON object string
-            table: Any = headers_from_json(value) if isinstance(value, str) else dict(value)
-            parts.append(pencode.field_table(table))
-    return _U16.pack(flags) + b"".join(parts)
 
 
 class ConnectionPool:
@@ -215,15 +178,20 @@ def _publish_batch(
     window: int,
 ) -> int:
     rows = batch.num_rows
-    if not rows:
-        return 0
-    names = batch.schema.names
-    bodies = _bodies(batch.column(names.index("body")))
-    props = _properties(batch, options, id_prefix, first_index)
-    prefixes = _method_frames(conn, batch, options)
+    for begin in range(0, rows, SLICE_ROWS):
+        part = batch.slice(begin, SLICE_ROWS)
+        encode = (arrow_encoder(conn, part, options, id_prefix, first_index + begin)
+                  or general_encoder(conn, part, options, id_prefix, first_index + begin))
+        _send(conn, part.num_rows, encode, options, window)
+    return rows
+
+
+def _send(conn: Connection, rows: int, encode: Encoder, options: PublishOptions,
+          window: int) -> None:
+    """Hand rows ``0..rows`` to the socket in chunks, never more than the confirm window's
+    room unconfirmed."""
     confirms = conn.confirms
     assert confirms is not None
-    frame_max = conn.frame_max
     start = 0
     while start < rows:
         room = window - confirms.outstanding
@@ -232,76 +200,8 @@ def _publish_batch(
             _raise_refused(conn, options)
             continue
         stop = min(rows, start + min(room, CHUNK_ROWS))
-        pieces = wire.encode_publishes(
-            prefixes if isinstance(prefixes, bytes) else prefixes[start:stop], CHANNEL,
-            props[start:stop], bodies[start:stop], frame_max)
-        conn.publish_encoded(b"".join(pieces), stop - start)
+        conn.publish_encoded(encode(start, stop), stop - start)
         start = stop
-    return rows
-
-
-def _bodies(column: pa.Array) -> list[bytes]:
-    """A ``body`` column as bytes per row: strings as UTF-8 (Arrow's cast keeps the
-    buffers), nulls as empty bodies."""
-    if pa.types.is_string(column.type):
-        column = column.cast(pa.binary())
-    elif pa.types.is_large_string(column.type):
-        column = column.cast(pa.large_binary())
-    if column.null_count:
-        column = pc.fill_null(column, pa.scalar(b"", column.type))
-    values: list[bytes] = column.to_pylist()
-    return values
-
-
-def _method_frames(conn: Connection, batch: pa.RecordBatch, options: PublishOptions
-                   ) -> bytes | list[bytes]:
-    """The Basic.Publish frame of every row: one for all when they share a routing key."""
-    exchange, mandatory, default_rk = options.exchange, options.mandatory, options.routing_key
-    if not options.routing_key_column:
-        return conn.publish_prefix(exchange, default_rk, mandatory)
-    keys = batch.column(batch.schema.names.index(options.routing_key_column)).to_pylist()
-    frames = {key: conn.publish_prefix(exchange, default_rk if key is None else str(key),
-                                       mandatory) for key in set(keys)}
-    if len(frames) == 1:
-        return next(iter(frames.values()))
-    return [frames[key] for key in keys]
-
-
-def _properties(batch: pa.RecordBatch, options: PublishOptions, id_prefix: str,
-                first_index: int) -> list[bytes]:
-    """Each row's property bytes (flags and list). A row whose only varying property is
-    its ``message_id`` (what a source row carries, or the generated id) gets them from a
-    precomputed prefix, without walking the property table."""
-    names = batch.schema.names
-    rows = batch.num_rows
-    present = {n: batch.column(names.index(n)).to_pylist() for n in SINK_PROPERTY_COLUMNS
-               if n in names}
-    ids: list[str] | None = present.get("message_id")
-    if ids is None:
-        ids = [f"{id_prefix}{first_index + row}" for row in range(rows)]
-    elif None in ids:  # a row without its own id gets the generated one
-        ids = [f"{id_prefix}{first_index + row}" if own is None else own
-               for row, own in enumerate(ids)]
-    persistent = options.persistent
-    if all(name == "message_id" for name in present):  # message_id and delivery mode only
-        raws = [mid.encode() for mid in ids]
-        longest = max(raws, key=len)
-        if len(longest) > 255:
-            raise ValueError(
-                f"message_id longer than 255 bytes: {longest.decode()[:40]!r}...")
-        head = _U16.pack(_MESSAGE_ID_FLAG | (_DELIVERY_MODE_FLAG if persistent else 0)) + (
-            _PERSISTENT if persistent else b"")
-        length = _LENGTH_BYTE
-        return [head + length[len(raw)] + raw for raw in raws]
-    columns: list[tuple[int, str, list[Any]]] = []
-    for name, flag, kind in wire.PROPERTY_FLAGS:
-        if name == "delivery_mode":
-            columns.append((flag, "dm", []))
-        elif name == "message_id":
-            columns.append((flag, "mid", []))
-        elif name in present:
-            columns.append((flag, kind, present[name]))
-    return [_encode_props(columns, row, persistent, ids[row]) for row in range(rows)]
 
 
 def _raise_refused(conn: Connection, options: PublishOptions) -> None:
