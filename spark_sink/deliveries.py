@@ -9,6 +9,7 @@ out of them; the columns and their types are :mod:`.schema`'s.
 from __future__ import annotations
 
 import array
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -46,6 +47,7 @@ class RawMessages:
         self.layout = layout
         self.seqs = array.array("q")
         self.frames = b""
+        self.lengths = array.array("q")  # each message's frames' octets, in order
 
     @classmethod
     def of(cls, seqs: Sequence[int], frames: Sequence[bytes], layout: Layout = ALL_COLUMNS
@@ -54,6 +56,7 @@ class RawMessages:
         packed = cls(layout)
         packed.seqs = array.array("q", seqs)
         packed.frames = b"".join(frames)
+        packed.lengths = array.array("q", map(len, frames))
         return packed
 
     def __len__(self) -> int:
@@ -61,7 +64,7 @@ class RawMessages:
 
     def to_arrow(self, rows_per_batch: int = ARROW_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         schema = self.layout.arrow_schema()
-        where = _Where(self.frames, schema.names)
+        where = _Where(self.frames, schema.names, self.lengths)
         for start in range(0, len(self.seqs), rows_per_batch):
             yield where.batch(self.seqs, start, min(start + rows_per_batch, len(self.seqs)),
                               schema, self.layout.headers_as_json)
@@ -77,12 +80,25 @@ class _Where:
     found; a body cut into several frames is joined once, on its own.
     """
 
-    def __init__(self, blob: bytes, columns: Sequence[str]) -> None:
-        wants_names = "exchange" in columns or "routing_key" in columns
-        wants_properties = any(name in columns for name in _PROPERTY_COLUMNS)
+    def __init__(self, blob: bytes, columns: Sequence[str],
+                 lengths: Sequence[int] | None = None) -> None:
         self.blob = blob
+        self.buffer = pa.py_buffer(blob)
         self.joined: dict[int, bytes] = {}  # message index -> a body of several frames
         self.redelivered: list[bool] = []
+        self.spans: dict[str, array.array[int] | memoryview] = {}
+        wants_names = "exchange" in columns or "routing_key" in columns
+        if lengths is not None and not wants_names and "redelivered" not in columns:
+            spans = _spans_by_arrow(self.buffer, lengths)
+            if spans is not None:
+                self.spans = spans
+                return
+        self._walk(blob, columns)
+
+    def _walk(self, blob: bytes, columns: Sequence[str]) -> None:
+        """Find the parts message by message (any message, and the names and flags)."""
+        wants_names = "exchange" in columns or "routing_key" in columns
+        wants_properties = any(name in columns for name in _PROPERTY_COLUMNS)
         bodies: list[int] = []  # start, end of each message's body
         exchanges: list[int] = []  # start, end of each exchange name
         routing_keys: list[int] = []
@@ -125,7 +141,6 @@ class _Where:
             else:
                 bodies.append(pos)
                 bodies.append(pos)
-        self.buffer = pa.py_buffer(blob)
         # As 64-bit integers, so Arrow reads a run of them without a Python call each.
         self.spans = {part: array.array("q", offsets) for part, offsets in (
             ("body", bodies), ("exchange", exchanges), ("routing_key", routing_keys),
@@ -211,6 +226,79 @@ class _Where:
         spans = pa.Array.from_buffers(pa.large_binary(), max(0, 2 * count - 1),
                                       [None, bounds, self.buffer])
         return spans.take(_every_other(count)).cast(type_)
+
+
+def _spans_by_arrow(blob: pa.Buffer, lengths: Sequence[int]
+                    ) -> dict[str, array.array[int] | memoryview] | None:
+    """The body and property spans of every message, found by Arrow from where each
+    message starts: a few dozen C calls for a partition instead of a Python loop over its
+    messages. Only for the usual shape, every body one frame and not empty; None for any
+    other, which the walk takes (and names, if malformed).
+
+    A message is its method frame, header frame and body frame back to back; each frame's
+    size is a big-endian uint32 three octets in, so the next frame's start is a vector sum.
+    """
+    count = len(lengths)
+    if not count:
+        return None
+    starts_all = array.array("q", itertools.accumulate(lengths, initial=0))
+    starts = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(starts_all)])
+    ends = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(starts_all)], offset=1)
+    if starts_all[-1] != blob.size:
+        return None
+    octets = pa.Array.from_buffers(pa.uint8(), blob.size, [None, blob])
+
+    def at(positions: pa.Array, plus: int) -> pa.Array:
+        return octets.take(pc.add(positions, plus)).cast(pa.int64())
+
+    def u32(positions: pa.Array, plus: int) -> pa.Array:
+        high = pc.bit_wise_or(pc.shift_left(at(positions, plus), 24),
+                              pc.shift_left(at(positions, plus + 1), 16))
+        low = pc.bit_wise_or(pc.shift_left(at(positions, plus + 2), 8), at(positions, plus + 3))
+        return pc.bit_wise_or(high, low)
+
+    if pc.min(pc.subtract(ends, starts)).as_py() < 8:
+        return None  # not even a frame: the walk says what is wrong
+    header = pc.add(starts, pc.add(u32(starts, 3), 8))
+    if not (pc.all(pc.less_equal(pc.add(header, 19), ends)).as_py()
+            and _all_equal(at(header, 0), wire.FRAME_HEADER)):
+        return None
+    header_size = u32(header, 3)
+    body_size = u32(header, 15)  # the low half of the 64-bit body size
+    body = pc.add(header, pc.add(header_size, 8))
+    if (not _all_equal(u32(header, 11), 0) or pc.min(body_size).as_py() < 1
+            or not _all_equal(pc.subtract(ends, body), pc.add(body_size, 8))):
+        return None  # an empty body, a body of several frames, or not a body frame next
+    if not (_all_equal(at(body, 0), wire.FRAME_BODY)
+            and _all_equal(pc.subtract(u32(body, 3), body_size), 0)):
+        return None
+    body_start = pc.add(body, 7)
+    return {"body": _interleaved(body_start, pc.add(body_start, body_size)),
+            "properties": _interleaved(pc.add(header, 19), pc.add(header, pc.add(header_size, 7)))}
+
+
+def _all_equal(values: pa.Array, value: int) -> bool:
+    return bool(pc.all(pc.equal(values, value)).as_py())
+
+
+def _interleaved(firsts: pa.Array, seconds: pa.Array) -> memoryview:
+    """firsts[0], seconds[0], firsts[1], ... as 64-bit integers."""
+    count = len(firsts)
+    order = _counting(2 * count)
+    picks = pc.add(pc.shift_right(order, 1), pc.multiply(pc.bit_wise_and(order, 1), count))
+    both = pa.concat_arrays([firsts.cast(pa.int64()), seconds.cast(pa.int64())])
+    return memoryview(both.take(picks).buffers()[1]).cast("q")[: 2 * count]
+
+
+def _counting(count: int) -> pa.Array:
+    """0, 1, 2, ... (``count`` of them)."""
+    global _COUNTING
+    if len(_COUNTING) < count:
+        _COUNTING = pa.array(range(max(count, 2 * ARROW_BATCH_ROWS)), pa.int64())
+    return _COUNTING.slice(0, count)
+
+
+_COUNTING = pa.array([], pa.int64())
 
 
 def _every_other(count: int) -> pa.Array:
