@@ -57,8 +57,10 @@ from typing import Any
 
 import lmdb
 
+from leveret.persistence import lmdb_drops
 from leveret.persistence.apply import apply_batch
 from leveret.persistence.batch import Batch
+from leveret.persistence.lmdb_drops import SLICE
 from leveret.persistence.lmdb_reads import MissingMessage, read_run
 from leveret.persistence.lmdb_writer import (
     COUNTER_PREFIX,
@@ -140,8 +142,13 @@ def _fsync(path: Path) -> None:
 
 class LmdbStore:
     def __init__(self, path: Path, map_size: int = 1 << 40, *,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, delete_slice: int = SLICE) -> None:
         self.path = Path(path)
+        # Entries of deleted queues removed per transaction (lmdb_drops), and whether any
+        # are left: true until a slice finds no marker (a restart goes on where it was).
+        self.delete_slice = delete_slice
+        self.reclaiming = True
+        self._removed: dict[int, int] = {}  # entries removed so far, by deleted qid (logs)
         self._log = logger or log
         self._env: Any = None
         self._mapped: tuple[Any, list[tuple[int, int]]] | None = None  # (env, its mapping)
@@ -156,6 +163,7 @@ class LmdbStore:
             self._dbs = self._open_databases()
             self._log_contents()
             self._drop_transient()
+            self.reclaiming = bool(self._dropping())
         except BaseException:
             self.close()
             raise
@@ -258,9 +266,18 @@ class LmdbStore:
                           U64.unpack(next_qid)[0] if next_qid else 1,
                           U64.unpack(last_seq)[0] if last_seq else 0, qids)
 
+    def _dropping(self) -> list[int]:
+        """Deleted queues whose entries are still to remove (``lmdb_drops``)."""
+        try:
+            with self._env.begin() as txn:
+                return lmdb_drops.pending(txn, self._dbs[b"meta"])
+        except _DATA_ERRORS as exc:
+            raise self._error("cannot read the store (corrupt?)", exc) from exc
+
     def _drop_transient(self) -> None:
         """Transient entries were only on disk because their queue paged them out."""
         dropped = 0
+        deleted = self._dropping()  # queues deleted before a crash keep no counter
         try:
             while True:
                 with self._env.begin(write=True) as txn:
@@ -271,6 +288,8 @@ class LmdbStore:
                     for key in keys:
                         writer.remove_entry(*INDEX_KEY.unpack(key))
                         txn.delete(key, db=self._dbs[b"transient"])
+                    for qid in deleted:
+                        writer.counters[qid] = None
                     writer.finish()
                 if not keys:
                     break
@@ -422,14 +441,47 @@ class LmdbStore:
         catching up applies what has arrived this way; each batch is applied exactly as
         ``write_batch`` would, seeing the ones before it."""
         env = self._require_env()
+        reclaiming = self.reclaiming
+        dropped = False
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
                 for batch in batches:
                     writer = LmdbWriter(txn, self._dbs, self.pages)
                     apply_batch(batch, writer)
                     writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
+                    dropped = dropped or writer.dropped
+                if reclaiming:  # one slice rides along: a busy node writes queues off too
+                    reclaiming = self._remove_slice(txn)
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
+        self.reclaiming = reclaiming or dropped
+
+    def reclaim(self) -> None:
+        """One slice of deleted queues' entries in a transaction of its own (``lmdb_drops``;
+        group commit calls it on its writer thread while no batch waits)."""
+        if not self.reclaiming:
+            return
+        try:
+            with self._require_env().begin(write=True) as txn:
+                more = self._remove_slice(txn)
+        except _DATA_ERRORS as exc:
+            self.reclaiming = False  # not again and again: the next start retries
+            raise self._error("cannot remove a deleted queue's entries", exc) from exc
+        self.reclaiming = more
+
+    def _remove_slice(self, txn: lmdb.Transaction) -> bool:
+        """Remove one slice in ``txn``; whether more remain after it commits."""
+        writer = LmdbWriter(txn, self._dbs, self.pages)
+        qid, removed, more = lmdb_drops.remove_slice(writer, self.delete_slice)
+        writer.finish()
+        if qid:
+            total = self._removed[qid] = self._removed.get(qid, 0) + removed
+            if removed < self.delete_slice:  # its last slice
+                del self._removed[qid]
+                self._log.log(logging.INFO if total >= self.delete_slice else logging.DEBUG,
+                              "store %s: deleted queue %d written off (%d entries)",
+                              self.path, qid, total)
+        return more
 
     # -- space ---------------------------------------------------------------------------------
 
