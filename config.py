@@ -143,7 +143,7 @@ class Config:
     queue_messages_in_memory: int = 10_000
     # Stored entries of a deleted durable queue or stream removed per store transaction
     # (persistence/lmdb_drops.py): other queues' commits interleave with these slices.
-    queue_delete_slice: int = 4096
+    queue_delete_slice: int = 2048
     log_level: str = "info"
     handshake_timeout: float = 10.0
     # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
