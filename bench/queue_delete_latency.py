@@ -96,10 +96,10 @@ async def measure(port: int, log_path: Path, sliced: bool) -> dict[str, object]:
 
     async def publisher() -> None:
         while not stop.is_set():
-            start = time.perf_counter()
+            sent_in, start = phase[0], time.perf_counter()  # counted where it was sent
             pub.transport.write(frames)
             await pub.expect(cmd.Basic.Ack, timeout=600)
-            latencies[phase[0]].append(time.perf_counter() - start)
+            latencies[sent_in].append(time.perf_counter() - start)
 
     task = asyncio.create_task(publisher())
     while len(latencies["before"]) < SAMPLES_BEFORE:
