@@ -29,6 +29,7 @@ What a client sees is unchanged: ``queue.delete-ok`` with the ready count, 404 a
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import lmdb
@@ -63,6 +64,32 @@ def pending(txn: lmdb.Transaction, meta: lmdb._Database) -> list[int]:
             if len(key) == _MARKER_SIZE:
                 qids.append(U32.unpack_from(key, 1)[0])
     return qids
+
+
+class Slices:
+    """The store's deleted queues still to write off: whether any are (``pending``, true
+    until a slice finds no marker, so a reopened store looks once), and one slice at a
+    time (``remove``), logged when a queue's last one is in."""
+
+    def __init__(self, size: int, log: logging.Logger, where: object) -> None:
+        self.size = size  # entries per slice (``queue_delete_slice``)
+        self.pending = True
+        self._log, self._where = log, where
+        self._removed: dict[int, int] = {}  # entries removed so far, by qid (for the log)
+
+    def remove(self, writer: LmdbWriter) -> bool:
+        """Remove one slice in ``writer``'s transaction and finish it (the caller commits);
+        returns whether markers are left after this transaction."""
+        qid, removed, more = remove_slice(writer, self.size)
+        writer.finish()
+        if qid:
+            total = self._removed[qid] = self._removed.get(qid, 0) + removed
+            if removed < self.size:  # its last slice
+                del self._removed[qid]
+                self._log.log(logging.INFO if total >= self.size else logging.DEBUG,
+                              "store %s: deleted queue %d written off (%d entries)",
+                              self._where, qid, total)
+        return more
 
 
 def remove_slice(writer: LmdbWriter, limit: int) -> tuple[int, int, bool]:

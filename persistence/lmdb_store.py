@@ -144,12 +144,9 @@ class LmdbStore:
     def __init__(self, path: Path, map_size: int = 1 << 40, *,
                  logger: logging.Logger | None = None, delete_slice: int = SLICE) -> None:
         self.path = Path(path)
-        # Entries of deleted queues removed per transaction (lmdb_drops), and whether any
-        # are left: true until a slice finds no marker (a restart goes on where it was).
-        self.delete_slice = delete_slice
-        self.reclaiming = True
-        self._removed: dict[int, int] = {}  # entries removed so far, by deleted qid (logs)
         self._log = logger or log
+        # Deleted queues' entries still to remove, a slice at a time (lmdb_drops).
+        self._slices = lmdb_drops.Slices(delete_slice, self._log, self.path)
         self._env: Any = None
         self._mapped: tuple[Any, list[tuple[int, int]]] | None = None  # (env, its mapping)
         self.pages = PageBudget(self.release_memory, RELEASE_EVERY_ENTRIES)
@@ -163,7 +160,7 @@ class LmdbStore:
             self._dbs = self._open_databases()
             self._log_contents()
             self._drop_transient()
-            self.reclaiming = bool(self._dropping())
+            self._slices.pending = bool(self._dropping())
         except BaseException:
             self.close()
             raise
@@ -441,7 +438,8 @@ class LmdbStore:
         catching up applies what has arrived this way; each batch is applied exactly as
         ``write_batch`` would, seeing the ones before it."""
         env = self._require_env()
-        reclaiming = self.reclaiming
+        slices = self._slices
+        reclaiming = slices.pending
         dropped = False
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
@@ -451,37 +449,29 @@ class LmdbStore:
                     writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
                     dropped = dropped or writer.dropped
                 if reclaiming:  # one slice rides along: a busy node writes queues off too
-                    reclaiming = self._remove_slice(txn)
+                    reclaiming = slices.remove(LmdbWriter(txn, self._dbs, self.pages))
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
-        self.reclaiming = reclaiming or dropped
+        slices.pending = reclaiming or dropped
+
+    @property
+    def reclaiming(self) -> bool:
+        """Deleted queues' entries are left to remove (``lmdb_drops``)."""
+        return self._slices.pending
 
     def reclaim(self) -> None:
         """One slice of deleted queues' entries in a transaction of its own (``lmdb_drops``;
         group commit calls it on its writer thread while no batch waits)."""
-        if not self.reclaiming:
+        slices = self._slices
+        if not slices.pending:
             return
         try:
             with self._require_env().begin(write=True) as txn:
-                more = self._remove_slice(txn)
+                more = slices.remove(LmdbWriter(txn, self._dbs, self.pages))
         except _DATA_ERRORS as exc:
-            self.reclaiming = False  # not again and again: the next start retries
+            slices.pending = False  # not again and again: the next start retries
             raise self._error("cannot remove a deleted queue's entries", exc) from exc
-        self.reclaiming = more
-
-    def _remove_slice(self, txn: lmdb.Transaction) -> bool:
-        """Remove one slice in ``txn``; whether more remain after it commits."""
-        writer = LmdbWriter(txn, self._dbs, self.pages)
-        qid, removed, more = lmdb_drops.remove_slice(writer, self.delete_slice)
-        writer.finish()
-        if qid:
-            total = self._removed[qid] = self._removed.get(qid, 0) + removed
-            if removed < self.delete_slice:  # its last slice
-                del self._removed[qid]
-                self._log.log(logging.INFO if total >= self.delete_slice else logging.DEBUG,
-                              "store %s: deleted queue %d written off (%d entries)",
-                              self.path, qid, total)
-        return more
+        slices.pending = more
 
     # -- space ---------------------------------------------------------------------------------
 
