@@ -190,10 +190,6 @@ class Batch:
     seq: int = 0  # 1, 2, 3... per non-empty batch (0: empty, nothing to apply)
 
 
-# A queue's operations its deletion makes moot in the same batch (``Recorder.delete_queue``);
-# each is one live operation (cancelled enqueues and marks stay in place, not counted).
-_DELETE_COVERS = (Remove, Purge, Truncate)
-
 # Message ids: a 56-bit counter under a one-byte cluster (``Recorder.enqueue``).
 CLUSTER_SHIFT = 56
 # A queue's sequence numbers: a 48-bit counter, under a cluster in a priority queue (its
@@ -377,9 +373,9 @@ class Recorder:
         self._add(DeleteExchange(vhost, name))
 
     def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        """Forget the queue and every entry it has on disk. The store writes the entries off
-        after this batch, in slices of their own (``lmdb_drops``), so this batch's removals
-        and purges of the queue go too: its commit stays as short as any other."""
+        """Forget the queue and every entry it has on disk (the store writes the entries off
+        after this batch, in slices of their own: ``lmdb_drops``; a deleted queue's purge
+        records no removals, ``ready.purge_ready``)."""
         if self._qids.get((vhost, name)) == qid:
             del self._qids[vhost, name]
         self._cancel_queue(qid, 0)
@@ -387,12 +383,6 @@ class Recorder:
         if below is not None:
             below.cancelled = True
             self._live -= 1
-        ops = self._ops
-        kept = [op for op in ops
-                if type(op) not in _DELETE_COVERS or op.qid != qid]  # type: ignore[union-attr]
-        if len(kept) != len(ops):
-            self._live -= len(ops) - len(kept)
-            self._ops = kept
         self._add(DeleteQueue(vhost, name, qid))
 
     # -- deduplication windows -----------------------------------------------------------

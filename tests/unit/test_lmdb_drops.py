@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from leveret.model.message import Message
-from leveret.persistence.batch import Purge, Remove
+from leveret.persistence.group_commit import GroupCommit
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.store import QueueDef, QueueStats
+from leveret.queues.queue import Queue
 
+from .queue_fakes import FakeClock, FakeVhost
+from .queue_fakes import msg as persistent
 from .store_harness import recording
 
 PROPS = b"\x10\x00\x02"
@@ -36,12 +41,8 @@ def test_a_deleted_queue_goes_at_once_and_its_entries_slice_by_slice(tmp_path: P
     commit(store)
     assert store._entry_count() == 451
 
-    store.remove(deep, 1)  # the batch's own removal and purge of the queue go with it
-    store.purge(deep, 200)
     store.delete_queue("/", "deep", deep)
-    batch = store.take_batch()
-    assert not [op for op in batch.ops if type(op) in (Remove, Purge)]
-    store.write_batch(batch)
+    commit(store)
     # Gone for every read at once; a same-named queue is a new one, empty.
     assert [q.name for q in store.load_definitions().queues] == ["o"]
     assert store.queue_stats(deep) == QueueStats(0, 0, 0)
@@ -75,4 +76,27 @@ def test_a_deleted_queue_goes_at_once_and_its_entries_slice_by_slice(tmp_path: P
     store.close()
     store = recording(LmdbStore(tmp_path / "s", delete_slice=SLICE))
     assert not store.reclaiming and store._entry_count() == 2
+    store.close()
+
+
+@pytest.mark.parametrize("arguments", [{}, {"x-max-priority": 5}])
+def test_a_deleted_queues_purge_records_nothing(tmp_path: Path, arguments: dict) -> None:
+    # VirtualHost.delete_queue marks the queue deleted, purges it, then records the delete:
+    # the purge's removals would all go in the deleting commit, which must stay short.
+    vhost = FakeVhost(FakeClock())
+    vhost.log = GroupCommit(LmdbStore(tmp_path / "s"))  # no loop: each record is a commit
+    q = Queue(vhost, "q", durable=True, arguments=arguments)
+    q.qid = vhost.log.put_queue(QueueDef("/", "q", True, False, arguments))
+    q.log = vhost.log
+    for i in range(50):
+        q.publish(persistent(b"%d" % i, persistent=True))
+    store = vhost.log.store
+    assert store._entry_count() == 50
+    q.deleted = True
+    assert q.purge() == 50
+    vhost.log.delete_queue("/", "q", q.qid)
+    assert store._entry_count() == 50 and store.reclaiming  # left for the slices
+    while store.reclaiming:
+        store.reclaim()
+    assert store._entry_count() == 0 and store._message_count() == 0
     store.close()
