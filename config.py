@@ -141,6 +141,9 @@ class Config:
     # (queues/paging.py); 0: no bound, the backlog stays in memory until the paging ratio
     # above (RabbitMQ 3.10's classic queues).
     queue_messages_in_memory: int = 10_000
+    # Stored entries of a deleted durable queue or stream removed per store transaction
+    # (persistence/lmdb_drops.py): other queues' commits interleave with these slices.
+    queue_delete_slice: int = 2048
     log_level: str = "info"
     handshake_timeout: float = 10.0
     # Most AMQP connections the node accepts (RabbitMQ's connection_max); 0 = no limit.
@@ -247,6 +250,7 @@ _FIELDS: dict[str, _Field] = {
     "memory_high_watermark": _Field("float", positive_float),
     "memory_high_watermark_paging_ratio": _Field("float", non_negative_float),
     "queue_messages_in_memory": _Field("int", int_range(0, 2**31 - 1, " (0 = no bound)")),
+    "queue_delete_slice": _Field("int", int_range(1, 2**31 - 1)),
     "log_level": _Field("str", choice(*LOG_LEVELS)),
     "handshake_timeout": _Field("float", positive_float),
     "connection_max": _Field("int", int_range(0, 2**31 - 1, " (0 = no limit)")),

@@ -420,21 +420,12 @@ class Channel:
         queue.settle(entry)
 
     def _ack_taken(self, taken: list[Delivery]) -> None:
-        """``ack_now`` of a multiple ack, under a global prefetch, or traced."""
+        """``ack_now`` of a multiple ack, under a global prefetch, or traced: settled as a
+        run whatever its length (one delivery too: ``queue.settle``'s lines, which a single
+        ack's fast path keeps for itself, are ``settle_many`` then the holder's resume)."""
         if self.vhost.tracer is not None:
             self._trace_settled("ack", taken, None)
-        if len(taken) > 1 or self._global_full:
-            self._resume_freed(self._settle_many(taken))
-            return
-        # Credit is given back before the queue hears of it: settling resumes the consumer.
-        for entry, queue, consumer in taken:
-            if consumer is not None:
-                consumer.unacked -= 1
-                self._global_unacked -= 1
-                consumer.counters.ack += 1
-            else:
-                self.queue_counters(queue).ack += 1
-            queue.settle(entry)
+        self._resume_freed(self._settle_many(taken))
 
     def _settle_many(self, taken: list[Delivery]) -> dict[Consumer, int]:
         """Settle every delivery without resuming anyone; returns how many each consumer

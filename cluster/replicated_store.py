@@ -44,6 +44,15 @@ class ReplicatedStore:
                                                 self.loop)
         done.result()  # StoreError: the batch's confirms become nacks
 
+    @property
+    def reclaiming(self) -> bool:
+        return self.inner.reclaiming
+
+    def reclaim(self) -> None:
+        """Local: each node removes a deleted queue's entries itself (a follower while it
+        applies batches, ``LmdbStore.write_batches``), so nothing is shipped."""
+        self.inner.reclaim()
+
     def state(self) -> StoreState:
         return self.inner.state()
 

@@ -94,7 +94,7 @@ def open_store(config: Config) -> tuple[LmdbStore, TextIO]:
         raise StartupError(
             f"data directory {data_dir} is in use by another Leveret process") from exc
     try:
-        return LmdbStore(data_dir / "store"), lock
+        return LmdbStore(data_dir / "store", delete_slice=config.queue_delete_slice), lock
     except StoreError as exc:
         lock.close()
         raise StartupError(str(exc)) from exc

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Every store applies batches here, so what an operation means (a cancelled
-enqueue is skipped, deleting a queue purges it, drops its definition if it
-still has that qid and drops the bindings to it, ...) is written once. A
+enqueue is skipped, deleting a queue drops its entries (``drop_queue``: at once,
+or in later slices), its definition if it still has that qid and the bindings to
+it, ...) is written once. A
 store only provides the primitives of ``Applier`` on whatever it keeps (a
 transaction for LMDB, dicts for the memory store). This is also the function
 a follower replica will call with a batch received from its leader.
@@ -55,8 +56,10 @@ class Applier(Protocol):
     def remove_entries_below(self, qid: int, below: int) -> None:
         """Drop the queue's entries with seq < below."""
 
-    def forget_queue(self, qid: int) -> None:
-        """The queue is gone (its entries already are): drop its counters."""
+    def drop_queue(self, qid: int) -> None:
+        """The queue is gone: drop its counters and its entries, at once or in slices
+        (``lmdb_drops``) that write them off in later transactions; either way no read
+        sees them again (nothing refers to the qid any more) and qids never repeat."""
 
     def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None: ...
 
@@ -118,8 +121,7 @@ def _truncate(store: Applier, op: Truncate) -> None:
 
 
 def _delete_queue(store: Applier, op: DeleteQueue) -> None:
-    store.remove_entries(op.qid, 0)
-    store.forget_queue(op.qid)
+    store.drop_queue(op.qid)
     identity = (op.vhost, op.name)
     stored = store.get_definition("q", identity)
     if stored is not None and getattr(stored, "qid", None) == op.qid:  # not a newer namesake

@@ -373,7 +373,9 @@ class Recorder:
         self._add(DeleteExchange(vhost, name))
 
     def delete_queue(self, vhost: str, name: str, qid: int) -> None:
-        """Forget the queue and every entry it has on disk."""
+        """Forget the queue and every entry it has on disk (the store writes the entries off
+        after this batch, in slices of their own: ``lmdb_drops``; a deleted queue's purge
+        records no removals, ``ready.purge_ready``)."""
         if self._qids.get((vhost, name)) == qid:
             del self._qids[vhost, name]
         self._cancel_queue(qid, 0)

@@ -24,6 +24,10 @@ server stops reading its clients until the write returns (``when_caught_up``).
 That keeps each write transaction, and the memory it takes, bounded when the
 disk is slower than the clients.
 
+While no batch waits, the writer removes deleted queues' entries a slice at a time
+(``store.reclaim``, ``lmdb_drops``); a batch recorded meanwhile waits for one slice at
+most.
+
 ``compact`` (``leveret ctl compact``) takes the writer's turn between two
 batches: it copies the store on the writer thread, swaps it in on the loop
 thread, and recording goes on meanwhile as during any write. ``on_commit`` runs
@@ -85,6 +89,9 @@ class GroupCommit(Recorder):
         # An exclusive job (compaction) waiting for its turn between two batches.
         self._turn: asyncio.Future[None] | None = None
         self._compacting = False
+        self._closed = False
+        if loop is not None and store.reclaiming:  # queues deleted before a restart
+            loop.call_soon(self._start)
 
     def _wanted(self) -> None:
         """Operations wait (``Recorder._recorded``): write them now, or schedule a write for
@@ -197,6 +204,10 @@ class GroupCommit(Recorder):
             turn.set_result(None)
             return
         if not self.has_pending() and not self._held and not self._callbacks:
+            if (self.store.reclaiming and not self._closed
+                    and (self._idle is None or self._idle.done())):
+                self._reclaim()  # not while someone drains: shutdown waits for batches only
+                return
             self._set_idle()
             return
         batch = self._take()
@@ -227,6 +238,22 @@ class GroupCommit(Recorder):
             self.failures += 1
             log.error("store write failed; %d confirm(s) become nacks: %s", confirms, exc)
         self._release(held, callbacks, ok)
+        self._start()
+        self._resume_clients()
+
+    def _reclaim(self) -> None:
+        """The writer is free: one slice of a deleted queue's entries (``lmdb_drops``),
+        then the next batch or slice."""
+        self._writing = True
+        assert self.loop is not None and self._executor is not None
+        future = self.loop.run_in_executor(self._executor, self.store.reclaim)
+        future.add_done_callback(self._reclaimed)
+
+    def _reclaimed(self, future: asyncio.Future[None]) -> None:
+        self._writing = False
+        exc = future.exception()
+        if exc is not None:
+            log.error("%s", exc)
         self._start()
         self._resume_clients()
 
@@ -297,6 +324,7 @@ class GroupCommit(Recorder):
             release()
 
     def close(self) -> None:
+        self._closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self.store.close()

@@ -57,8 +57,10 @@ from typing import Any
 
 import lmdb
 
+from leveret.persistence import lmdb_drops
 from leveret.persistence.apply import apply_batch
 from leveret.persistence.batch import Batch
+from leveret.persistence.lmdb_drops import SLICE
 from leveret.persistence.lmdb_reads import MissingMessage, read_run
 from leveret.persistence.lmdb_writer import (
     COUNTER_PREFIX,
@@ -140,9 +142,11 @@ def _fsync(path: Path) -> None:
 
 class LmdbStore:
     def __init__(self, path: Path, map_size: int = 1 << 40, *,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, delete_slice: int = SLICE) -> None:
         self.path = Path(path)
         self._log = logger or log
+        # Deleted queues' entries still to remove, a slice at a time (lmdb_drops).
+        self._slices = lmdb_drops.Slices(delete_slice, self._log, self.path)
         self._env: Any = None
         self._mapped: tuple[Any, list[tuple[int, int]]] | None = None  # (env, its mapping)
         self.pages = PageBudget(self.release_memory, RELEASE_EVERY_ENTRIES)
@@ -156,6 +160,7 @@ class LmdbStore:
             self._dbs = self._open_databases()
             self._log_contents()
             self._drop_transient()
+            self._slices.pending = bool(self._dropping())
         except BaseException:
             self.close()
             raise
@@ -258,9 +263,18 @@ class LmdbStore:
                           U64.unpack(next_qid)[0] if next_qid else 1,
                           U64.unpack(last_seq)[0] if last_seq else 0, qids)
 
+    def _dropping(self) -> list[int]:
+        """Deleted queues whose entries are still to remove (``lmdb_drops``)."""
+        try:
+            with self._env.begin() as txn:
+                return lmdb_drops.pending(txn, self._dbs[b"meta"])
+        except _DATA_ERRORS as exc:
+            raise self._error("cannot read the store (corrupt?)", exc) from exc
+
     def _drop_transient(self) -> None:
         """Transient entries were only on disk because their queue paged them out."""
         dropped = 0
+        deleted = self._dropping()  # queues deleted before a crash keep no counter
         try:
             while True:
                 with self._env.begin(write=True) as txn:
@@ -271,6 +285,8 @@ class LmdbStore:
                     for key in keys:
                         writer.remove_entry(*INDEX_KEY.unpack(key))
                         txn.delete(key, db=self._dbs[b"transient"])
+                    for qid in deleted:
+                        writer.counters[qid] = None
                     writer.finish()
                 if not keys:
                     break
@@ -422,14 +438,40 @@ class LmdbStore:
         catching up applies what has arrived this way; each batch is applied exactly as
         ``write_batch`` would, seeing the ones before it."""
         env = self._require_env()
+        slices = self._slices
+        reclaiming = slices.pending
+        dropped = False
         try:
             with env.begin(write=True) as txn:  # commits (and fsyncs) on exit, aborts on error
                 for batch in batches:
                     writer = LmdbWriter(txn, self._dbs, self.pages)
                     apply_batch(batch, writer)
                     writer.finish(batch.next_msg_id, batch.next_qid, batch.seq)
+                    dropped = dropped or writer.dropped
+                if reclaiming:  # one slice rides along: a busy node writes queues off too
+                    reclaiming = slices.remove(LmdbWriter(txn, self._dbs, self.pages))
         except _DATA_ERRORS as exc:
             raise self._error("write failed, batch discarded", exc) from exc
+        slices.pending = reclaiming or dropped
+
+    @property
+    def reclaiming(self) -> bool:
+        """Deleted queues' entries are left to remove (``lmdb_drops``)."""
+        return self._slices.pending
+
+    def reclaim(self) -> None:
+        """One slice of deleted queues' entries in a transaction of its own (``lmdb_drops``;
+        group commit calls it on its writer thread while no batch waits)."""
+        slices = self._slices
+        if not slices.pending:
+            return
+        try:
+            with self._require_env().begin(write=True) as txn:
+                more = slices.remove(LmdbWriter(txn, self._dbs, self.pages))
+        except _DATA_ERRORS as exc:
+            slices.pending = False  # not again and again: the next start retries
+            raise self._error("cannot remove a deleted queue's entries", exc) from exc
+        slices.pending = more
 
     # -- space ---------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ cdef class LmdbWriter:
     cdef public list _fresh_message_keys, _fresh_messages, _fresh_index_keys, _fresh_index
     cdef public object _index_cursor, _messages_cursor, _refs_on_disk
     cdef public double _near_spent
+    cdef public bint dropped
 
     cpdef refcount(self, msg_id, bint has_entry)
 

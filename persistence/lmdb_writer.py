@@ -18,7 +18,10 @@ from typing import Any
 
 import lmdb
 
-from leveret.persistence import records  # encode_message: a C call when compiled (.pxd)
+from leveret.persistence import (
+    lmdb_drops,
+    records,  # encode_message: a C call when compiled (.pxd)
+)
 from leveret.persistence.batch import CLUSTER_SHIFT, SEQ_MASK, DedupeAppend, Enqueue
 from leveret.persistence.mapped_memory import ENTRY_SIZE, PAGE_SIZE, PageBudget, nearby
 from leveret.persistence.records import (
@@ -127,6 +130,7 @@ class LmdbWriter:
         self._refs_on_disk: bool | None = None
         self._messages_cursor: lmdb.Cursor | None = None  # _forget_in_bulk's, on the message records
         self._last_dropped = -2  # the message id _forget_in_bulk dropped last
+        self.dropped = False  # drop_queue left a marker: the store has slices to remove
 
     def refcount(self, msg_id: int, has_entry: bool) -> int:
         """Entries referring to ``msg_id``; ``has_entry``: the caller holds one of them."""
@@ -293,11 +297,17 @@ class LmdbWriter:
             counter[5] = below
 
     def remove_entries(self, qid: int, from_seq: int) -> None:
+        self.remove_from(qid, from_seq, -1)
+
+    def remove_from(self, qid: int, from_seq: int, limit: int) -> int:
+        """Drop the queue's entries with seq >= from_seq, at most ``limit`` of them (-1: all,
+        a purge; a deleted queue's slices: ``lmdb_drops``); returns how many went."""
         self._write_fresh()
         cursor = self._index()
         counter: list[int] | None = None
+        removed = 0
         if cursor.set_range(INDEX_KEY.pack(qid, from_seq)):
-            while True:
+            while removed != limit:
                 key = cursor.key()
                 if len(key) != INDEX_KEY.size or INDEX_KEY.unpack(key)[0] != qid:
                     break
@@ -305,8 +315,10 @@ class LmdbWriter:
                     counter = self.counter(qid)
                 self._forget_in_bulk(self._forget_entry(key, cursor.value(), counter))
                 self.spend()
+                removed += 1
                 if not cursor.delete():  # deletes and moves to the next entry
                     break
+        return removed
 
     def remove_entries_below(self, qid: int, below: int) -> None:
         self._write_fresh()
@@ -346,8 +358,12 @@ class LmdbWriter:
         self.spend(nearby(size) if msg_id == self._last_dropped + 1 else 1)
         self._last_dropped = msg_id
 
-    def forget_queue(self, qid: int) -> None:
+    def drop_queue(self, qid: int) -> None:
+        """The queue's counter goes now; its entries stay, under a drop marker, for the
+        store to remove in later slices (``lmdb_drops``): this transaction stays short."""
         self.counters[qid] = None
+        lmdb_drops.mark(self.txn, self.meta, qid)
+        self.dropped = True
 
     def get_definition(self, kind: str, identity: tuple[str, ...]) -> Definition | None:
         raw = self.txn.get(definition_key(kind, identity), db=self.defs)

@@ -190,6 +190,11 @@ class MemoryStore:
                                      max(self._state.next_qid, batch.next_qid),
                                      max(self._state.last_seq, batch.seq))
 
+    reclaiming = False  # drop_queue removes a deleted queue's entries at once
+
+    def reclaim(self) -> None:
+        pass
+
     def close(self) -> None:
         self._closed = True
 
@@ -255,7 +260,8 @@ class MemoryStore:
             assert entry is not None
             self._forget(qid, entry)
 
-    def forget_queue(self, qid: int) -> None:
+    def drop_queue(self, qid: int) -> None:
+        self.remove_entries(qid, 0)  # at once: in memory there is no commit to hold up
         self._entries.pop(qid, None)
         self._next_seq.pop(qid, None)
         self._sizes.pop(qid, None)

@@ -192,6 +192,16 @@ class Store(Protocol):
         """Apply ``batch`` in one transaction and sync it; raises StoreError (any thread)."""
         ...
 
+    @property
+    def reclaiming(self) -> bool:
+        """Deleted queues' entries are left to remove (``reclaim``)."""
+        ...
+
+    def reclaim(self) -> None:
+        """Remove one bounded slice of deleted queues' entries in a write of its own (the
+        writer's thread, between batches: group commit calls it while no batch waits)."""
+        ...
+
     def close(self) -> None: ...
 
     # -- space --

@@ -178,7 +178,7 @@ class PriorityStore(FeaturedStore):
     def purge(self) -> int:
         count = super().purge()
         log = self._owner.log
-        if log is not None:
+        if log is not None and not self._owner.deleted:  # deleted: the store drops them all
             qid = self._owner.qid
             for tail in self.tails.values():
                 # Not a range purge: the queue's unacked entries are interleaved with these.

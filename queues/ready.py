@@ -447,16 +447,19 @@ def fifo_segments(returned: list[QueueEntry], fresh: deque[QueueEntry], tail: Ta
 
 def purge_ready(owner: Owner, fresh: deque[QueueEntry], returned: list[QueueEntry],
                 tail: Tail) -> None:
-    """Forget every ready entry, in memory and in the store (both ready stores' ``purge``)."""
+    """Forget every ready entry, in memory and in the store (both ready stores' ``purge``).
+    A deleted queue's purge records nothing: the store writes off all its entries in
+    slices after the delete commits (``persistence/lmdb_drops.py``)."""
     log = owner.log
     if log is not None:
-        for entries in (fresh, returned):
-            for entry in entries:
-                if entry.stored:
-                    log.remove(owner.qid, entry.seq, entry.message)
-        if tail.count:
-            log.purge(owner.qid, tail.first)
-            tail.count = 0
+        if not owner.deleted:
+            for entries in (fresh, returned):
+                for entry in entries:
+                    if entry.stored:
+                        log.remove(owner.qid, entry.seq, entry.message)
+            if tail.count:
+                log.purge(owner.qid, tail.first)
+        tail.count = 0
         tail.removed.clear()
         tail.bytes = 0
     fresh.clear()

@@ -83,6 +83,8 @@ def test_a_decoded_batch_applies_to_another_store_with_the_same_result(tmp_path:
         assert copy.seq == batch.seq and encode_batch(copy) == wire
         leader.write_batch(batch)
         follower.write_batch(copy)
+        while follower.reclaiming:  # a deleted queue's entries: slices after its delete
+            follower.reclaim()
         assert contents(follower) == contents(leader)
     state, copied = leader.state(), follower.state()
     assert (copied.next_msg_id, copied.next_qid, copied.last_seq) == (
@@ -99,7 +101,7 @@ def test_batches_written_in_one_transaction_leave_what_one_by_one_does(tmp_path:
         leader.write_batch(batch)
     follower.write_batches([decode_batch(encode_batch(b)) for b in batches[:2]])
     assert follower.state().last_seq == 2
-    follower.write_batches([decode_batch(encode_batch(batches[2]))])
+    follower.write_batches([decode_batch(encode_batch(batches[2]))])  # carries a slice
     assert contents(follower) == contents(leader)
     state, copied = leader.state(), follower.state()
     assert (copied.next_msg_id, copied.next_qid, copied.last_seq) == (

@@ -383,10 +383,13 @@ def test_purge_and_delete_queue(stores: Stores) -> None:
     store.delete_queue("/", "q2", q2)
     commit(store)
     store = stores.reopen(store)
-    assert read_all(store, q2) == []
-    assert store.queue_stats(q2) == QueueStats(0, 0, 0)
-    assert message_count(store) == 1
+    # Gone from the commit that deleted it; its entries may leave later, in slices.
     assert [q.name for q in store.load_definitions().queues] == ["q1"]
+    assert store.queue_stats(q2) == QueueStats(0, 0, 0)
+    while store.reclaiming:
+        store.reclaim()
+    assert read_all(store, q2) == []
+    assert message_count(store) == 1
 
 
 def test_purge_cancels_pending_enqueues(stores: Stores) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,3 +49,18 @@ def test_matches_a_naive_model(steps: list[tuple]) -> None:
             model.clear()
         assert len(m) == len(model)
         assert sorted(m.values()) == sorted(model.values())
+
+
+def test_a_multiple_ack_after_a_deep_catch_up_compacts_the_map() -> None:
+    # A consumer without a prefetch limit had 100,000 deliveries and acked all but the last
+    # ten singly: their slots are holes at the front of the dict until it is compacted, and
+    # every multiple ack would walk them (bench/unacked_micro.py).
+    m = UnackedMap()
+    for tag in range(1, 100_001):
+        m.add(tag, f"d{tag}")
+    sparse = sys.getsizeof(m._by_tag)
+    for tag in range(1, 99_991):
+        assert m.take_one(tag) == f"d{tag}"
+    assert m.take(99_995, True) == [f"d{t}" for t in range(99_991, 99_996)]
+    assert sys.getsizeof(m._by_tag) < sparse // 100  # copied compact: no holes to walk
+    assert m.take(0, True) == [f"d{t}" for t in range(99_996, 100_001)]
