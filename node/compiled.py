@@ -88,8 +88,8 @@ COMPILED_MODULES: Final = (
 # module compiles with its annotations ignored, so it accepts what its source accepts
 # (``frames`` and ``fastpath`` too: their ``.pxd`` give the frame reader and the delivery
 # writer C types that their annotations cannot, and Cython wants the two to agree).
-TYPED_BY_ANNOTATIONS: Final = ("leveret.amqp.assembler", "leveret.model.field_table",
-                                "leveret.model.properties")
+# (``properties`` has its ``.pxd`` instead: an ``int`` annotation would be a Python int.)
+TYPED_BY_ANNOTATIONS: Final = ("leveret.amqp.assembler", "leveret.model.field_table")
 NO_EXTENSIONS_ENV: Final = "LEVERET_NO_EXTENSIONS"
 # Beside a module compiled in place (``frames.compiled-from``): the digest of its source then.
 STAMP_SUFFIX: Final = ".compiled-from"
