@@ -9,7 +9,6 @@ dead-lettering and the broker make. pamqp does the field-table work.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from pamqp import commands
 
@@ -120,7 +119,7 @@ def check_properties(raw: bytes) -> None:
         raise ValueError("property flags are truncated")
     # Compiled (``properties.pxd``), ``p`` is a C pointer into ``raw`` and every read below
     # is a C read, each after its bounds test; pure, ``p`` is ``raw`` and the same lines index it.
-    p: Any = raw
+    p: bytes = raw
     flags = (p[0] << 8) | p[1]
     if flags & 1:
         raise ValueError("a second property flag word (basic has one)")

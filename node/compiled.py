@@ -82,6 +82,7 @@ COMPILED_MODULES: Final = (
     "leveret.persistence.records", "leveret.persistence.lmdb_reads", "leveret.persistence.batch",
     "leveret.confirms.tracker",
     "leveret.model.dedupe", "leveret.broker.dedupe",
+    "leveret.exchanges.router", "leveret.exchanges.direct", "leveret.exchanges.binding",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
