@@ -47,7 +47,7 @@ from leveret.model.message import (
     Message,
 )
 from leveret.model.object_stats import ExchangeCounters
-from leveret.model.properties import check_properties
+from leveret.model import properties
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -126,7 +126,7 @@ def _check_properties(channel: Channel, message: Message) -> tuple[Message, tupl
 
 def _check_well_formed(channel: Channel, props: bytes) -> None:
     try:
-        check_properties(props)
+        properties.check_properties(props)
     except ValueError as exc:
         log.warning("connection %s, channel %d: malformed message properties: %s",
                     channel.connection.name, channel.number, exc)
