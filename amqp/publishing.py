@@ -32,6 +32,7 @@ from leveret.amqp import fastpath
 from leveret.amqp.assembler import Publish
 from leveret.broker import publish_props, publishing
 from leveret.broker.permissions import WRITE, Access
+from leveret.model import properties
 from leveret.model.errors import (
     FRAME_ERROR,
     NOT_FOUND,
@@ -47,7 +48,6 @@ from leveret.model.message import (
     Message,
 )
 from leveret.model.object_stats import ExchangeCounters
-from leveret.model import properties
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
