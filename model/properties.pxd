@@ -7,6 +7,7 @@
 cimport cython
 
 cdef bint COMPILED
+cdef dict _PLANS  # a dict lookup, not a method call
 
 @cython.locals(end=Py_ssize_t, flags=int, pos=Py_ssize_t, kind=int,
                p="const unsigned char *")
