@@ -6,12 +6,19 @@
 cimport cython
 
 cimport leveret.broker.publishing as publishing
+cimport leveret.model.properties as properties
 from leveret.amqp.channel cimport Channel as CChannel
 from leveret.confirms.tracker cimport ConfirmTracker as CConfirmTracker
 from leveret.persistence.batch cimport Recorder as CRecorder
 
 
 cpdef complete(CChannel channel, publish, props, body)
+
+# The property checks of every publish with properties: C calls, down to the list's walk.
+@cython.locals(props=bytes)
+cdef tuple _check_properties(CChannel channel, message)
+
+cdef _check_well_formed(CChannel channel, bytes props)
 
 # The confirm branch: the tracker numbers the message and the group commit (a Recorder)
 # holds its confirm for the next commit, two C calls.

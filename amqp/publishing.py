@@ -7,7 +7,7 @@ Theory of operation
 message to ``complete``: publish permissions (one set lookup once allowed);
 then, for a message with any property (a flag word other than zero), a check
 that the property list is well-formed (``properties.check_properties``, once
-per distinct list a channel sees): malformed properties are never relayed, and
+per distinct list with headers a channel sees): malformed properties are never relayed, and
 close the connection with 541 INTERNAL_ERROR as they crash a RabbitMQ 3.10
 channel; then the ``user-id`` and ``expiration`` checks (only when their flags
 are set), CC/BCC and direct reply-to (``broker/publish_props.py``); then ``publish``:
@@ -32,6 +32,7 @@ from leveret.amqp import fastpath
 from leveret.amqp.assembler import Publish
 from leveret.broker import publish_props, publishing
 from leveret.broker.permissions import WRITE, Access
+from leveret.model import properties
 from leveret.model.errors import (
     FRAME_ERROR,
     NOT_FOUND,
@@ -47,7 +48,6 @@ from leveret.model.message import (
     Message,
 )
 from leveret.model.object_stats import ExchangeCounters
-from leveret.model.properties import check_properties
 
 if TYPE_CHECKING:
     from leveret.amqp.channel import Channel
@@ -56,9 +56,12 @@ log = logging.getLogger(__name__)
 
 _ACCEPTED = publishing.ACCEPTED
 _NO_PROPERTIES = b"\x00\x00"  # the flag word alone, all clear
-# Property lists a channel has found well-formed: publishers repeat theirs (content type,
-# delivery mode, the same headers), so each distinct one is checked once; bounded.
+# Property lists with headers a channel has found well-formed: publishers repeat theirs (the
+# same headers), so each distinct table is walked once; bounded. A list without headers is
+# walked every time: its flags and lengths cost less than hashing it, and a publisher that
+# sets a new message-id on every message would miss the set anyway.
 VALID_PROPERTIES_KEPT = 64
+_HEADERS_HIGH = FLAG_HEADERS >> 8
 # Property flags that make complete work: user-id, expiration, and headers (CC/BCC) or
 # reply-to (direct reply-to), as the high and low byte of the first flag word.
 _CHECKED_HIGH = (FLAG_EXPIRATION | FLAG_HEADERS | FLAG_REPLY_TO) >> 8
@@ -98,17 +101,15 @@ def _check_properties(channel: Channel, message: Message) -> tuple[Message, tupl
     """Malformed properties close the connection (before anything is relayed); then
     the user-id and expiration checks, CC/BCC and direct reply-to."""
     props = message.raw_properties
-    valid = channel.valid_properties
-    if props not in valid:
-        try:
-            check_properties(props)
-        except ValueError as exc:
-            log.warning("connection %s, channel %d: malformed message properties: %s",
-                        channel.connection.name, channel.number, exc)
-            raise ChannelCrash(f"malformed message properties: {exc}") from exc
-        if len(valid) >= VALID_PROPERTIES_KEPT:
-            valid.clear()
-        valid.add(props)
+    if props[0] & _HEADERS_HIGH:  # a table to walk: once per distinct list
+        valid = channel.valid_properties
+        if props not in valid:
+            _check_well_formed(channel, props)
+            if len(valid) >= VALID_PROPERTIES_KEPT:
+                valid.clear()
+            valid.add(props)
+    else:  # flags and lengths only: cheaper to walk than to look up (a new message-id each)
+        _check_well_formed(channel, props)
     # One test of the flag words for each property that asks for work below.
     if not (props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW):
         return message, ()
@@ -121,6 +122,15 @@ def _check_properties(channel: Channel, message: Message) -> tuple[Message, tupl
     if publish_props.needs_work(message.raw_properties):
         return _prepare(channel, message)
     return message, ()
+
+
+def _check_well_formed(channel: Channel, props: bytes) -> None:
+    try:
+        properties.check_properties(props)
+    except ValueError as exc:
+        log.warning("connection %s, channel %d: malformed message properties: %s",
+                    channel.connection.name, channel.number, exc)
+        raise ChannelCrash(f"malformed message properties: {exc}") from exc
 
 
 def _prepare(channel: Channel, message: Message) -> tuple[Message, tuple[str, ...]]:

@@ -6,8 +6,10 @@
 cimport cython
 
 from leveret.broker.dedupe cimport ExchangeDedupe as CExchangeDedupe
+from leveret.model.message cimport Message as CMessage
 
 
+# The message typed: its exchange and routing key, read for the route, are struct reads.
 @cython.locals(window=CExchangeDedupe)
-cpdef basic_publish(vhost, message, extra_routing_keys, mandatory, counters, origin, queues=*,
+cpdef basic_publish(vhost, CMessage message, extra_routing_keys, mandatory, counters, origin, queues=*,
                     deduplicate=*)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from leveret.exchanges import router
 from leveret.queues.entry import PublishResult
 
 if TYPE_CHECKING:
@@ -122,7 +123,18 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
                                          extra_routing_keys, mandatory, counters, origin)
                 return vhost.delays.publish(message, extra_routing_keys, mandatory, counters,
                                             origin)
-            queues = vhost.route(message, extra_routing_keys)
+            # A named exchange that takes publishes: routed by the (compiled) router, without
+            # the vhost's frame; the default exchange's special cases and every error are
+            # VirtualHost.route's.
+            exchange = vhost.exchanges.get(message.exchange) if message.exchange else None
+            if exchange is not None and not exchange.internal:
+                # Queues only: the router resolved the exchanges (no typing.cast: compiled,
+                # it would be a call per publish).
+                routed: Sequence[Queue] = router.route_message(  # type: ignore[assignment]
+                    exchange, message, vhost.exchanges, extra_routing_keys)
+                queues = routed
+            else:
+                queues = vhost.route(message, extra_routing_keys)
     windows = vhost.dedupe
     if windows and message.exchange in windows and deduplicate:  # checked, remembered below
         window = windows[message.exchange]

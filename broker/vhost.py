@@ -23,9 +23,8 @@ from leveret.broker.delayed import Delays, check_declaration
 from leveret.broker.equivalence import check_arguments_equivalent, queue_equivalence_args
 from leveret.broker.reply_to import PREFIX as REPLY_TO_PREFIX
 from leveret.broker.reply_to import ReplyTo
-from leveret.exchanges import Exchange, route
-from leveret.exchanges.headers import HeadersMatcher
-from leveret.exchanges.router import Step, explain
+from leveret.exchanges import Exchange
+from leveret.exchanges.router import Step, explain, route_message, routing_headers
 from leveret.model.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -264,11 +263,10 @@ class VirtualHost:
             raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
         if exchange.internal:
             self.check_not_internal(exchange)
-        headers = _routing_headers(exchange, message)
         # Matchers hold whatever was bound: in a vhost, queues and exchanges; the router
         # resolves exchanges, so what comes back are queues.
-        return cast("list[Queue]", route(exchange, message.routing_key, headers,
-                                         self.exchanges.get, extra_routing_keys))
+        return cast("Sequence[Queue]",
+                    route_message(exchange, message, self.exchanges, extra_routing_keys))
 
     def publish_routed(self, message: Message, queues: Sequence[Queue],
                        deduplicate: bool = True) -> None:
@@ -290,7 +288,7 @@ class VirtualHost:
         """How ``route`` got there (after a successful ``route`` of the same message; message
         tracing only): the exchanges walked, how each was reached, what each matched."""
         exchange = self.exchanges[message.exchange]
-        headers = _routing_headers(exchange, message)
+        headers = routing_headers(exchange, message)
         return explain(exchange, message.routing_key, headers, self.exchanges.get,
                        extra_routing_keys)
 
@@ -469,13 +467,3 @@ class VirtualHost:
                 if window is not None:  # the window keys the policy sets (broker/dedupe.py)
                     window.apply_policy(exchange.type, exchange.arguments, exchange.durable,
                                         policy)
-
-
-def _routing_headers(exchange: Exchange, message: Message) -> dict[str, Any] | None:
-    """The message's headers when an exchange on the way may match on them, else None:
-    decoding them is work the commonest routes don't need."""
-    if (type(exchange.matcher) is HeadersMatcher or exchange.matcher.exchange_bindings
-            or "alternate-exchange" in exchange.arguments
-            or exchange.policy_alternate_exchange is not None):
-        return message.headers
-    return None

@@ -17,6 +17,13 @@ from leveret.model import field_table
 # Every table pamqp reads or writes (headers here, arguments in amqp.codec) keeps its types.
 field_table.install()
 
+try:  # Compiled, ``cython.compiled`` is true at compile time; pure, Cython's shadow says False.
+    import cython
+
+    COMPILED: bool = cython.compiled
+except ImportError:  # pure Python without Cython installed
+    COMPILED = False
+
 # --- properties (slow path, via pamqp) -------------------------------------
 
 # What pamqp's property decoders raise on hostile input: struct/type errors
@@ -85,7 +92,6 @@ _LAYOUT = (
     (1 << 3, _SHORTSTR),  # app-id
     (1 << 2, _SHORTSTR),  # cluster-id
 )
-_SIZES = {_OCTET: 1, _TIMESTAMP: 8}
 _PLANS: dict[int, tuple[int, ...]] = {}  # flag word -> its properties' kinds, in wire order
 
 
@@ -111,7 +117,10 @@ def check_properties(raw: bytes) -> None:
     end = len(raw)
     if end < 2:
         raise ValueError("property flags are truncated")
-    flags = (raw[0] << 8) | raw[1]
+    # Compiled (``properties.pxd``), ``p`` is a C pointer into ``raw`` and every read below
+    # is a C read, each after its bounds test; pure, ``p`` is ``raw`` and the same lines index it.
+    p: bytes = raw
+    flags = (p[0] << 8) | p[1]
     if flags & 1:
         raise ValueError("a second property flag word (basic has one)")
     pos = 2
@@ -119,11 +128,13 @@ def check_properties(raw: bytes) -> None:
         if pos >= end:
             raise ValueError("property list is truncated")
         if kind == _SHORTSTR:
-            pos += 1 + raw[pos]
+            pos += 1 + p[pos]
         elif kind == _TABLE:
             pos = _check_table(raw, pos, end)
-        else:
-            pos += _SIZES[kind]
+        elif kind == _OCTET:
+            pos += 1
+        else:  # _TIMESTAMP
+            pos += 8
         if pos > end:
             raise ValueError("property list is truncated")
     if pos != end:
