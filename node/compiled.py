@@ -81,7 +81,7 @@ COMPILED_MODULES: Final = (
     "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
     "leveret.persistence.records", "leveret.persistence.lmdb_reads", "leveret.persistence.batch",
     "leveret.confirms.tracker",
-    "leveret.model.dedupe", "leveret.broker.dedupe",
+    "leveret.model.dedupe_window", "leveret.model.dedupe", "leveret.broker.dedupe",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
