@@ -39,5 +39,11 @@ cdef class Window:
                    home=Py_ssize_t)
     cdef _delete(self, Py_ssize_t i)
 
+    @cython.locals(rtag="long long[::1]", rorder="long long[::1]", rexp="long long[::1]",
+                   rkeys=list, old_mask=Py_ssize_t, first="long long", end="long long",
+                   slots="long long[::1]", mask=Py_ssize_t, timed=bint, ring=Py_ssize_t,
+                   old="long long", at=Py_ssize_t, tag="long long", i=Py_ssize_t)
+    cpdef _lay_out_again(self, Py_ssize_t capacity)
+
     @cython.locals(i=Py_ssize_t, at=Py_ssize_t)
     cpdef bint discard(self, bytes key)

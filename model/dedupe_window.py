@@ -79,7 +79,11 @@ class Window:
         self.timed = False
         self._tagmask = -1 if tag_bits >= 64 else (1 << tag_bits) - 1
         self._live = 0
-        self._lay_out(_MIN_CAPACITY)
+        capacity = _MIN_CAPACITY
+        if isinstance(entries, (list, tuple)):  # a recovered window: laid out once
+            while capacity <= len(entries):
+                capacity *= 2
+        self._lay_out(capacity)
         first = True
         for key, order, expires in entries:
             if first:
@@ -216,25 +220,34 @@ class Window:
         """A full ring laid out again with only its live places: the same size if at
         least half of it was left behind, else twice as large."""
         capacity = self._rmask + 1
-        if 2 * self._live > capacity:
-            capacity *= 2
-        held = self._held()
+        self._lay_out_again(2 * capacity if 2 * self._live > capacity else capacity)
+
+    def _lay_out_again(self, capacity: int) -> None:
+        """The live places, oldest first, into new arrays for ``capacity`` places, copied
+        from the old ones as they go (no list of them all: a window turns over millions)."""
+        rtag, rorder, rexp, rkeys = self._rtag, self._rorder, self._rexp, self._rkeys
+        old_mask = self._rmask
+        first, end = self._tail, self._next
         self._lay_out(capacity)
         slots = self._slots
         mask = self._tmask
         timed = self.timed
         ring = 0
-        for tag, order, key, expires in held:
+        for old in range(first, end):
+            at = old & old_mask
+            tag = rtag[at]
+            if tag == 0:
+                continue
             i = tag & mask
             while slots[2 * i] != 0:
                 i = (i + 1) & mask
             slots[2 * i] = tag
             slots[2 * i + 1] = ring
             self._rtag[ring] = tag
-            self._rorder[ring] = order
-            self._rkeys[ring] = key
+            self._rorder[ring] = rorder[at]
+            self._rkeys[ring] = rkeys[at]
             if timed:
-                self._rexp[ring] = expires
+                self._rexp[ring] = rexp[at]
             ring += 1
         self._next = ring
 
