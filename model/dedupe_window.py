@@ -11,10 +11,11 @@ and each evicted key's dict entry and int. Here nothing is rebuilt while the win
 over, and the cold memory a publish touches is one table slot for the new key, one for
 the evicted one, and the evicted key's bytes as they are freed:
 
-* the **table**: open addressing over one flat array of (tag, ring number) pairs, linear
-  probing, ``2 * capacity`` slots (at most half full). A key's tag is its hash (0 is an
-  empty slot). A deletion shifts the entries after it back (no tombstones, so no rebuild
-  as keys come and go). A tag match is confirmed against the key itself before it counts
+* the **table**: open addressing over one flat array of 64-bit words, linear probing,
+  ``2 * capacity`` slots (at most half full; 16 MB at a million keys): each word the high
+  bits of the key's tag (its hash) and its ring slot (0 is an empty slot; a ring holds at
+  most 2**32 places). A deletion shifts the entries after it back (no tombstones, so no
+  rebuild as keys come and go). A tag match is confirmed against the key itself before it counts
   as the key: never a false duplicate, and the key's bytes are read only on a match.
 * the **ring**: ``capacity`` places in FIFO order (a ring number grows by one per add; its
   slot is the number modulo the capacity): each place's tag (to find the evicted key's
@@ -42,6 +43,12 @@ from array import array
 from collections.abc import Iterable
 
 _MIN_CAPACITY = 8  # places in a new window's ring (it grows as keys come)
+# A table slot is one 64-bit word: the key's tag with its low bits replaced by the key's
+# ring slot (a ring of at most 2**32 places). Its home slot is read from bits 32 and up,
+# which the ring slot never reaches, so the word alone says where it belongs; bit 62 is
+# set in every tag, so no word is 0 (an empty slot).
+_HOME_SHIFT = 32
+_TOP = 1 << 62
 
 
 def _zeros(n: int) -> array[int]:
@@ -95,7 +102,7 @@ class Window:
         """Empty arrays for a ring of ``capacity`` places (a power of two)."""
         self._rmask = capacity - 1
         self._tmask = 2 * capacity - 1
-        self._slots = _zeros(4 * capacity)  # (tag, ring number) per slot
+        self._slots = _zeros(2 * capacity)  # per slot: the tag's high bits | the ring slot
         self._rtag = _zeros(capacity)
         self._rorder = _zeros(capacity)
         self._rexp = _zeros(capacity if self.timed else 1)
@@ -110,19 +117,20 @@ class Window:
         return isinstance(key, bytes) and self._find(key, self._tag(key)) >= 0
 
     def _tag(self, key: bytes) -> int:
-        tag = hash(key) & self._tagmask
-        return tag if tag else 1
+        return (hash(key) & self._tagmask) | _TOP
 
     def _find(self, key: bytes, tag: int) -> int:
         """The table slot holding ``key``, or -1."""
         slots = self._slots
         mask = self._tmask
-        i = tag & mask
+        rmask = self._rmask
+        high = tag & ~rmask
+        i = (tag >> _HOME_SHIFT) & mask
         while True:
-            held = slots[2 * i]
+            held = slots[i]
             if held == 0:
                 return -1
-            if held == tag and self._rkeys[slots[2 * i + 1] & self._rmask] == key:
+            if held & ~rmask == high and self._rkeys[held & rmask] == key:
                 return i
             i = (i + 1) & mask
 
@@ -133,7 +141,7 @@ class Window:
             return False
         if not self.timed:
             return True
-        expires = self._rexp[self._slots[2 * i + 1] & self._rmask]
+        expires = self._rexp[self._slots[i] & self._rmask]
         return expires == 0 or now < expires
 
     def add(self, key: bytes, order: int, expires: int) -> None:
@@ -145,25 +153,25 @@ class Window:
         slots = self._slots
         mask = self._tmask
         rmask = self._rmask
-        i = tag & mask
+        high = tag & ~rmask
+        i = (tag >> _HOME_SHIFT) & mask
         while True:
-            held = slots[2 * i]
+            held = slots[i]
             if held == 0:
                 break
-            if held == tag and self._rkeys[slots[2 * i + 1] & rmask] == key:
+            if held & ~rmask == high and self._rkeys[held & rmask] == key:
                 break
             i = (i + 1) & mask
         ring = self._next
         self._next = ring + 1
+        at = ring & rmask
         if held == 0:
-            slots[2 * i] = tag
             self._live += 1
         else:  # added again: its old place is left behind
-            old = slots[2 * i + 1] & rmask
+            old = held & rmask
             self._rtag[old] = 0
             self._rkeys[old] = None
-        slots[2 * i + 1] = ring
-        at = ring & rmask
+        slots[i] = high | at
         self._rtag[at] = tag
         self._rorder[at] = order
         self._rkeys[at] = key
@@ -188,8 +196,9 @@ class Window:
                 break
         slots = self._slots
         mask = self._tmask
-        i = tag & mask
-        while slots[2 * i] != tag or slots[2 * i + 1] != ring:
+        held = (tag & ~rmask) | at
+        i = (tag >> _HOME_SHIFT) & mask
+        while slots[i] != held:
             i = (i + 1) & mask
         self._delete(i)
         self.floor = self._rorder[at] + 1
@@ -204,17 +213,15 @@ class Window:
         j = i
         while True:
             j = (j + 1) & mask
-            tag = slots[2 * j]
-            if tag == 0:
+            held = slots[j]
+            if held == 0:
                 break
-            home = tag & mask
+            home = (held >> _HOME_SHIFT) & mask
             # The entry at j stays if its home is cyclically in (i, j]; else it moves to i.
             if (home <= i or home > j) if j > i else (home <= i and home > j):
-                slots[2 * i] = tag
-                slots[2 * i + 1] = slots[2 * j + 1]
+                slots[i] = held
                 i = j
-        slots[2 * i] = 0
-        slots[2 * i + 1] = 0
+        slots[i] = 0
 
     def _grow(self) -> None:
         """A full ring laid out again with only its live places: the same size if at
@@ -231,6 +238,7 @@ class Window:
         self._lay_out(capacity)
         slots = self._slots
         mask = self._tmask
+        rmask = self._rmask
         timed = self.timed
         ring = 0
         for old in range(first, end):
@@ -238,11 +246,10 @@ class Window:
             tag = rtag[at]
             if tag == 0:
                 continue
-            i = tag & mask
-            while slots[2 * i] != 0:
+            i = (tag >> _HOME_SHIFT) & mask
+            while slots[i] != 0:
                 i = (i + 1) & mask
-            slots[2 * i] = tag
-            slots[2 * i + 1] = ring
+            slots[i] = (tag & ~rmask) | ring
             self._rtag[ring] = tag
             self._rorder[ring] = rorder[at]
             self._rkeys[ring] = rkeys[at]
@@ -269,7 +276,7 @@ class Window:
         i = self._find(key, self._tag(key))
         if i < 0:
             return False
-        at = self._slots[2 * i + 1] & self._rmask
+        at = self._slots[i] & self._rmask
         self._rtag[at] = 0
         self._rkeys[at] = None
         self._delete(i)
