@@ -22,6 +22,7 @@ import argparse
 import inspect
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,6 +33,14 @@ BATCH = 1000  # publishes per recorded batch (taken, as the group commit would)
 
 def workload(window: int, messages: int, baseline: bool, store_dir: str | None) -> None:
     """Fill a ``window``-key durable window, then publish ``messages`` fresh keys into it."""
+    run = publisher(window, baseline, store_dir)
+    run(0, window)
+    run(window, messages)
+
+
+def publisher(window: int, baseline: bool, store_dir: str | None) -> Callable[[int, int], None]:
+    """``run(first, n)``: publish keys ``first``..``first + n - 1`` into a new ``window``-key
+    durable window, in batches of ``BATCH`` (also used by ``dedupe_misses.py``)."""
     import pamqp.commands as cmd
     from pamqp.header import ContentHeader
 
@@ -93,8 +102,7 @@ def workload(window: int, messages: int, baseline: bool, store_dir: str | None) 
             log.batch += 1
             dedupe._batches.clear()  # no commit comes to pop them
 
-    run(0, window)
-    run(window, messages)
+    return run
 
 
 def instructions(window: int, messages: int, baseline: bool, store: bool, out_dir: Path) -> int:

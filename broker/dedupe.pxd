@@ -1,11 +1,12 @@
 # C types for broker/dedupe.py when compiled (Cython pure-Python mode; the .py is the source).
 # An extension type: the publish path (broker/publishing.pxd cimports it) calls ``check`` and
-# ``admit`` as C, and they reach the header reader and the window (model/dedupe.pxd) as C.
+# ``admit`` as C, and they reach the header reader (model/dedupe.pxd) and the window
+# (model/dedupe_window.pxd) as C.
 
 cimport cython
 
 from leveret.model.dedupe cimport HeaderReader as CHeaderReader
-from leveret.model.dedupe cimport Window as CWindow
+from leveret.model.dedupe_window cimport Window as CWindow
 
 
 cdef class ExchangeDedupe:

@@ -45,10 +45,10 @@ from leveret.model.dedupe import (
     TTL_HEADER,
     DedupeSettings,
     HeaderReader,
-    Window,
     message_ttl,
     settings_for_exchange,
 )
+from leveret.model.dedupe_window import Window
 from leveret.model.message import Message
 from leveret.persistence.batch import DedupeAppend
 from leveret.persistence.records import dedupe_scope
@@ -143,7 +143,7 @@ class ExchangeDedupe:
         """``message``'s key if the window has not seen it (``admit`` it once some queue
         took the message); ``SEEN`` if it has, counted as a duplicate; None if the message
         carries no key. One call a publish: the header, the clock (read only when some key
-        can expire) and the window (``Window.seen``, inline)."""
+        can expire) and the window (``Window.seen``, a C call compiled)."""
         key, ttl_header = self.reader.read(message)
         if key is None:
             return None
@@ -151,17 +151,15 @@ class ExchangeDedupe:
         ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
         if ttl is None and not window.timed:  # no key expires: no clock
             self._expires = 0
-            if key in window.keys:
+            if window.seen(key, 0):
                 self.duplicates += 1
                 return SEEN
             return key
         now = now_ms(self._time)
         self._expires = now + ttl if ttl is not None else 0
-        if key in window.keys:
-            expires = window.expiry.get(key, 0)
-            if not expires or now < expires:
-                self.duplicates += 1
-                return SEEN
+        if window.seen(key, now):
+            self.duplicates += 1
+            return SEEN
         return key
 
     def duplicate(self, key: bytes, now: int) -> bool:

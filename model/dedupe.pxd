@@ -27,25 +27,3 @@ cdef class HeaderReader:
     cpdef _alone(self, bytes raw, Py_ssize_t at)
 
     cpdef tuple _walk(self, bytes raw, Py_ssize_t at)
-
-
-cdef class Window:
-    cdef public Py_ssize_t size
-    cdef public long long floor
-    cdef public bint timed
-    cdef public dict keys, expiry, _moved
-    cdef public list _fifo
-    cdef public Py_ssize_t _head
-
-    @cython.locals(expires="long long")
-    cpdef bint seen(self, bytes key, long long now)
-
-    @cython.locals(keys=dict, held=Py_ssize_t)
-    cpdef add(self, bytes key, long long order, long long expires)
-
-    cpdef _left(self, bytes key)
-
-    @cython.locals(fifo=list, head=Py_ssize_t, key=bytes)
-    cdef bytes _take(self)
-
-    cpdef _evict(self)

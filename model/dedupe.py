@@ -16,10 +16,9 @@ accepted (``settings_for_exchange``):
 A queue with ``x-message-deduplication: true`` deduplicates while a message is in it (the
 plugin's queue mode: ``queues/dedupe.py``).
 
-``Window`` is the exchange-level memory: exact FIFO eviction at ``size`` (the plugin evicts
-at random), and TTL expiry judged on lookup, so an expired key is absent whether or not it
-was swept. It is a pure structure (times are passed in, wall-clock ms) so that it can be
-tested against a naive model; what is durable is ``broker/dedupe.py``'s.
+``Window`` (``dedupe_window.py``) is the exchange-level memory: exact FIFO eviction at
+``size`` (the plugin evicts at random), and TTL expiry judged on lookup, so an expired key
+is absent whether or not it was swept; what is durable is ``broker/dedupe.py``'s.
 
 Keys are typed (``dedupe_key``): a string ``"1"``, an integer ``1`` and bytes ``b"1"`` are
 three keys, as they are three different header values on the wire. A key too long for a
@@ -30,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -307,146 +306,3 @@ def message_ttl(value: object, default: int | None) -> int | None:
     positive integer, else the exchange's."""
     ttl = _positive(value)
     return default if ttl is None else ttl
-
-
-# Places taken from the front of a window's FIFO list before it may be cut down.
-_CUT = 4096
-
-
-class Window:
-    """Keys seen, each with its place in the window (``order``, increasing) and, if it has
-    one, its expiry (wall-clock ms).
-
-    ``add`` evicts the oldest key beyond ``size`` (exact FIFO). ``keys`` maps a key to its
-    place (a small int: nothing built per key beyond the dict's slot) and ``_fifo`` holds
-    the keys by place from ``_head`` on (a list, cut down once its front is mostly taken:
-    compiled, its appends and reads are C), so the oldest is found without walking the dict (whose front fills
-    with deleted slots as keys leave it). A key added again, or discarded, leaves its old
-    place in ``_fifo`` behind; ``_moved`` counts those, and eviction skips them. Expiries
-    are a second dict holding only the keys that have one: a window without TTLs (the
-    usual) keeps none. Since eviction is by age, what a durable window has lost is every
-    place below ``floor``, one number: it is moved past each evicted key's place as it
-    goes, so it costs nothing while the window is filling and no walk when it is full (a
-    key taken out of the middle, by ``discard`` or by being added again, may leave it below
-    the oldest place held: it is a lower bound). A key added again after it expired moves
-    to the newest end. ``timed``: some key was added with an expiry, so ``seen`` needs the
-    time (until then, callers may pass 0).
-    """
-
-    __slots__ = ("_fifo", "_head", "_moved", "expiry", "floor", "keys", "size", "timed")
-
-    def __init__(self, size: int, entries: Iterable[tuple[bytes, int, int]] = ()) -> None:
-        """``entries``: (key, order, expires), oldest first; a key given twice keeps its
-        later place."""
-        self.size = size
-        self.floor = 0
-        self.timed = False
-        self.keys: dict[bytes, int] = {}
-        self.expiry: dict[bytes, int] = {}  # only the keys that expire
-        self._fifo: list[bytes] = []
-        self._head = 0  # the oldest place in _fifo not yet taken
-        self._moved: dict[bytes, int] = {}  # key -> its stale places left in _fifo
-        first = True
-        for key, order, expires in entries:
-            if first:
-                self.floor = order
-                first = False
-            self.add(key, order, expires)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys
-
-    def seen(self, key: bytes, now: int) -> bool:
-        """``key`` is in the window and not expired at ``now``."""
-        if key not in self.keys:
-            return False
-        expires = self.expiry.get(key, 0) if self.timed else 0
-        return expires == 0 or now < expires
-
-    def add(self, key: bytes, order: int, expires: int) -> None:
-        """Remember ``key`` at place ``order`` (above every other) until ``expires``,
-        evicting the oldest key if the window is then over its size."""
-        keys = self.keys
-        held = len(keys)
-        keys[key] = order
-        fifo = self._fifo
-        fifo.append(key)
-        if len(keys) == held:  # it was there already: its old place is left behind
-            self._left(key)
-        elif held >= self.size:  # one over: the oldest goes
-            if self._moved or self.timed:
-                self._evict()
-            else:  # no place left behind, no expiry to forget: _evict's first step
-                self.floor = keys.pop(self._take()) + 1
-        if expires:
-            self.expiry[key] = expires
-            self.timed = True
-        elif self.timed:
-            self.expiry.pop(key, None)
-
-    def _left(self, key: bytes) -> None:
-        moved = self._moved
-        moved[key] = moved.get(key, 0) + 1
-        if len(self._fifo) - self._head > 2 * len(self.keys) + 64:  # mostly stale: rebuild
-            keys = self.keys
-            self._fifo = list(sorted(keys, key=keys.__getitem__))
-            self._head = 0
-            moved.clear()
-
-    def _take(self) -> bytes:
-        """The key at the oldest place, taken from ``_fifo`` (whose front is cut off once
-        it is half the list: each place is moved at most once on average)."""
-        fifo = self._fifo
-        head = self._head
-        key = fifo[head]
-        fifo[head] = b""  # no longer held here (typed keys are never empty)
-        head += 1
-        if head >= _CUT and head * 2 >= len(fifo):
-            del fifo[:head]
-            head = 0
-        self._head = head
-        return key
-
-    def _evict(self) -> None:
-        """Take out the oldest key held, skipping places left behind."""
-        moved = self._moved
-        while True:
-            key = self._take()
-            if moved:
-                stale = moved.get(key)
-                if stale is not None:
-                    if stale > 1:
-                        moved[key] = stale - 1
-                    else:
-                        del moved[key]
-                    continue
-            self.floor = self.keys.pop(key) + 1
-            if self.timed:
-                self.expiry.pop(key, None)
-            return
-
-    def discard(self, key: bytes) -> bool:
-        if self.keys.pop(key, None) is None:
-            return False
-        self.expiry.pop(key, None)
-        self._left(key)
-        return True
-
-    def items(self) -> list[tuple[bytes, int, int]]:
-        """(key, order, expires), oldest first."""
-        expiry = self.expiry
-        return sorted(((k, o, expiry.get(k, 0)) for k, o in self.keys.items()),
-                      key=lambda item: item[1])
-
-    def resize(self, size: int) -> int:
-        """A new size (a recovered window whose definition changed); returns how many of
-        the oldest keys it evicted."""
-        self.size = size
-        evicted = 0
-        while len(self.keys) > size:
-            self._evict()
-            evicted += 1
-        return evicted

@@ -86,7 +86,7 @@ COMPILED_MODULES: Final = (
     "leveret.persistence.apply", "leveret.persistence.lmdb_writer",
     "leveret.persistence.records", "leveret.persistence.lmdb_reads", "leveret.persistence.batch",
     "leveret.confirms.tracker",
-    "leveret.model.dedupe", "leveret.broker.dedupe",
+    "leveret.model.dedupe_window", "leveret.model.dedupe", "leveret.broker.dedupe",
     "leveret.exchanges.router", "leveret.exchanges.direct", "leveret.exchanges.binding",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a

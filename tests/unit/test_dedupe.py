@@ -20,11 +20,11 @@ from leveret.model.dedupe import (
     MAX_KEY_BYTES,
     DedupeSettings,
     HeaderReader,
-    Window,
     dedupe_key,
     message_ttl,
     settings_for_exchange,
 )
+from leveret.model.dedupe_window import Window
 from leveret.model.errors import ChannelError
 from leveret.model.message import Message
 from leveret.persistence.batch import Recorder
@@ -45,12 +45,15 @@ OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KE
 
 
 @settings(max_examples=300, deadline=None)
-@given(size=st.integers(1, 5), ops=OPS)
-def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, int]]) -> None:
+@given(size=st.integers(1, 5), ops=OPS, tag_bits=st.sampled_from([1, 2, 64]))
+def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, int]],
+                                       tag_bits: int) -> None:
     """A list of (key, order, expires) in insertion order is the model: a re-added key
     moves to the end, the oldest go beyond ``size``, an expired key is not seen, and the
-    floor is above every evicted key's place and at most the oldest held one's."""
-    window = Window(size)
+    floor is above every evicted key's place and at most the oldest held one's. Narrow
+    tags make keys share them (and their table slots' probe runs): a shared tag is never
+    taken for the key."""
+    window = Window(size, tag_bits=tag_bits)
     model: list[tuple[bytes, int, int]] = []
     now = 1000
     order = 0
@@ -87,12 +90,12 @@ def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
 
 
 
-@pytest.mark.parametrize("size", [7, 150])
-def test_a_window_stays_exact_past_many_evictions(size: int) -> None:
-    """Thousands of evictions (the FIFO list's front is cut off as it goes, and grows with
-    the larger window), with keys added again and discarded among them: still the newest
-    ``size`` keys, oldest first, each at its own place."""
-    window = Window(size)
+@pytest.mark.parametrize(("size", "tag_bits"), [(7, 64), (150, 64), (150, 3)])
+def test_a_window_stays_exact_past_many_evictions(size: int, tag_bits: int) -> None:
+    """Thousands of evictions (the ring is laid out again as places left behind fill it,
+    and grows with the larger window), with keys added again and discarded among them:
+    still the newest ``size`` keys, oldest first, each at its own place, each found."""
+    window = Window(size, tag_bits=tag_bits)
     model: list[tuple[bytes, int, int]] = []  # (key, place, expires), oldest first
     for step in range(30_000):
         key = b"s%d" % (step % 11 if step % 13 == 0 else step)
@@ -104,6 +107,10 @@ def test_a_window_stays_exact_past_many_evictions(size: int) -> None:
         model = [*[e for e in model if e[0] != key], (key, step, 0)][-size:]
     assert window.items() == model  # each key with its own place, past many cuts
     assert window.floor <= model[0][1]
+    assert all(window.seen(key, 0) for key, _, _ in model) and len(window) == size
+    held = {key for key, _, _ in model}
+    assert not any(window.seen(key, 0) for key in (b"s%d" % step for step in range(30_000))
+                   if key not in held)
 
 
 # -- reading one header from the raw properties ---------------------------------------------

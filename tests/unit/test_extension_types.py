@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLASS_RE = re.compile(r"^cdef class (\w+)", re.MULTILINE)
 # ``cdef class Stream(Queue):``: an extension subclass, which has its base's fields too.
 BASE_RE = re.compile(r"^cdef class (\w+)\((\w+)\)", re.MULTILINE)
-# ``cdef public long long seq`` or ``cdef public object a, b``: the type, then the names.
-FIELD_RE = re.compile(r"^\s+cdef (?:public |readonly )?([\w, ]+)$", re.MULTILINE)
+# ``cdef public long long seq``, ``cdef public object a, b`` or ``cdef long long[::1] c``:
+# the type, then the names.
+FIELD_RE = re.compile(r"^\s+cdef (?:public |readonly )?([\w, \[\]:]+)$", re.MULTILINE)
 
 
 def declared(pxd: str) -> dict[str, set[str]]:
