@@ -40,13 +40,17 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.message import FLAG_EXPIRATION, Message
 from leveret.queues import dead_letter, dedupe, limits, tracing, ttl
+
+# The store and paging modules, not their names: compiled, plain_store's init imports
+# this module (its .pxd cimports Queue), so whichever of them is imported first finds
+# the others half-imported. Only a queue's creation and store changes read them.
+from leveret.queues import featured_store as featured_store_module
+from leveret.queues import paging as paging_module
+from leveret.queues import plain_store as plain_store_module
+from leveret.queues import priority_store as priority_store_module
 from leveret.queues.dispatch import Dispatcher
 from leveret.queues.entry import PriorityEntry, PublishResult, QueueEntry
-from leveret.queues.featured_store import FeaturedStore
 from leveret.queues.host import QueueHost, QueueLog
-from leveret.queues.paging import UNBOUNDED, Paging
-from leveret.queues.plain_store import PAGE_BATCH, PAGE_HIGH, PlainStore
-from leveret.queues.priority_store import PriorityStore
 from leveret.queues.ready import ReadyStore
 from leveret.queues.settings import REJECT_PUBLISH_DLX, QueueSettings, from_arguments
 
@@ -55,7 +59,7 @@ if TYPE_CHECKING:
 
     from leveret.queues.consumer import Consumer
 
-__all__ = ["PAGE_BATCH", "PAGE_HIGH", "PriorityEntry", "PublishResult", "Queue", "QueueEntry"]
+__all__ = ["PriorityEntry", "PublishResult", "Queue", "QueueEntry"]
 
 # Ready messages (with consumers attached) above which publishers into the queue are paused,
 # and below which they resume. Big enough to keep consumers' prefetch windows full.
@@ -125,7 +129,7 @@ class Queue:
         self.dedupe = dedupe.for_queue(self.arguments)
         self.time = ttl.timekeeping_of(vhost)
         # Ready entries the store keeps in memory before paging (paging.py).
-        self.paging = vhost.paging if vhost is not None else Paging()
+        self.paging = vhost.paging if vhost is not None else paging_module.Paging()
         self.page_high = self.paging.page_high(self.settings)
         # Durability: set by the vhost for durable queues (qid from the store).
         self.qid = 0
@@ -155,10 +159,10 @@ class Queue:
     def _choose_store(self) -> ReadyStore:
         s = self.settings
         if s.max_priority:
-            return PriorityStore(self)
+            return priority_store_module.PriorityStore(self)
         if s.message_ttl is not None or limits.has_limit(s):
-            return FeaturedStore(self)
-        return PlainStore(self)
+            return featured_store_module.FeaturedStore(self)
+        return plain_store_module.PlainStore(self)
 
     # -- counters (read-only) ----------------------------------------------------------
 
@@ -267,15 +271,15 @@ class Queue:
         """The broker's memory pressure changed (``paging.py``): page by the new bound, and
         page out what is in memory beyond it."""
         self.page_high = high = self.paging.page_high(self.settings)
-        if high < UNBOUNDED and not self.deleted:
+        if high < paging_module.UNBOUNDED and not self.deleted:
             self.ready.page_out(high)
 
     def needs_expiry(self) -> None:
         """Plain → featured, once: the plain store hands over its entries and its tail."""
         store = self.ready
-        if isinstance(store, PlainStore):
+        if isinstance(store, plain_store_module.PlainStore):
             entries, tail = store.take_all()
-            self.ready = FeaturedStore(self, entries, tail)
+            self.ready = featured_store_module.FeaturedStore(self, entries, tail)
 
     def recover(self, count: int, first_seq: int, next_seq: int,
                 size: int | None = None) -> None:

@@ -182,7 +182,7 @@ def test_tx_commit_is_durable(make_broker, qname):
 def test_backlog_beyond_memory_window_is_paged_and_kept_in_order(make_broker, qname):
     """More messages than a lazy queue keeps in memory (queues/paging.py): they stream back
     in order, also after restart."""
-    from leveret.queues.queue import PAGE_HIGH
+    from leveret.queues.plain_store import PAGE_HIGH
 
     count = PAGE_HIGH + 5000
     b = make_broker()
@@ -270,7 +270,7 @@ def test_a_deep_priority_queue_pages_and_keeps_priority_order_across_a_kill(make
     """A durable priority queue deeper than its memory window: every priority level pages
     to disk, and deliveries stay highest priority first, oldest first, before and after
     the broker is killed and restarted (its levels rebuilt from the store)."""
-    from leveret.queues.queue import PAGE_HIGH
+    from leveret.queues.plain_store import PAGE_HIGH
 
     count = PAGE_HIGH + 5000
     b = make_broker()
