@@ -24,12 +24,15 @@ cdef class Window:
 
     @cython.locals(slots="long long[::1]", mask=Py_ssize_t, rmask=Py_ssize_t, high="long long",
                    i=Py_ssize_t, held="long long")
+    cdef inline Py_ssize_t _probe(self, bytes key, long long tag)
+
+    @cython.locals(i=Py_ssize_t)
     cdef Py_ssize_t _find(self, bytes key, long long tag)
 
     @cython.locals(i=Py_ssize_t, expires="long long")
     cpdef bint seen(self, bytes key, long long now)
 
-    @cython.locals(tag="long long", slots="long long[::1]", mask=Py_ssize_t, rmask=Py_ssize_t,
+    @cython.locals(tag="long long", slots="long long[::1]", rmask=Py_ssize_t,
                    i=Py_ssize_t, held="long long", ring="long long", old=Py_ssize_t,
                    at=Py_ssize_t, high="long long")
     cpdef add(self, bytes key, long long order, long long expires)

@@ -119,8 +119,9 @@ class Window:
     def _tag(self, key: bytes) -> int:
         return (hash(key) & self._tagmask) | _TOP
 
-    def _find(self, key: bytes, tag: int) -> int:
-        """The table slot holding ``key``, or -1."""
+    def _probe(self, key: bytes, tag: int) -> int:
+        """The table slot holding ``key``, else the empty slot that ends its probe run
+        (where it would go)."""
         slots = self._slots
         mask = self._tmask
         rmask = self._rmask
@@ -129,10 +130,15 @@ class Window:
         while True:
             held = slots[i]
             if held == 0:
-                return -1
+                return i
             if held & ~rmask == high and self._rkeys[held & rmask] == key:
                 return i
             i = (i + 1) & mask
+
+    def _find(self, key: bytes, tag: int) -> int:
+        """The table slot holding ``key``, or -1."""
+        i = self._probe(key, tag)
+        return i if self._slots[i] != 0 else -1
 
     def seen(self, key: bytes, now: int) -> bool:
         """``key`` is in the window and not expired at ``now``."""
@@ -151,17 +157,10 @@ class Window:
             self._grow()
         tag = self._tag(key)
         slots = self._slots
-        mask = self._tmask
         rmask = self._rmask
         high = tag & ~rmask
-        i = (tag >> _HOME_SHIFT) & mask
-        while True:
-            held = slots[i]
-            if held == 0:
-                break
-            if held & ~rmask == high and self._rkeys[held & rmask] == key:
-                break
-            i = (i + 1) & mask
+        i = self._probe(key, tag)
+        held = slots[i]
         ring = self._next
         self._next = ring + 1
         at = ring & rmask
