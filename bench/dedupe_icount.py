@@ -57,12 +57,12 @@ def publisher(window: int, baseline: bool, store_dir: str | None) -> Callable[[i
         """The group commit as the window sees it: deferred, a batch per ``BATCH`` keys."""
 
         deferred = True
-        batch = 0
 
         def after_commit(self, callback: object) -> None:
             pass
 
     log = Log()
+    log.batch = 0  # (builds before the recorder counted batches itself)
     store = None
     if store_dir is not None:
         from leveret.persistence.lmdb_store import LmdbStore

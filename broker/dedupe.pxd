@@ -7,10 +7,13 @@ cimport cython
 
 from leveret.model.dedupe cimport HeaderReader as CHeaderReader
 from leveret.model.dedupe_window cimport Window as CWindow
+from leveret.persistence.batch cimport Recorder as CRecorder
 
 
 cdef class ExchangeDedupe:
-    cdef public object settings, scope, _log, _time, _ttl, _batches, _op
+    cdef public object settings, scope, _time, _ttl, _batches, _op
+    # The group commit: its batch number is a C field, read a publish.
+    cdef public CRecorder _log
     cdef public CWindow window
     cdef public CHeaderReader reader
     cdef public long long _expires, _order, _batch

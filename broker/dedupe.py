@@ -19,7 +19,8 @@ transaction as the enqueue they admitted: after ``kill -9`` the store holds the 
 and its key, or neither. ``load`` rebuilds the window, in its FIFO order, at start. The
 first key of a batch opens the window's record in it (``Recorder.dedupe_op``); the later
 ones are appended to that record directly (its list of keys is also the one taken back if
-the write fails), so a publish costs two list appends, not a call.
+the write fails), so a publish costs two list appends, not a call; the record's floor is
+the window's when the batch is taken.
 
 A policy's ``x-cache-size``, ``x-cache-ttl`` and ``x-cache-persistence`` fill in what the
 exchange's arguments leave unset (``exchange_settings``) and apply at once
@@ -144,9 +145,12 @@ class ExchangeDedupe:
         took the message); ``SEEN`` if it has, counted as a duplicate; None if the message
         carries no key. One call a publish: the header, the clock (read only when some key
         can expire) and the window (``Window.seen``, a C call compiled)."""
-        key, ttl_header = self.reader.read(message)
+        key = self.reader.sole(message)  # the usual table: the key alone, no TTL header
+        ttl_header = None
         if key is None:
-            return None
+            key, ttl_header = self.reader.read(message)
+            if key is None:
+                return None
         window = self.window
         ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
         if ttl is None and not window.timed:  # no key expires: no clock
@@ -188,10 +192,8 @@ class ExchangeDedupe:
             self._first_of_batch(key, order, expires)
             return
         self._keys.append(key)  # a durable window's record's own list of keys
-        op = self._op
-        if op is not None:
+        if self._op is not None:  # (its floor is read when the batch is taken)
             self._expiries.append(expires)  # the record's (op.expires), a C append compiled
-            op.floor = window.floor
 
     def _first_of_batch(self, key: bytes, order: int, expires: int) -> None:
         """Open this window's share of the log's pending batch: its record (durable) and
@@ -208,7 +210,7 @@ class ExchangeDedupe:
             op = log.dedupe_op(self.scope, order)
             op.keys.append(key)
             op.expires.append(expires)
-            op.floor = self.window.floor
+            op.window = self.window  # its floor, once the batch is taken
             # The keys to take back if the write fails are the record's: one list for both.
             self._keys = op.keys
             self._expiries = op.expires

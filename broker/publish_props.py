@@ -70,13 +70,16 @@ def check_expiration(expiration: str | None) -> None:
 
 
 def needs_work(raw: bytes) -> bool:
-    """Might this message carry CC/BCC or ask for a direct reply? (No decoding.)"""
+    """Might this message carry CC/BCC or ask for a direct reply? (No decoding.)
+
+    ``find``, not ``in``: CPython's ``bytes in bytes`` first tries the operand as an
+    integer and formats a TypeError it then discards, on every publish with headers."""
     if len(raw) < 2:
         return False
     flags = _u16.unpack_from(raw, 0)[0]
-    if flags & FLAG_HEADERS and (_CC_KEY in raw or _BCC_KEY in raw):
+    if flags & FLAG_HEADERS and (raw.find(_CC_KEY) >= 0 or raw.find(_BCC_KEY) >= 0):
         return True
-    return bool(flags & FLAG_REPLY_TO) and _REPLY_TO in raw
+    return bool(flags & FLAG_REPLY_TO) and raw.find(_REPLY_TO) >= 0
 
 
 def prepare(message: Message, reply_name: Callable[[], str]) -> tuple[Message, tuple[str, ...]]:

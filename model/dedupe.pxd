@@ -19,11 +19,15 @@ cdef class HeaderReader:
     @cython.locals(at=Py_ssize_t, raw=bytes, peeked=tuple)
     cpdef tuple read(self, CMessage message)
 
+    @cython.locals(at=Py_ssize_t, peeked=tuple)
+    cpdef sole(self, CMessage message)
+
     @cython.locals(at=Py_ssize_t, raw=bytes, peeked=tuple)
     cpdef key(self, CMessage message)
 
     @cython.locals(fixed=Py_ssize_t, n=Py_ssize_t, p="const unsigned char *", start=Py_ssize_t,
-                   size=Py_ssize_t, length=Py_ssize_t, data=bytes)
+                   size=Py_ssize_t, length=Py_ssize_t, data=bytes, end=Py_ssize_t, i=Py_ssize_t,
+                   key=bytes, q="char *")
     cpdef _alone(self, bytes raw, Py_ssize_t at)
 
     cpdef tuple _walk(self, bytes raw, Py_ssize_t at)

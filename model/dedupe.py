@@ -219,6 +219,15 @@ class HeaderReader:
             return key, None
         return self._walk(raw, at)
 
+    def sole(self, message: Message) -> bytes | None:
+        """The typed key when the headers table holds it alone (the usual: then no other
+        header is there), else None (``read`` it): no tuple to build and take apart."""
+        peeked = message._peeked
+        at = peeked[0] if peeked is not None else message.headers_offset
+        if at < 0:
+            return None
+        return self._alone(message.raw_properties, at)
+
     def key(self, message: Message) -> bytes | None:
         """The typed key alone (the other header is not looked for: a queue's key)."""
         peeked = message._peeked
@@ -253,7 +262,17 @@ class HeaderReader:
         if size != fixed + length or length >= MAX_KEY_BYTES:
             return None
         start += 4
-        data = p[start:start + length]  # compiled: copied from the pointer, no slice object
+        end = start + length
+        if COMPILED and length:
+            i = start
+            while i < end and p[i] < 0x80:
+                i += 1
+            if i == end:  # ASCII, so text (the usual): one copy, no concatenation
+                key = p[start - 1:end]  # its first byte (the length's last) becomes the type
+                q = key
+                q[0] = 115  # type: ignore[index]  # b"s" through the char *, no one else holds it
+                return key
+        data = p[start:end]  # compiled: copied from the pointer, no slice object
         return b"s" + data if data.isascii() or _utf8(data) else b"b" + data
 
     def _walk(self, raw: bytes, at: int) -> tuple[bytes | None, object]:

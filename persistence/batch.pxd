@@ -20,6 +20,7 @@ cdef class Recorder:
     cdef public list _ops
     cdef public dict _pending, _below, _dedupe, _held
     cdef public Py_ssize_t _live, _recorded_ops
+    cdef public long long batch
     cdef public bint _scheduled, _writing
 
     cdef _recorded(self, Py_ssize_t count=*)

@@ -41,7 +41,7 @@ the order they were taken (group commit writes them one at a time, so they are).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret.model.message import Message
 from leveret.persistence.records import Definition, binding_identity, encode_definition
@@ -155,19 +155,29 @@ class DeleteDefinition:
     identity: tuple[str, ...]
 
 
+class Floored(Protocol):
+    """A window whose oldest places are gone: every place below ``floor`` was evicted."""
+
+    @property
+    def floor(self) -> int: ...
+
+
 @dataclass(slots=True)
 class DedupeAppend:
     """A deduplication window's changes in one batch, folded into one operation: keys added
     in order (the first has place ``first`` in the window, the next ``first + 1``, ...), each
     with its expiry (wall-clock ms, 0: until evicted), and every key placed below ``floor``
     gone (evicted: the window is FIFO, so its evictions are a range). ``scope`` names the
-    window (``records.dedupe_scope``)."""
+    window (``records.dedupe_scope``). ``window``: the loop's window, whose floor the batch
+    takes when it is taken (``Recorder.take_batch``), instead of one store a publish; the
+    batch then lets go of it (the writer never reads it)."""
 
     scope: bytes
     first: int
     keys: list[bytes] = field(default_factory=list)
     expires: list[int] = field(default_factory=list)
     floor: int = 0
+    window: Floored | None = None
 
 
 @dataclass(slots=True)
@@ -229,6 +239,10 @@ class Recorder:
         # Confirm seqs each channel holds for the next commit: released as one list per
         # channel, so a batch of 50,000 confirms costs a few calls, not 50,000.
         self._held: dict[ConfirmSink, list[int]] = {}
+        # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
+        # (group commit counts them, and releases that batch's after_commit callbacks
+        # with its ``ok``). A C field compiled: a deduplicating window reads it a publish.
+        self.batch = 0
 
     def _recorded(self, count: int = 1) -> None:
         """After each operation (or run of ``count``) added to the batch."""
@@ -259,7 +273,13 @@ class Recorder:
         self._live = 0
         self._pending = {}
         self._below = {}
-        self._dedupe = {}
+        if self._dedupe:
+            for op in self._dedupe.values():  # a window's evictions up to now
+                window = op.window
+                if window is not None:
+                    op.floor = window.floor
+                    op.window = None
+            self._dedupe = {}
         return batch
 
     def _add(self, op: Op) -> None:

@@ -80,9 +80,6 @@ class GroupCommit(Recorder):
         # Per batch, for Prometheus (commit_stats.py): operations, and write+fsync seconds.
         self.batch_sizes = Histogram(BATCH_BOUNDS)
         self.write_seconds = Histogram(WRITE_BOUNDS)
-        # How many batches were taken: what is recorded now goes out in batch ``batch + 1``
-        # and is released (its after_commit callbacks run) with that batch's ``ok``.
-        self.batch = 0
         self._caught_up: list[Callable[[], None]] = []
         # Called on the loop thread after each successful commit (the disk-space check).
         self.on_commit: Callable[[], None] | None = None

@@ -57,6 +57,13 @@ from leveret.persistence.store import (
     StoreError,
 )
 
+try:  # Compiled, ``cython.compiled`` is true at compile time; pure, Cython's shadow says False.
+    import cython
+
+    COMPILED: bool = cython.compiled
+except ImportError:  # pure Python without Cython installed
+    COMPILED = False
+
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 INDEX_KEY = struct.Struct(">IQ")
@@ -134,27 +141,79 @@ DEDUPE_RUN_BYTES = 1900
 def encode_dedupe_runs(scope: bytes, first: int, keys: list[bytes],
                        expires: list[int]) -> tuple[list[bytes], list[bytes]]:
     """A window's keys placed at ``first``, ``first + 1``, ... as run records (keys,
-    values): a few C calls a run, none a key, and one record written and deleted per run
-    instead of one per key."""
+    values): one record written and deleted per run instead of one per key. On the group
+    commit's thread, which holds the GIL the event loop needs: compiled, a run is laid out
+    by C loops (``_laid_out_run``); pure, by a few C calls (``_joined_run``)."""
     count = len(keys)
     if not count:
         return [], []
-    timed = any(expires)
-    each = sum(map(len, keys)) // count + (10 if timed else 2)
+    if COMPILED:  # one C loop
+        timed = False
+        total = 0
+        for i in range(count):
+            total += len(keys[i])
+            if expires[i]:
+                timed = True
+    else:  # two C calls
+        timed = any(expires)
+        total = sum(map(len, keys))
+    each = total // count + (10 if timed else 2)
     step = max(1, (DEDUPE_RUN_BYTES - _RUN_HEAD.size) // each)
     tag = DEDUPE_RUN_TIMED if timed else DEDUPE_RUN
     out_keys: list[bytes] = []
     out_values: list[bytes] = []
     for at in range(0, count, step):
-        run = keys[at:at + step]
-        n = len(run)
-        parts = [_RUN_HEAD.pack(tag, n), struct.pack(f">{n}H", *map(len, run))]
-        if timed:
-            parts.append(struct.pack(f">{n}Q", *expires[at:at + step]))
-        parts += run
-        out_keys.append(scope + U64.pack(first + at + n - 1))
-        out_values.append(b"".join(parts))
+        end = min(at + step, count)
+        out_keys.append(scope + U64.pack(first + end - 1))
+        out_values.append(_laid_out_run(keys, expires, at, end, tag) if COMPILED
+                          else _joined_run(keys, expires, at, end, tag))
     return out_keys, out_values
+
+
+def _joined_run(keys: list[bytes], expires: list[int], at: int, end: int, tag: int) -> bytes:
+    """The run record of ``keys[at:end]``: its head, the lengths, the expiries if timed,
+    the keys (a few C calls, not one a key: the pure build's way)."""
+    run = keys[at:end]
+    n = len(run)
+    parts = [_RUN_HEAD.pack(tag, n), struct.pack(f">{n}H", *map(len, run))]
+    if tag == DEDUPE_RUN_TIMED:
+        parts.append(struct.pack(f">{n}Q", *expires[at:end]))
+    parts += run
+    return b"".join(parts)
+
+
+def _laid_out_run(keys: list[bytes], expires: list[int], at: int, end: int,
+                  tag: int) -> bytes:
+    """``_joined_run``'s bytes, written byte by byte into one buffer: compiled, C loops
+    through pointers (``records.pxd``), no object a key; pure, the same lines index the
+    bytearray and the keys."""
+    n = end - at
+    size = _RUN_HEAD.size + (10 if tag == DEDUPE_RUN_TIMED else 2) * n
+    for i in range(at, end):
+        size += len(keys[i])
+    out = bytearray(size)
+    _RUN_HEAD.pack_into(out, 0, tag, n)
+    q = out
+    pos = _RUN_HEAD.size
+    for i in range(at, end):
+        length = len(keys[i])
+        q[pos] = length >> 8
+        q[pos + 1] = length & 0xFF
+        pos += 2
+    if tag == DEDUPE_RUN_TIMED:
+        for i in range(at, end):
+            expiry = expires[i]
+            for shift in range(56, -8, -8):
+                q[pos] = (expiry >> shift) & 0xFF
+                pos += 1
+    for i in range(at, end):
+        key = keys[i]
+        length = len(key)
+        k = key
+        for j in range(length):
+            q[pos + j] = k[j]
+        pos += length
+    return bytes(out)
 
 
 def decode_dedupe_run(last: int, value: bytes) -> list[tuple[bytes, int, int]]:

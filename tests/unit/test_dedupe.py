@@ -143,6 +143,22 @@ def test_header_reader_agrees_with_the_full_decode(headers: dict[str, object] | 
     assert HeaderReader("x-deduplication-header").read(message) == (expected[0], None)
 
 
+@settings(max_examples=300, deadline=None)
+@given(value=st.text(max_size=30) | st.text(alphabet="abc\x7f", max_size=3),
+       type_=st.none() | st.text(max_size=5))
+def test_a_table_holding_the_key_alone_is_read_in_one_step(value: str,
+                                                           type_: str | None) -> None:
+    """``sole``: the key of a table whose one field is the key (ASCII or not, empty too),
+    as the full decode types it; None for any other table, ``read`` reads those."""
+    reader = HeaderReader("x-deduplication-header", "x-cache-ttl")
+    alone = Message("x", "", raw_properties({"x-deduplication-header": value},
+                                            content_type=type_), b"")
+    assert reader.sole(alone) == dedupe_key(value) == reader.read(alone)[0]
+    for other in ({"x-deduplication-header": value, "x-cache-ttl": 5}, {"a": value}, None):
+        assert reader.sole(Message("x", "", raw_properties(other, content_type=type_),
+                                   b"")) is None
+
+
 def test_a_long_string_key_is_typed_by_its_wire_type() -> None:
     for value in ("k", "é" * 300):  # short, and long enough to be a digest
         message = Message("x", "", raw_properties({"h": value}), b"")
@@ -225,7 +241,6 @@ def test_queue_keys_are_counted() -> None:
 
 class _Log(Recorder):
     deferred = False
-    batch = 0
 
     def after_commit(self, callback: object) -> None:
         raise AssertionError("not deferred: nothing waits for a commit")

@@ -19,8 +19,12 @@ from leveret.persistence.batch import Recorder
 from leveret.persistence.lmdb_store import LmdbStore
 from leveret.persistence.memory import MemoryStore
 from leveret.persistence.records import (
+    DEDUPE_RUN,
     DEDUPE_RUN_BYTES,
+    DEDUPE_RUN_TIMED,
     U64,
+    _joined_run,
+    _laid_out_run,
     decode_dedupe_run,
     dedupe_scope,
     encode_dedupe_runs,
@@ -50,6 +54,19 @@ def test_runs_decode_to_the_keys_their_places_and_expiries(keys: list[bytes], ti
     assert record_keys == sorted(record_keys)
 
 
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.binary(max_size=MAX_KEY_BYTES), min_size=1, max_size=40),
+       timed=st.booleans(), data=st.data())
+def test_a_run_laid_out_byte_by_byte_is_the_joined_one(keys: list[bytes], timed: bool,
+                                                       data: st.DataObject) -> None:
+    """The compiled build's run layout (C loops) writes the pure build's bytes."""
+    expires = [data.draw(st.integers(0, 2**64 - 1)) if timed else 0 for _ in keys]
+    at = data.draw(st.integers(0, len(keys) - 1))
+    end = data.draw(st.integers(at + 1, len(keys)))
+    tag = DEDUPE_RUN_TIMED if timed else DEDUPE_RUN
+    assert _laid_out_run(keys, expires, at, end, tag) == _joined_run(keys, expires, at, end, tag)
+
+
 def test_a_record_of_one_key_as_written_before_runs_is_read() -> None:
     assert decode_dedupe_run(7, U64.pack(123) + b"skey") == [(b"skey", 7, 123)]
 
@@ -58,7 +75,6 @@ class _Log(Recorder):
     """The group commit as a window sees it: deferred, ``commit`` writing a batch."""
 
     deferred = True
-    batch = 0
 
     def __init__(self, store: LmdbStore | MemoryStore) -> None:
         super().__init__(store.state())
