@@ -5,6 +5,7 @@
 # with C integers through a pointer into the properties.
 
 cimport cython
+from libc.string cimport memcmp
 
 from leveret.model.message cimport Message as CMessage
 
@@ -16,18 +17,18 @@ cdef class HeaderReader:
     cdef public object _other
     cdef public Py_ssize_t _fixed
 
-    @cython.locals(at=Py_ssize_t, raw=bytes, peeked=tuple)
+    @cython.locals(at=Py_ssize_t, raw=bytes)
     cpdef tuple read(self, CMessage message)
 
-    @cython.locals(at=Py_ssize_t, peeked=tuple)
+    @cython.locals(at=Py_ssize_t)
     cpdef sole(self, CMessage message)
 
-    @cython.locals(at=Py_ssize_t, raw=bytes, peeked=tuple)
+    @cython.locals(at=Py_ssize_t, raw=bytes)
     cpdef key(self, CMessage message)
 
     @cython.locals(fixed=Py_ssize_t, n=Py_ssize_t, p="const unsigned char *", start=Py_ssize_t,
                    size=Py_ssize_t, length=Py_ssize_t, data=bytes, end=Py_ssize_t, i=Py_ssize_t,
-                   key=bytes, q="char *")
+                   key=bytes, q="char *", h="const unsigned char *")
     cpdef _alone(self, bytes raw, Py_ssize_t at)
 
     cpdef tuple _walk(self, bytes raw, Py_ssize_t at)

@@ -209,8 +209,7 @@ class HeaderReader:
 
     def read(self, message: Message) -> tuple[bytes | None, object]:
         """(the typed key, ``dedupe_key``'s; the other header's value), None where absent."""
-        peeked = message._peeked  # a struct field compiled: the property is a lookup
-        at = peeked[0] if peeked is not None else message.headers_offset
+        at = message._peek()[0]  # (a C call compiled; the first reader of it peeks)
         if at < 0:
             return None, None
         raw = message.raw_properties
@@ -222,16 +221,14 @@ class HeaderReader:
     def sole(self, message: Message) -> bytes | None:
         """The typed key when the headers table holds it alone (the usual: then no other
         header is there), else None (``read`` it): no tuple to build and take apart."""
-        peeked = message._peeked
-        at = peeked[0] if peeked is not None else message.headers_offset
+        at = message._peek()[0]
         if at < 0:
             return None
         return self._alone(message.raw_properties, at)
 
     def key(self, message: Message) -> bytes | None:
         """The typed key alone (the other header is not looked for: a queue's key)."""
-        peeked = message._peeked
-        at = peeked[0] if peeked is not None else message.headers_offset
+        at = message._peek()[0]
         if at < 0:
             return None
         raw = message.raw_properties
@@ -249,10 +246,14 @@ class HeaderReader:
         if fixed < 0 or len(raw) - at < fixed + 4:
             return None
         start = at + 4
-        if not raw.startswith(self._head, start):
+        p = raw
+        if COMPILED:  # the field's head and the integers through the pointers
+            h = self._head
+            if memcmp(p + start, h, n) != 0:  # type: ignore[name-defined,operator]  # noqa: F821
+                return None
+        elif not raw.startswith(self._head, start):
             return None
         start += n
-        p = raw
         if COMPILED:  # C integers through the pointer
             size = (p[at] << 24) | (p[at + 1] << 16) | (p[at + 2] << 8) | p[at + 3]
             length = (p[start] << 24) | (p[start + 1] << 16) | (p[start + 2] << 8) | p[start + 3]

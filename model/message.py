@@ -48,7 +48,8 @@ class Message:
         self.raw_properties = raw_properties
         self.body = body
         self._props: Any = None
-        # (headers_offset, delivery_mode, priority, expiration ms or -1) once peeked.
+        # (headers offset or -1, delivery_mode, priority, expiration ms or -1) once peeked:
+        # readers of one header (model/dedupe.py) start at the offset.
         self._peeked: tuple[int, int, int, int] | None = None
         self.store_id: int = 0
 
@@ -71,12 +72,6 @@ class Message:
         if peeked is None:
             peeked = self._peeked = _peek_properties(self.raw_properties)
         return peeked
-
-    @property
-    def headers_offset(self) -> int:
-        """Where the headers table starts in ``raw_properties`` (-1: no headers), for readers
-        of one header that need not decode them all (``model/dedupe.py``)."""
-        return self._peek()[0]
 
     @property
     def delivery_mode(self) -> int:

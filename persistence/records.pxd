@@ -3,6 +3,7 @@
 # message's fields as C, not through Python attribute lookups, is most of what it costs.
 
 cimport cython
+from libc.string cimport memcpy
 
 from leveret.model.message cimport Message as CMessage
 
@@ -19,7 +20,7 @@ cdef bint COMPILED
 cpdef tuple encode_dedupe_runs(bytes scope, first, list keys, list expires)
 
 # A deduplication run, laid out by C loops through pointers into the buffer and the keys.
-@cython.locals(n=Py_ssize_t, size=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, pos=Py_ssize_t,
+@cython.locals(n=Py_ssize_t, size=Py_ssize_t, i=Py_ssize_t, pos=Py_ssize_t,
                length=Py_ssize_t, shift=int, expiry="unsigned long long", out=bytearray,
                q="unsigned char *", key=bytes, k="const unsigned char *")
 cpdef bytes _laid_out_run(list keys, list expires, Py_ssize_t at, Py_ssize_t end, int tag)

@@ -210,8 +210,10 @@ def _laid_out_run(keys: list[bytes], expires: list[int], at: int, end: int,
         key = keys[i]
         length = len(key)
         k = key
-        for j in range(length):
-            q[pos + j] = k[j]
+        if COMPILED:  # libc's, cimported by the .pxd
+            memcpy(q + pos, k, length)  # type: ignore[name-defined,operator]  # noqa: F821
+        else:
+            q[pos:pos + length] = k
         pos += length
     return bytes(out)
 

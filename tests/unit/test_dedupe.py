@@ -39,7 +39,11 @@ from leveret.queues.ttl import Timekeeping
 
 # -- the window against a naive model -----------------------------------------------------
 
-KEYS = st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"])
+# Short keys, and long ones that fill a new window's 256-byte arena in a few adds: it wraps
+# (a key that would is put at the next lap's start) and is laid out again, grown or not.
+# Keys of one length differ in their last byte only (a match is confirmed on every byte).
+KEYS = st.sampled_from([b"a", b"b", b"xa", b"xb", b"g" * 90, b"g" * 89 + b"h", b"i" * 200,
+                        b"j" * 255])
 OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KEYS,
                          st.integers(0, 50)), max_size=60)
 
@@ -76,10 +80,28 @@ def test_window_is_exact_fifo_with_ttl(size: int, ops: list[tuple[str, bytes, in
             found = [e[2] for e in model if e[0] == key]
             assert window.seen(key, now) == bool(found and (found[0] == 0 or now < found[0]))
         assert window.items() == model
+        assert len(window._arena) == window._amask + 1  # no key ran past the arena's end
         assert all(o < window.floor for o in evicted_orders)
         assert not model or window.floor <= model[0][1]
         if any(e[2] for e in model):
             assert window.timed  # it may not be told 0 for the time
+
+
+def test_a_key_seen_absent_is_added_where_the_table_says_after_it_changed() -> None:
+    """``add`` reuses the slot ``seen`` found empty only while the table is unchanged: with
+    one-bit tags every key has the same home slot, so a discard in between moves the
+    others back and the key's place moves with them."""
+    window = Window(10, tag_bits=1)
+    window.add(b"a", 0, 0)
+    window.add(b"b", 1, 0)
+    assert not window.seen(b"c", 0)  # found absent at the end of the run a, b
+    assert window.discard(b"a")  # b moves back into a's slot
+    window.add(b"c", 2, 0)
+    assert window.seen(b"c", 0) and window.seen(b"b", 0) and not window.seen(b"a", 0)
+    assert not window.seen(b"d", 0)
+    window.add(b"d", 3, 0)  # right after: the slot found for it
+    assert [key for key, _, _ in window.items()] == [b"b", b"c", b"d"]
+    assert all(window.seen(key, 0) for key in (b"b", b"c", b"d"))
 
 
 def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
@@ -105,6 +127,7 @@ def test_a_window_stays_exact_past_many_evictions(size: int, tag_bits: int) -> N
             continue
         window.add(key, step, 0)
         model = [*[e for e in model if e[0] != key], (key, step, 0)][-size:]
+        assert len(window._arena) == window._amask + 1  # keys wrap at the lap, never past
     assert window.items() == model  # each key with its own place, past many cuts
     assert window.floor <= model[0][1]
     assert all(window.seen(key, 0) for key, _, _ in model) and len(window) == size
