@@ -153,7 +153,7 @@ class Window:
             k = key
             same = memcmp(a + pos, k, n) == 0  # type: ignore[name-defined,operator]  # noqa: F821
             return bool(same)
-        return self._arena[pos:pos + n] == key
+        return self._arena.startswith(key, pos)  # the same length: the same bytes, no slice
 
     def _probe(self, key: bytes, tag: int) -> int:
         """The table slot holding ``key``, else the empty slot that ends its probe run
@@ -249,22 +249,23 @@ class Window:
         """The arena offset for the next key, of ``n`` bytes (after the newest key, or at
         the next lap's start if it would wrap), the arena laid out again first if it is
         full."""
-        for _ in range(2):
-            start = self._ahead
-            size = self._amask + 1
-            pos = start & self._amask
-            if pos + n > size:  # it would wrap: the rest of this lap is left unused
-                start += size - pos
-            oldest = (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS
-                      if self._tail < self._next else start)
-            if start + n - oldest <= size:
-                self._ahead = start + n
-                return start
+        start = self._ahead
+        size = self._amask + 1
+        pos = start & self._amask
+        if pos + n > size:  # it would wrap: the rest of this lap is left unused
+            start += size - pos
+        oldest = (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS
+                  if self._tail < self._next else start)
+        if start + n - oldest > size:
+            # Laid out again from offset 0 with room for twice the live keys and this one,
+            # so it goes right after them, whole.
             held = self._live_bytes() + n
             while 2 * held > size:
                 size *= 2
             self._lay_out_again(self._rmask + 1, size)
-        raise AssertionError("a laid out arena has room for the key")
+            start = self._ahead
+        self._ahead = start + n
+        return start
 
     def _live_bytes(self) -> int:
         total = 0

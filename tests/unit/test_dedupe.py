@@ -40,10 +40,13 @@ from leveret.queues.ttl import Timekeeping
 # -- the window against a naive model -----------------------------------------------------
 
 # Short keys, and long ones that fill a new window's 256-byte arena in a few adds: it wraps
-# (a key that would is put at the next lap's start) and is laid out again, grown or not.
+# (a key that would is put at the next lap's start) and is laid out again, grown or not;
+# the longest key a header gives (MAX_KEY_BYTES, its type byte included) is more than a
+# new window's whole arena.
 # Keys of one length differ in their last byte only (a match is confirmed on every byte).
+LONGEST = MAX_KEY_BYTES
 KEYS = st.sampled_from([b"a", b"b", b"xa", b"xb", b"g" * 90, b"g" * 89 + b"h", b"i" * 200,
-                        b"j" * 255])
+                        b"j" * 255, b"k" * LONGEST, b"k" * (LONGEST - 1) + b"l"])
 OPS = st.lists(st.tuples(st.sampled_from(["add", "seen", "discard", "tick"]), KEYS,
                          st.integers(0, 50)), max_size=60)
 
