@@ -207,7 +207,14 @@ class Window:
             raise ValueError(f"a window's key is at most {_LENGTH_MASK} bytes, not {n}")
         if self._next - self._tail > self._rmask:  # the ring is full: lay it out again
             self._grow()
-        start = self._room(n)
+        start = self._ahead  # where the key goes if it fits before the lap's end
+        size = self._amask + 1
+        if (start & self._amask) + n > size or (  # (else ``_room`` wraps or lays out again)
+                self._tail < self._next
+                and start + n - (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS) > size):
+            start = self._room(n)
+        else:
+            self._ahead = start + n
         slots = self._slots
         rmask = self._rmask
         if key is self._hint:  # just found absent by ``seen``, the table unchanged since
