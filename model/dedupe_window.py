@@ -69,6 +69,10 @@ _TOP = 1 << 62
 # first key, never reset but by a new layout) shifted past its length.
 _LENGTH_BITS = 16
 _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
+# Offsets count every byte written since the last layout, so they only grow: past this one
+# (2**46 bytes, years of publishing at a million keys a second) the next key lays the window
+# out again, which starts them from 0, before ``offset << 16`` could leave 63 bits.
+_MAX_OFFSET = 1 << 46
 
 
 def _zeros(n: int) -> array[int]:
@@ -257,7 +261,7 @@ class Window:
                 start += size - pos
             oldest = (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS
                       if self._tail < self._next else start)
-            if start + n - oldest <= size:
+            if start + n - oldest <= size and start < _MAX_OFFSET:
                 self._ahead = start + n
                 return start
             held = self._live_bytes() + n
