@@ -23,6 +23,7 @@ cdef long long _TOP
 cdef int _HOME_SHIFT
 cdef int _LENGTH_BITS
 cdef long long _LENGTH_MASK
+cdef long long _MAX_OFFSET
 
 
 cdef class Window:

@@ -69,6 +69,10 @@ _TOP = 1 << 62
 # first key, never reset but by a new layout) shifted past its length.
 _LENGTH_BITS = 16
 _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
+# Offsets count every byte written since the last layout, so they only grow: past this one
+# (2**46 bytes, years of publishing at a million keys a second) the next key lays the window
+# out again, which starts them from 0, before ``offset << 16`` could leave 63 bits.
+_MAX_OFFSET = 1 << 46
 
 
 def _zeros(n: int) -> array[int]:
@@ -207,9 +211,11 @@ class Window:
             raise ValueError(f"a window's key is at most {_LENGTH_MASK} bytes, not {n}")
         if self._next - self._tail > self._rmask:  # the ring is full: lay it out again
             self._grow()
-        start = self._ahead  # where the key goes if it fits before the lap's end
+        # The key goes after the newest if it fits before the lap's end and the oldest key;
+        # else ``_room`` wraps to the next lap or lays the window out again.
+        start = self._ahead
         size = self._amask + 1
-        if (start & self._amask) + n > size or (  # (else ``_room`` wraps or lays out again)
+        if (start & self._amask) + n > size or start >= _MAX_OFFSET or (
                 self._tail < self._next
                 and start + n - (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS) > size):
             start = self._room(n)
@@ -263,7 +269,7 @@ class Window:
             start += size - pos
         oldest = (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS
                   if self._tail < self._next else start)
-        if start + n - oldest > size:
+        if start + n - oldest > size or start >= _MAX_OFFSET:
             # Laid out again from offset 0 with room for twice the live keys and this one,
             # so it goes right after them, whole.
             held = self._live_bytes() + n

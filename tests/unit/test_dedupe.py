@@ -107,6 +107,25 @@ def test_a_key_seen_absent_is_added_where_the_table_says_after_it_changed() -> N
     assert all(window.seen(key, 0) for key in (b"b", b"c", b"d"))
 
 
+def test_arena_offsets_start_again_before_they_could_overflow() -> None:
+    """Key offsets only grow between layouts; near 2**46 the next key lays the window out
+    again (offsets from 0), and every key is still found, in order."""
+    window = Window(3)
+    for order, key in enumerate((b"a", b"bb", b"ccc")):
+        window.add(key, order, 0)
+    window._lay_out_again(window._rmask + 1, len(window._arena))  # offsets from 0 again
+    base = 1 << 46  # as if that many bytes were written before them (a lap multiple)
+    for at in range(window._tail, window._next):
+        slot = at & window._rmask
+        window._rkey[slot] += base << 16
+    window._ahead = base + 6
+    assert [k for k, _, _ in window.items()] == [b"a", b"bb", b"ccc"]
+    window.add(b"dddd", 3, 0)
+    assert window._ahead < 64
+    assert [k for k, _, _ in window.items()] == [b"bb", b"ccc", b"dddd"]
+    assert all(window.seen(key, 0) for key in (b"bb", b"ccc", b"dddd"))
+
+
 def test_a_window_rebuilt_from_its_places_keeps_a_keys_later_place() -> None:
     window = Window(5, [(b"1", 0, 0), (b"2", 1, 0), (b"1", 2, 0), (b"3", 3, 0)])
     assert window.items() == [(b"2", 1, 0), (b"1", 2, 0), (b"3", 3, 0)]
