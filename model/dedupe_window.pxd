@@ -59,7 +59,7 @@ cdef class Window:
     @cython.locals(tag="long long", slots="long long[::1]", rmask=Py_ssize_t,
                    i=Py_ssize_t, held="long long", ring="long long", at=Py_ssize_t,
                    high="long long", n=Py_ssize_t, start="long long", pos=Py_ssize_t,
-                   size=Py_ssize_t, a="unsigned char *", k="const unsigned char *")
+                   a="unsigned char *", k="const unsigned char *")
     cpdef add(self, bytes key, long long order, long long expires)
 
     @cython.locals(start="long long", size=Py_ssize_t, pos=Py_ssize_t, oldest="long long",

@@ -211,16 +211,7 @@ class Window:
             raise ValueError(f"a window's key is at most {_LENGTH_MASK} bytes, not {n}")
         if self._next - self._tail > self._rmask:  # the ring is full: lay it out again
             self._grow()
-        # The key goes after the newest if it fits before the lap's end and the oldest key;
-        # else ``_room`` wraps to the next lap or lays the window out again.
-        start = self._ahead
-        size = self._amask + 1
-        if (start & self._amask) + n > size or start >= _MAX_OFFSET or (
-                self._tail < self._next
-                and start + n - (self._rkey[self._tail & self._rmask] >> _LENGTH_BITS) > size):
-            start = self._room(n)
-        else:
-            self._ahead = start + n
+        start = self._room(n)
         slots = self._slots
         rmask = self._rmask
         if key is self._hint:  # just found absent by ``seen``, the table unchanged since
