@@ -46,8 +46,8 @@ cdef class Window:
                    k="const unsigned char *", same=bint)
     cdef inline bint _is(self, Py_ssize_t at, bytes key)
 
-    @cython.locals(slots="long long[::1]", mask=Py_ssize_t, rmask=Py_ssize_t, high="long long",
-                   i=Py_ssize_t, held="long long")
+    @cython.locals(mask=Py_ssize_t, rmask=Py_ssize_t, high="long long", i=Py_ssize_t,
+                   held="long long")
     cdef inline Py_ssize_t _probe(self, bytes key, long long tag)
 
     @cython.locals(i=Py_ssize_t)
@@ -56,7 +56,7 @@ cdef class Window:
     @cython.locals(i=Py_ssize_t, expires="long long", tag="long long", held="long long")
     cpdef bint seen(self, bytes key, long long now)
 
-    @cython.locals(tag="long long", slots="long long[::1]", rmask=Py_ssize_t,
+    @cython.locals(tag="long long", rmask=Py_ssize_t,
                    i=Py_ssize_t, held="long long", ring="long long", at=Py_ssize_t,
                    high="long long", n=Py_ssize_t, start="long long", pos=Py_ssize_t,
                    a="unsigned char *", k="const unsigned char *")
@@ -69,13 +69,11 @@ cdef class Window:
     @cython.locals(total=Py_ssize_t, rmask=Py_ssize_t, ring="long long", at=Py_ssize_t)
     cdef Py_ssize_t _live_bytes(self)
 
-    @cython.locals(rtag="long long[::1]", slots="long long[::1]", rmask=Py_ssize_t,
-                   mask=Py_ssize_t, ring="long long", at=Py_ssize_t, tag="long long",
-                   i=Py_ssize_t, held="long long")
+    @cython.locals(rmask=Py_ssize_t, mask=Py_ssize_t, ring="long long", at=Py_ssize_t,
+                   tag="long long", i=Py_ssize_t, held="long long")
     cdef _evict(self)
 
-    @cython.locals(slots="long long[::1]", mask=Py_ssize_t, j=Py_ssize_t, held="long long",
-                   home=Py_ssize_t)
+    @cython.locals(mask=Py_ssize_t, j=Py_ssize_t, held="long long", home=Py_ssize_t)
     cdef _delete(self, Py_ssize_t i)
 
     @cython.locals(rtag="long long[::1]", rorder="long long[::1]", rexp="long long[::1]",

@@ -12,7 +12,7 @@ cost too: freeing an evicted key touched memory unused for a million publishes, 
 small allocation after it on the publish path reused such cold blocks. Here nothing is
 rebuilt while the window turns over, no object is kept a key, and the cold memory a
 publish touches is one table slot for the new key and one for the evicted one (fetched
-ahead, while the message is enqueued: ``seen`` asks for it):
+a publish ahead: ``add`` asks for the next eviction's):
 
 * the **table**: open addressing over one flat array of 64-bit words, linear probing,
   ``2 * capacity`` slots (at most half full; 16 MB at a million keys): each word the high
@@ -42,11 +42,17 @@ the oldest place held), moved past each evicted key's place as it goes.
 
 Compiled (``dedupe_window.pxd``) the arrays are typed memoryviews read as C arrays, keys are
 copied and compared byte by byte through pointers, and the evicted slot's fetch is a CPU
-prefetch; pure, the same lines index ``array.array``s and slice the arena.
+prefetch; pure, the same lines index ``array.array``s (or memoryviews) and slice the arena.
+The per-publish methods index ``self._slots`` rather than a local alias: compiled, each
+typed-memoryview local costs a locked increment and decrement of the view's count, and a
+locked instruction waits for the cache misses before it. Arrays of 2 MB and more are
+anonymous mappings advised to use huge pages (``_zeros``): the table is read at random,
+and with 4 KB pages each such read also walks the page tables.
 """
 
 from __future__ import annotations
 
+import mmap
 from array import array
 from collections.abc import Iterable
 
@@ -75,8 +81,24 @@ _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
 _MAX_OFFSET = 1 << 46
 
 
-def _zeros(n: int) -> array[int]:
-    return array("q", bytes(8 * n))
+# Arrays this large (the table from a ring of 128k places, each ring array from 256k) get
+# their own mapping, which the kernel is asked to back with huge pages.
+_HUGE = 2 << 20
+
+
+def _zeros(n: int) -> array[int] | memoryview:
+    """``n`` zeroed 64-bit words. A large one is an anonymous private mapping advised
+    ``MADV_HUGEPAGE`` (a no-op where transparent huge pages are off or unsupported; private:
+    a shared one would follow the shmem setting, most often off): a million keys' table is
+    16 MB read at random, two slots a publish, and with 4 KB pages each of those reads also
+    walks the page tables (``bench/dedupe_misses.py`` counts the cache misses, not the walks)."""
+    size = 8 * n
+    if size >= _HUGE and hasattr(mmap, "MAP_PRIVATE"):
+        mem = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            mem.madvise(mmap.MADV_HUGEPAGE)
+        return memoryview(mem).cast("q")  # (the view keeps the mapping; freed with it)
+    return array("q", bytes(size))
 
 
 class Window:
@@ -162,13 +184,12 @@ class Window:
     def _probe(self, key: bytes, tag: int) -> int:
         """The table slot holding ``key``, else the empty slot that ends its probe run
         (where it would go)."""
-        slots = self._slots
         mask = self._tmask
         rmask = self._rmask
         high = tag & ~rmask
         i = (tag >> _HOME_SHIFT) & mask
         while True:
-            held = slots[i]
+            held = self._slots[i]
             if held == 0:
                 return i
             if held & ~rmask == high and self._is(held & rmask, key):
@@ -181,15 +202,7 @@ class Window:
         return i if self._slots[i] != 0 else -1
 
     def seen(self, key: bytes, now: int) -> bool:
-        """``key`` is in the window and not expired at ``now``. Compiled, a full window
-        also has the CPU fetch the table slot its next eviction will empty, so that slot
-        is in cache by the time ``add`` evicts (the message is enqueued in between)."""
-        if COMPILED and self._live >= self.size and self._tail < self._next:
-            tag = self._rtag[self._tail & self._rmask]
-            if tag != 0:
-                # (a C extern of dedupe_window.pxd: the pure build never gets here)
-                _prefetch(  # type: ignore[name-defined]  # noqa: F821
-                    cython.address(self._slots[(tag >> _HOME_SHIFT) & self._tmask]))
+        """``key`` is in the window and not expired at ``now``."""
         tag = self._tag(key)
         i = self._probe(key, tag)
         held = self._slots[i]
@@ -212,7 +225,6 @@ class Window:
         if self._next - self._tail > self._rmask:  # the ring is full: lay it out again
             self._grow()
         start = self._room(n)
-        slots = self._slots
         rmask = self._rmask
         if key is self._hint:  # just found absent by ``seen``, the table unchanged since
             tag = self._hint_tag
@@ -222,7 +234,7 @@ class Window:
             i = self._probe(key, tag)
         self._hint = None
         high = tag & ~rmask
-        held = slots[i]
+        held = self._slots[i]
         ring = self._next
         self._next = ring + 1
         at = ring & rmask
@@ -230,7 +242,7 @@ class Window:
             self._live += 1
         else:  # added again: its old place is left behind
             self._rtag[held & rmask] = 0
-        slots[i] = high | at
+        self._slots[i] = high | at
         self._rtag[at] = tag
         self._rorder[at] = order
         self._rkey[at] = (start << _LENGTH_BITS) | n
@@ -248,6 +260,15 @@ class Window:
             self._rexp[at] = expires
         if self._live > self.size:
             self._evict()
+        # Compiled, a full window has the CPU fetch the table slot the next add's eviction
+        # will empty: a whole publish later, it is in cache (asked for in ``seen``, right
+        # before this add, it was still on its way).
+        if COMPILED and self._live >= self.size:
+            tag = self._rtag[self._tail & self._rmask]
+            if tag != 0:
+                # (a C extern of dedupe_window.pxd: the pure build never gets here)
+                _prefetch(  # type: ignore[name-defined]  # noqa: F821
+                    cython.address(self._slots[(tag >> _HOME_SHIFT) & self._tmask]))
 
     def _room(self, n: int) -> int:
         """The arena offset for the next key, of ``n`` bytes (after the newest key, or at
@@ -283,43 +304,40 @@ class Window:
     def _evict(self) -> None:
         """Take out the oldest key held, skipping places left behind (its bytes stay in
         the arena until the next key's lap reaches them)."""
-        rtag = self._rtag
         rmask = self._rmask
         while True:
             ring = self._tail
             self._tail = ring + 1
             at = ring & rmask
-            tag = rtag[at]
+            tag = self._rtag[at]
             if tag != 0:
                 break
-        slots = self._slots
         mask = self._tmask
         held = (tag & ~rmask) | at
         i = (tag >> _HOME_SHIFT) & mask
-        while slots[i] != held:
+        while self._slots[i] != held:
             i = (i + 1) & mask
         self._delete(i)
         self.floor = self._rorder[at] + 1
-        rtag[at] = 0
+        self._rtag[at] = 0
         self._live -= 1
 
     def _delete(self, i: int) -> None:
         """Empty table slot ``i``, shifting back the entries after it that may move."""
         self._hint = None
-        slots = self._slots
         mask = self._tmask
         j = i
         while True:
             j = (j + 1) & mask
-            held = slots[j]
+            held = self._slots[j]
             if held == 0:
                 break
             home = (held >> _HOME_SHIFT) & mask
             # The entry at j stays if its home is cyclically in (i, j]; else it moves to i.
             if (home <= i or home > j) if j > i else (home <= i and home > j):
-                slots[i] = held
+                self._slots[i] = held
                 i = j
-        slots[i] = 0
+        self._slots[i] = 0
 
     def _grow(self) -> None:
         """A full ring laid out again with only its live places: the same size if at

@@ -5,6 +5,7 @@ records in both stores (across a reopen) and on the replication wire."""
 from __future__ import annotations
 
 import asyncio
+from array import array
 from pathlib import Path
 
 import pamqp.commands
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveret.broker.dedupe import ExchangeDedupe
+from leveret.model import dedupe_window
 from leveret.model.dedupe import (
     DEFAULT_SIZE,
     MAX_KEY_BYTES,
@@ -156,6 +158,41 @@ def test_a_window_stays_exact_past_many_evictions(size: int, tag_bits: int) -> N
     held = {key for key, _, _ in model}
     assert not any(window.seen(key, 0) for key in (b"s%d" % step for step in range(30_000))
                    if key not in held)
+
+
+def test_large_arrays_are_their_own_mappings() -> None:
+    """Below 2 MB an ``array``; from 2 MB (a table from 128k keys, a ring from 256k) an
+    anonymous mapping advised to use huge pages, zeroed and writable as the array is."""
+    small = dedupe_window._zeros(8)
+    assert isinstance(small, array) and list(small) == [0] * 8
+    large = dedupe_window._zeros(1 << 18)
+    assert isinstance(large, memoryview) and len(large) == 1 << 18 and large.format == "q"
+    large[(1 << 18) - 1] = -(1 << 62)
+    assert large[0] == 0 and large[(1 << 18) - 1] == -(1 << 62)
+
+
+def test_a_window_in_mapped_arrays_stays_exact() -> None:
+    """A window large enough for mapped arrays (table, ring, and the expiries its first
+    timed key lays out) keeps its FIFO order and its keys past evictions, a key added
+    again and a discard, as a small one does."""
+    size = 140_000
+    window = Window(size)
+    total = size + 30_000
+    for order in range(total):
+        window.add(b"k%d" % order, order, 0 if order < total - 10 else 10**15)
+    window.add(b"k%d" % (total - 5_000), total, 0)  # added again: its later place
+    assert window.discard(b"k%d" % (total - 100))
+    assert window.timed and len(window) == size - 1
+    expected = [(b"k%d" % order, order, 0 if order < total - 10 else 10**15)
+                for order in range(total - size, total)
+                if order not in (total - 5_000, total - 100)]
+    expected.append((b"k%d" % (total - 5_000), total, 0))
+    assert window.items() == expected
+    assert window.seen(b"k%d" % (total - size), 1) and window.seen(b"k%d" % (total - 1), 1)
+    assert not window.seen(b"k%d" % (total - size - 1), 1)  # evicted
+    assert not window.seen(b"k%d" % (total - 100), 1)  # discarded
+    assert not window.seen(b"k%d" % (total - 1), 10**15)  # expired
+    assert window.floor == total - size
 
 
 # -- reading one header from the raw properties ---------------------------------------------
