@@ -11,7 +11,7 @@ from leveret.persistence.batch cimport Recorder as CRecorder
 
 
 cdef class ExchangeDedupe:
-    cdef public object settings, scope, _time, _ttl, _batches, _op
+    cdef public object settings, scope, _time, _ttl, _batches, _op, _ttl_header
     # The group commit: its batch number is a C field, read a publish.
     cdef public CRecorder _log
     cdef public CWindow window
@@ -20,8 +20,14 @@ cdef class ExchangeDedupe:
     cdef public Py_ssize_t duplicates
     cdef public list _keys, _expiries
 
-    @cython.locals(window=CWindow, now="long long", expires="long long", key=bytes)
+    @cython.locals(key=bytes)
     cpdef check(self, message)
+
+    @cython.locals(key=bytes)
+    cpdef expect(self, message)
+
+    @cython.locals(window=CWindow, now="long long")
+    cpdef check_key(self, bytes key)
 
     @cython.locals(expires="long long", order="long long", window=CWindow)
     cpdef admit(self, bytes key)

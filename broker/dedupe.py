@@ -2,11 +2,13 @@
 
 Theory of operation
 -------------------
-``basic_publish`` (``publishing.py``) asks the exchange's ``ExchangeDedupe`` two things
-around the enqueue, in the same event-loop turn: before it, ``check`` (the message's key,
-unless the window holds it unexpired: then it is a duplicate); after it, if some queue took
-the message, ``admit`` (add the key, evicting the oldest beyond ``x-cache-size``). One call
-each: a publish is the window's hot path. The loop runs one publish at a time, so no second
+``basic_publish`` (``publishing.py``) asks the exchange's ``ExchangeDedupe`` three things,
+in the same event-loop turn: before routing, ``expect`` (the message's key, whose table slot
+the window fetches while the message is routed); before the enqueue, ``check_key`` (the
+key, unless the window holds it unexpired: then it is a duplicate); after it, if some queue
+took the message, ``admit`` (add the key, evicting the oldest beyond ``x-cache-size``).
+``check`` is the first two in one, for the paths that do not route. One call each: a
+publish is the window's hot path. The loop runs one publish at a time, so no second
 publisher of the same key can come between the check and the insert: with confirms,
 pipelining and many channels, exactly one copy per key is enqueued (the plugin's separate
 check and insert let every second duplicate through).
@@ -101,8 +103,8 @@ class ExchangeDedupe:
     """One exchange's window, its counters, and (if durable) its records."""
 
     __slots__ = ("_batch", "_batches", "_expires", "_expiries", "_keys", "_log", "_op",
-                 "_order", "_time", "_ttl", "duplicates", "reader", "scope", "settings",
-                 "window")
+                 "_order", "_time", "_ttl", "_ttl_header", "duplicates", "reader", "scope",
+                 "settings", "window")
 
     def __init__(self, settings: DedupeSettings, vhost: str, exchange: str, log: DedupeLog,
                  time: Timekeeping) -> None:
@@ -113,6 +115,7 @@ class ExchangeDedupe:
         self.reader = HeaderReader(settings.header, TTL_HEADER)
         self._ttl = settings.ttl
         self._expires = 0  # the expiry of the key ``check`` last found new (0: never)
+        self._ttl_header: object = None  # the ``x-cache-ttl`` header ``expect`` last read
         self.duplicates = 0  # publishes confirmed without being enqueued
         self._log = log
         self._time = time
@@ -143,15 +146,34 @@ class ExchangeDedupe:
     def check(self, message: Message) -> bytes | None:
         """``message``'s key if the window has not seen it (``admit`` it once some queue
         took the message); ``SEEN`` if it has, counted as a duplicate; None if the message
-        carries no key. One call a publish: the header, the clock (read only when some key
-        can expire) and the window (``Window.seen``, a C call compiled)."""
-        key = self.reader.sole(message)  # the usual table: the key alone, no TTL header
-        ttl_header = None
+        carries no key: ``expect``, then ``check_key``."""
+        key = self.expect(message)
         if key is None:
-            key, ttl_header = self.reader.read(message)
+            return None
+        return self.check_key(key)
+
+    def expect(self, message: Message) -> bytes | None:
+        """``message``'s key (None: it carries none), read before the message is routed:
+        the window fetches the key's table slot meanwhile (``Window.expect``), for
+        ``check_key`` once it is routed. The usual table holds the key alone (no TTL
+        header): one C call reads it."""
+        key = self.reader.sole(message)
+        if key is None:
+            key, self._ttl_header = self.reader.read(message)
             if key is None:
                 return None
+        else:
+            self._ttl_header = None
+        self.window.expect(key)
+        return key
+
+    def check_key(self, key: bytes) -> bytes:
+        """``key``, just read by ``expect``, if the window has not seen it; ``SEEN`` if it
+        has, counted as a duplicate. The clock is read only when some key can expire, and
+        the window's lookup is a C call compiled (``Window.seen``)."""
         window = self.window
+        ttl_header = self._ttl_header
+        self._ttl_header = None
         ttl = self._ttl if ttl_header is None else message_ttl(ttl_header, self._ttl)
         if ttl is None and not window.timed:  # no key expires: no clock
             self._expires = 0

@@ -10,6 +10,6 @@ from leveret.model.message cimport Message as CMessage
 
 
 # The message typed: its exchange and routing key, read for the route, are struct reads.
-@cython.locals(window=CExchangeDedupe)
+@cython.locals(window=CExchangeDedupe, window_key=bytes, expected=bint)
 cpdef basic_publish(vhost, CMessage message, extra_routing_keys, mandatory, counters, origin, queues=*,
                     deduplicate=*)

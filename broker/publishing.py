@@ -20,7 +20,8 @@ gets it: a duplicate counts as routed (no basic.return: its first copy was deliv
 not stored, and is confirmed with an ack. Exchanges without a window cost one test of an
 empty dict; queues without one, one attribute test each. The window is checked before the
 queues are offered the message and the key remembered after, in the same call (no second
-pass through here). Dead letters routed into an exchange with a window are checked too:
+pass through here); its key is read before the message is routed, so that the window's
+table slot for it is fetched from memory while the router works. Dead letters routed into an exchange with a window are checked too:
 RabbitMQ's dead-lettering routes through the exchange type (``rabbit_dead_letter``
 ``publish`` calls ``rabbit_exchange:route``), where the plugin's check lives, so a dead
 letter whose key the window holds is dropped (and counted as a duplicate).
@@ -107,6 +108,8 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
     ``counters`` (the publishing channel's, for this exchange) are counted if given.
     """
     window: ExchangeDedupe | None = None  # (with the new key it found, ``window_key``)
+    window_key: bytes | None = None
+    expected = False  # the window's key read (``window_key``, None: no key) before routing
     if queues is None:
         # The default exchange to an existing queue, the commonest publish, without a call;
         # everything else (and every error) is VirtualHost.route's.
@@ -128,6 +131,14 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
             # VirtualHost.route's.
             exchange = vhost.exchanges.get(message.exchange) if message.exchange else None
             if exchange is not None and not exchange.internal:
+                if deduplicate:  # the window's test, made before routing instead of after
+                    expected = True
+                    windows = vhost.dedupe
+                    if windows and message.exchange in windows:
+                        # The key read first: its table slot comes from memory while the
+                        # message is routed (at a million keys, a cache miss a publish).
+                        window = windows[message.exchange]
+                        window_key = window.expect(message)
                 # Queues only: the router resolved the exchanges (no typing.cast: compiled,
                 # it would be a call per publish).
                 routed: Sequence[Queue] = router.route_message(  # type: ignore[assignment]
@@ -135,16 +146,20 @@ def basic_publish(vhost: VirtualHost, message: Message, extra_routing_keys: tupl
                 queues = routed
             else:
                 queues = vhost.route(message, extra_routing_keys)
-    windows = vhost.dedupe
-    if windows and message.exchange in windows and deduplicate:  # checked, remembered below
-        window = windows[message.exchange]
-        window_key = window.check(message)
+    if not expected:  # routed otherwise (or already): the key is read now
+        windows = vhost.dedupe
+        if windows and message.exchange in windows and deduplicate:
+            window = windows[message.exchange]
+            window_key = window.expect(message)
+    if window is not None:  # checked here, remembered below
         if window_key is None:  # no key: not deduplicated
             window = None
-        elif not window_key:  # SEEN: a duplicate
-            if counters is not None:
-                counters.publish += 1
-            return DUPLICATE_HELD if window.pending else DUPLICATE
+        else:
+            window_key = window.check_key(window_key)
+            if not window_key:  # SEEN: a duplicate
+                if counters is not None:
+                    counters.publish += 1
+                return DUPLICATE_HELD if window.pending else DUPLICATE
     tracer = vhost.tracer
     if tracer is not None and origin is not None:  # tracing off: this test is all it costs
         tracer.published(message, queues, origin.trace_user, origin.trace_channel, mandatory,

@@ -53,6 +53,8 @@ cdef class Window:
     @cython.locals(i=Py_ssize_t)
     cdef Py_ssize_t _find(self, bytes key, long long tag)
 
+    cpdef expect(self, bytes key)
+
     @cython.locals(i=Py_ssize_t, expires="long long", tag="long long", held="long long")
     cpdef bint seen(self, bytes key, long long now)
 
