@@ -185,12 +185,13 @@ def test_x_expires_deletes_an_unused_queue(target, names):
     time.sleep(0.25)
     assert ready(ch, q) == 0  # a consumer keeps it alive (the message is unacked)
     conn.close()  # consumer gone: the message is requeued, and the lease runs
-    time.sleep(0.15)
 
     def deleted() -> bool:
+        # Polled with a bind, not a passive declare: a declare, passive too, renews the
+        # lease (RabbitMQ's stat does), so polling with one could keep the queue alive.
         nonlocal kch
         try:
-            kch.queue_declare(q, passive=True)
+            kch.queue_bind(q, "amq.direct", routing_key=q)
         except pika.exceptions.ChannelClosedByBroker as err:
             assert err.reply_code == 404
             kch = keeper.channel()
