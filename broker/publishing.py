@@ -21,10 +21,11 @@ not stored, and is confirmed with an ack. Exchanges without a window cost one te
 empty dict; queues without one, one attribute test each. The window is checked before the
 queues are offered the message and the key remembered after, in the same call (no second
 pass through here); its key is read before the message is routed, so that the window's
-table slot for it is fetched from memory while the router works. Dead letters routed into an exchange with a window are checked too:
-RabbitMQ's dead-lettering routes through the exchange type (``rabbit_dead_letter``
-``publish`` calls ``rabbit_exchange:route``), where the plugin's check lives, so a dead
-letter whose key the window holds is dropped (and counted as a duplicate).
+table slot for it is fetched from memory while the router works. Dead letters routed into
+an exchange with a window are checked too: RabbitMQ's dead-lettering routes through the
+exchange type (``rabbit_dead_letter`` ``publish`` calls ``rabbit_exchange:route``), where
+the plugin's check lives, so a dead letter whose key the window holds is dropped (and
+counted as a duplicate).
 
 Every front door calls it: AMQP basic.publish (``amqp/publishing.py``), HTTP publish
 (``management_ui/basic.py``), redrive and move (``queue_messages.py``), dead-lettering
