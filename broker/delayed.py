@@ -344,7 +344,8 @@ class Delays:
         """The first ``limit`` committed scheduled messages by due time (those after the key
         ``after``: the next page)."""
         out = []
-        start = max(after + 1, min((dx.read_from, *dx.floors.values())))
+        first = min(dx.floors.values(), default=dx.read_from)  # (no starred min: compiled)
+        start = max(after + 1, min(first, dx.read_from))
         for entry in self.log.read_queue(dx.qid, start, limit + len(dx.releasing)):
             if entry.seq not in dx.releasing:
                 out.append(Scheduled(entry.seq, delayed.due_of(entry.seq), entry.message))

@@ -117,7 +117,7 @@ def _delay_of(headers: dict[str, Any] | None) -> int:
 # raw bytes (docs/STYLE.md: keep properties as the publisher's bytes, decode lazily).
 
 _FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING, _FLAG_HEADERS = 0x8000, 0x4000, 0x2000
-_U16, _U32, _I64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">q")
+_U32, _I64 = struct.Struct(">I"), struct.Struct(">q")
 _KEY = b"\x07" + DELAY_HEADER.encode()
 # Field-table value type -> its fixed size (pamqp's decoder's types; ``_LONG``: a u32 length).
 _LONG = -1
@@ -135,7 +135,9 @@ _FLOATS = {ord("f"): struct.Struct(">f"), ord("d"): struct.Struct(">d")}
 def raw_delay(raw: bytes) -> int | None:
     """``delay_of`` the headers in a raw property list, without decoding them: 0 when the
     list has no ``x-delay``; None when the walk cannot tell (then decode and ``delay_of``)."""
-    if len(raw) < 2 or not (raw[0] << 8) & _FLAG_HEADERS or _KEY not in raw:
+    # (``find``, not ``in``: ``bytes in bytes`` first tries the operand as an integer, and
+    # formats and drops a TypeError doing so)
+    if len(raw) < 2 or not (raw[0] << 8) & _FLAG_HEADERS or raw.find(_KEY) < 0:
         return 0
     found = _find(raw)
     if found is None:
@@ -149,7 +151,7 @@ def raw_delay(raw: bytes) -> int | None:
 def find_delay(raw: bytes) -> tuple[int, bytes | None] | None:
     """(``raw_delay``, ``raw_released`` of it when positive), walking the list once; None
     when the walk cannot tell."""
-    found = _find(raw) if len(raw) >= 2 and _KEY in raw else ()
+    found = _find(raw) if len(raw) >= 2 and raw.find(_KEY) >= 0 else ()
     if found is None:
         return None
     if not found:
@@ -163,7 +165,7 @@ def find_delay(raw: bytes) -> tuple[int, bytes | None] | None:
 def raw_released(raw: bytes, delay: int) -> bytes | None:
     """The raw property list with ``x-delay`` replaced by ``-delay`` (a signed 64-bit
     integer), other bytes untouched; None when the walk cannot tell (then re-encode)."""
-    found = _find(raw) if _KEY in raw else None
+    found = _find(raw) if raw.find(_KEY) >= 0 else None
     if not found:
         return None
     return _released(raw, found, delay)
@@ -180,8 +182,10 @@ def _released(raw: bytes, found: tuple[int, int, int], delay: int) -> bytes:
 def _find(raw: bytes) -> tuple[int, int, int] | tuple[()] | None:
     """(offset of the headers table's length, of x-delay's type byte, its value's size);
     () when there is none; None when the property list is not one this walk reads."""
+    # Byte by byte and ``startswith``, no ``struct`` call or slice: this runs on every
+    # publish to a delayed exchange.
     try:
-        flags = _U16.unpack_from(raw, 0)[0]
+        flags = (raw[0] << 8) | raw[1]
         if flags & 1 or not flags & _FLAG_HEADERS:
             return None if flags & 1 else ()
         pos = 2
@@ -190,22 +194,27 @@ def _find(raw: bytes) -> tuple[int, int, int] | tuple[()] | None:
         if flags & _FLAG_CONTENT_ENCODING:
             pos += 1 + raw[pos]
         table_at = pos
-        end = pos + 4 + _U32.unpack_from(raw, pos)[0]
+        end = pos + 4 + _u32(raw, pos)
         pos += 4
         while pos < end:
             key_end = pos + 1 + raw[pos]
-            found = raw[pos:key_end] == _KEY
+            found = raw.startswith(_KEY, pos)  # its length byte too: the whole key
             size = _SIZES.get(raw[key_end])
             if size is None:
                 return None
             if size == _LONG:
-                size = 4 + _U32.unpack_from(raw, key_end + 1)[0]
+                size = 4 + _u32(raw, key_end + 1)
             if found:
                 return table_at, key_end, size
             pos = key_end + 1 + size
         return ()
     except (IndexError, struct.error):
         return None
+
+
+def _u32(raw: bytes, pos: int) -> int:
+    """The big-endian unsigned 32-bit integer at ``pos`` (IndexError past the end)."""
+    return (raw[pos] << 24) | (raw[pos + 1] << 16) | (raw[pos + 2] << 8) | raw[pos + 3]
 
 
 def _value(kind: int, raw: bytes, pos: int, size: int) -> int | None:

@@ -88,6 +88,7 @@ COMPILED_MODULES: Final = (
     "leveret.confirms.tracker",
     "leveret.model.dedupe_window", "leveret.model.dedupe", "leveret.broker.dedupe",
     "leveret.exchanges.router", "leveret.exchanges.direct", "leveret.exchanges.binding",
+    "leveret.exchanges.delayed", "leveret.broker.delayed",
 )
 # Modules whose annotations Cython may turn into type checks (``data: bytes`` refuses a
 # memoryview): the oracle tests feed these every type their callers pass. Every other
