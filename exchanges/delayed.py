@@ -174,7 +174,7 @@ def raw_released(raw: bytes, delay: int) -> bytes | None:
 def _released(raw: bytes, found: tuple[int, int, int], delay: int) -> bytes:
     table_at, kind_at, size = found
     grown = 9 - (1 + size)
-    table_len = _U32.unpack_from(raw, table_at)[0] + grown
+    table_len = _u32(raw, table_at) + grown
     return b"".join((raw[:table_at], _U32.pack(table_len), raw[table_at + 4:kind_at], b"l",
                      _I64.pack(-delay), raw[kind_at + 1 + size:]))
 
