@@ -132,7 +132,7 @@ class Channel:
         self.tx: list[Any] | None = None  # pending publishes/acks when in tx mode
         self.tx_durable: bool | None = None  # during tx.commit: did it write to the store?
         self.last_queue_name: str | None = None
-        self.valid_properties: set[bytes] = set()  # publishing.py
+        self.valid_properties: dict[bytes, bool] = {}  # publishing.py
 
     def __repr__(self) -> str:
         return f"<Channel {self.number} of {self.connection}>"

@@ -8,6 +8,7 @@ cimport cython
 cimport leveret.broker.publishing as publishing
 cimport leveret.model.properties as properties
 from leveret.amqp.channel cimport Channel as CChannel
+from leveret.model.message cimport Message as CMessage
 from leveret.confirms.tracker cimport ConfirmTracker as CConfirmTracker
 from leveret.persistence.batch cimport Recorder as CRecorder
 
@@ -15,8 +16,8 @@ from leveret.persistence.batch cimport Recorder as CRecorder
 cpdef complete(CChannel channel, publish, props, body)
 
 # The property checks of every publish with properties: C calls, down to the list's walk.
-@cython.locals(props=bytes)
-cdef tuple _check_properties(CChannel channel, message)
+@cython.locals(props=bytes, valid=dict)
+cdef tuple _check_properties(CChannel channel, CMessage message)
 
 cdef _check_well_formed(CChannel channel, bytes props)
 

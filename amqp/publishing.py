@@ -56,16 +56,18 @@ log = logging.getLogger(__name__)
 
 _ACCEPTED = publishing.ACCEPTED
 _NO_PROPERTIES = b"\x00\x00"  # the flag word alone, all clear
-# Property lists with headers a channel has found well-formed: publishers repeat theirs (the
-# same headers), so each distinct table is walked once; bounded. A list without headers is
-# walked every time: its flags and lengths cost less than hashing it, and a publisher that
-# sets a new message-id on every message would miss the set anyway.
+# Property lists with headers a channel has found well-formed, each with whether it asks for
+# CC/BCC or direct reply-to work (``needs_work``): publishers repeat theirs (the same
+# headers), so each distinct table is walked and searched once; bounded. A list without
+# headers is walked every time: its flags and lengths cost less than hashing it, and a
+# publisher that sets a new message-id on every message would miss the map anyway.
 VALID_PROPERTIES_KEPT = 64
 _HEADERS_HIGH = FLAG_HEADERS >> 8
 # Property flags that make complete work: user-id, expiration, and headers (CC/BCC) or
 # reply-to (direct reply-to), as the high and low byte of the first flag word.
 _CHECKED_HIGH = (FLAG_EXPIRATION | FLAG_HEADERS | FLAG_REPLY_TO) >> 8
 _CHECKED_LOW = FLAG_USER_ID
+_EXPIRATION_HIGH = FLAG_EXPIRATION >> 8
 
 
 def decoded_properties(message: Message) -> Any:
@@ -101,25 +103,30 @@ def _check_properties(channel: Channel, message: Message) -> tuple[Message, tupl
     """Malformed properties close the connection (before anything is relayed); then
     the user-id and expiration checks, CC/BCC and direct reply-to."""
     props = message.raw_properties
+    work = None  # does it ask for CC/BCC or direct reply-to work (None: not known yet)
     if props[0] & _HEADERS_HIGH:  # a table to walk: once per distinct list
         valid = channel.valid_properties
-        if props not in valid:
+        work = valid.get(props)
+        if work is None:
             _check_well_formed(channel, props)
+            work = publish_props.needs_work(props)
             if len(valid) >= VALID_PROPERTIES_KEPT:
                 valid.clear()
-            valid.add(props)
+            valid[props] = work
     else:  # flags and lengths only: cheaper to walk than to look up (a new message-id each)
         _check_well_formed(channel, props)
     # One test of the flag words for each property that asks for work below.
     if not (props[0] & _CHECKED_HIGH or props[1] & _CHECKED_LOW):
         return message, ()
-    if message.has_user_id:
+    if props[1] & _CHECKED_LOW:  # user-id
         connection = channel.connection
         publish_props.check_user_id(decoded_properties(message).user_id, connection.user,
                                     connection.broker.users)
-    if message.has_expiration:
+    if props[0] & _EXPIRATION_HIGH:
         publish_props.check_expiration(decoded_properties(message).expiration)
-    if publish_props.needs_work(message.raw_properties):
+    if work is None:  # no headers: reply-to alone can ask
+        work = publish_props.needs_work(props)
+    if work:
         return _prepare(channel, message)
     return message, ()
 
