@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from leveret.broker import publishing
@@ -97,27 +97,27 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(eq=False)
 class DelayedExchange:
-    """One delayed exchange's schedule: its store id and O(1) state (see the module doc)."""
+    """One delayed exchange's schedule: its store id and O(1) state (see the module doc).
+    (An extension type when compiled, broker/delayed.pxd: a publish reads and writes these
+    fields as C.)"""
 
-    exchange: Exchange
-    qid: int
-    delays: Delays
-    count: int = 0  # messages scheduled (messages_delayed)
-    released: int = 0  # messages released since start
-    timer: asyncio.TimerHandle | None = None
-    timer_due: int | None = None  # ms the timer is set for
-    releasing: set[int] = field(default_factory=set)  # released, removal not yet committed
-    # Every committed key below it is released: reads start there, not at the head.
-    read_from: int = 0
-    # Per batch not yet committed, the lowest key scheduled in it (reads cannot see those
-    # yet, so the cursor stays at or below them): one or two entries, never per message.
-    floors: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def durable(self) -> bool:
-        return self.exchange.durable
+    def __init__(self, exchange: Exchange, qid: int, delays: Delays) -> None:
+        self.exchange = exchange
+        self.qid = qid
+        self.delays = delays
+        self.durable: bool = exchange.durable
+        self.count = 0  # messages scheduled (messages_delayed)
+        self.released = 0  # messages released since start
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_due: int | None = None  # ms the timer is set for
+        self.releasing: set[int] = set()  # released, removal not yet committed
+        # Every committed key below it is released: reads start there, not at the head.
+        self.read_from = 0
+        # Per batch not yet committed, the lowest key scheduled in it (reads cannot see
+        # those yet, so the cursor stays at or below them): one or two entries, never per
+        # message.
+        self.floors: dict[int, int] = {}
 
     def take_dead_letter(self, message: Message) -> bool:
         """A message dead-lettered to this exchange: scheduled if its ``x-delay`` is
@@ -224,24 +224,30 @@ class Delays:
     def schedule(self, dx: DelayedExchange, message: Message, delay: int) -> bool:
         """Keep ``message`` until ``delay`` ms from now; true if its confirm waits for a
         commit (a durable exchange)."""
-        due = self.clock() + delay
-        key = delayed.due_key(due, self._counter)
+        key = delayed.due_key(self.clock() + delay, self._counter)
         self._counter += 1
-        self.log.enqueue(dx.qid, key, message, transient=not dx.durable)
+        log = self.log
+        log.enqueue(dx.qid, key, message, not dx.durable)
         dx.count += 1
         if key < dx.read_from:  # the wall clock went back
             dx.read_from = key
-        batch = self.log.batch + 1  # the batch it goes out in
-        floor = dx.floors.get(batch)
+        batch = log.batch + 1  # the batch it goes out in
+        floors = dx.floors
+        floor = floors.get(batch)
         if floor is None:
-            dx.floors[batch] = key
-            self.log.after_commit(lambda ok: self._committed(dx, batch))
+            floors[batch] = key
+            self._watch(dx, batch)
         elif key < floor:
-            dx.floors[batch] = key
+            floors[batch] = key
         due = delayed.due_of(key)
         if dx.timer_due is None or due < dx.timer_due:
             self._arm(dx, due)
-        return dx.durable and self.log.deferred
+        return dx.durable and log.deferred
+
+    def _watch(self, dx: DelayedExchange, batch: int) -> None:
+        """``_committed`` once ``batch`` is on disk. (The closure is made here, once a
+        batch: compiled, a function with a closure allocates its cell on every call.)"""
+        self.log.after_commit(lambda ok: self._committed(dx, batch))
 
     def _committed(self, dx: DelayedExchange, batch: int) -> None:
         """The batch holding some scheduled messages is on disk: now they can be read; if

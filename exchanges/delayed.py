@@ -48,6 +48,9 @@ COUNTER_BITS = 20
 COUNTER_MASK = (1 << COUNTER_BITS) - 1
 MAX_DUE_MS = (1 << (64 - COUNTER_BITS)) - 1
 MAX_DELAY = (1 << 63) - 1
+# The same as C integers when compiled (exchanges/delayed.pxd): ``due_key`` runs on every
+# delayed publish, and a module constant is a dict lookup where these are none.
+_KEY_BITS, _KEY_MASK, _KEY_MAX_DUE = COUNTER_BITS, COUNTER_MASK, MAX_DUE_MS
 
 
 def validate(type_: str, arguments: dict[str, Any], routing_types: set[str] | frozenset[str]
@@ -115,131 +118,176 @@ def _delay_of(headers: dict[str, Any] | None) -> int:
 # Every publish to a delayed exchange needs its delay: decoding the whole property list with
 # pamqp for it cost more than the rest of the publish, so the headers table is walked on the
 # raw bytes (docs/STYLE.md: keep properties as the publisher's bytes, decode lazily).
+# Compiled (exchanges/delayed.pxd), the walk reads C integers through a pointer into those
+# bytes and returns C integers: no lookup, struct call, slice or tuple per field.
 
 _FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING, _FLAG_HEADERS = 0x8000, 0x4000, 0x2000
-_U32, _I64 = struct.Struct(">I"), struct.Struct(">q")
-_KEY = b"\x07" + DELAY_HEADER.encode()
-# Field-table value type -> its fixed size (pamqp's decoder's types; ``_LONG``: a u32 length).
-_LONG = -1
-_SIZES = {ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("I"): 4,
-          ord("i"): 4, ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8, ord("D"): 5,
-          ord("T"): 8, ord("V"): 0, ord("S"): _LONG, ord("A"): _LONG, ord("F"): _LONG,
-          ord("x"): _LONG}
-_INTS = {ord("b"): struct.Struct(">b"), ord("B"): struct.Struct(">B"),
-         ord("s"): struct.Struct(">h"), ord("u"): struct.Struct(">H"),
-         ord("I"): struct.Struct(">i"), ord("i"): struct.Struct(">I"),
-         ord("l"): struct.Struct(">q"), ord("L"): struct.Struct(">q")}
-_FLOATS = {ord("f"): struct.Struct(">f"), ord("d"): struct.Struct(">d")}
+_I64 = struct.Struct(">q")
+_KEY = b"\x07" + DELAY_HEADER.encode()  # as the table holds it: its length byte first
+# What ``_find`` says instead of a type byte's offset.
+_NONE = -1  # the list has no x-delay
+_UNREAD = -2  # not a list this walk reads (decode it)
+# ``_size_of``: a value whose size is the u32 before it; a type pamqp does not decode.
+_LONG, _BAD = -1, -2
 
 
 def raw_delay(raw: bytes) -> int | None:
     """``delay_of`` the headers in a raw property list, without decoding them: 0 when the
     list has no ``x-delay``; None when the walk cannot tell (then decode and ``delay_of``)."""
-    # (``find``, not ``in``: ``bytes in bytes`` first tries the operand as an integer, and
-    # formats and drops a TypeError doing so)
-    if len(raw) < 2 or not (raw[0] << 8) & _FLAG_HEADERS or raw.find(_KEY) < 0:
-        return 0
-    found = _find(raw)
-    if found is None:
-        return None
-    if not found:
-        return 0
-    _, kind_at, size = found
-    return _value(raw[kind_at], raw, kind_at + 1, size)
+    _, kind_at, size = _find(raw)
+    if kind_at < 0:
+        return 0 if kind_at == _NONE else None
+    return _value(raw, kind_at, size)
 
 
 def find_delay(raw: bytes) -> tuple[int, bytes | None] | None:
     """(``raw_delay``, ``raw_released`` of it when positive), walking the list once; None
     when the walk cannot tell."""
-    found = _find(raw) if len(raw) >= 2 and raw.find(_KEY) >= 0 else ()
-    if found is None:
-        return None
-    if not found:
-        return 0, None
-    delay = _value(raw[found[1]], raw, found[1] + 1, found[2])
+    table_at, kind_at, size = _find(raw)
+    if kind_at < 0:
+        return (0, None) if kind_at == _NONE else None
+    delay = _value(raw, kind_at, size)
     if delay is None:
         return None
-    return delay, _released(raw, found, delay) if delay > 0 else None
+    return delay, _released(raw, table_at, kind_at, size, delay) if delay > 0 else None
 
 
 def raw_released(raw: bytes, delay: int) -> bytes | None:
     """The raw property list with ``x-delay`` replaced by ``-delay`` (a signed 64-bit
     integer), other bytes untouched; None when the walk cannot tell (then re-encode)."""
-    found = _find(raw) if raw.find(_KEY) >= 0 else None
-    if not found:
+    table_at, kind_at, size = _find(raw)
+    if kind_at < 0:
         return None
-    return _released(raw, found, delay)
+    return _released(raw, table_at, kind_at, size, delay)
 
 
-def _released(raw: bytes, found: tuple[int, int, int], delay: int) -> bytes:
-    table_at, kind_at, size = found
+def _released(raw: bytes, table_at: int, kind_at: int, size: int, delay: int) -> bytes:
     grown = 9 - (1 + size)
     table_len = _u32(raw, table_at) + grown
-    return b"".join((raw[:table_at], _U32.pack(table_len), raw[table_at + 4:kind_at], b"l",
-                     _I64.pack(-delay), raw[kind_at + 1 + size:]))
+    return b"".join((raw[:table_at], table_len.to_bytes(4, "big"), raw[table_at + 4:kind_at],
+                     b"l", _I64.pack(-delay), raw[kind_at + 1 + size:]))
 
 
-def _find(raw: bytes) -> tuple[int, int, int] | tuple[()] | None:
+def _find(raw: bytes) -> tuple[int, int, int]:
     """(offset of the headers table's length, of x-delay's type byte, its value's size);
-    () when there is none; None when the property list is not one this walk reads."""
-    # Byte by byte and ``startswith``, no ``struct`` call or slice: this runs on every
-    # publish to a delayed exchange.
-    try:
-        flags = (raw[0] << 8) | raw[1]
-        if flags & 1 or not flags & _FLAG_HEADERS:
-            return None if flags & 1 else ()
-        pos = 2
-        if flags & _FLAG_CONTENT_TYPE:
-            pos += 1 + raw[pos]
-        if flags & _FLAG_CONTENT_ENCODING:
-            pos += 1 + raw[pos]
-        table_at = pos
-        end = pos + 4 + _u32(raw, pos)
-        pos += 4
-        while pos < end:
-            key_end = pos + 1 + raw[pos]
-            found = raw.startswith(_KEY, pos)  # its length byte too: the whole key
-            size = _SIZES.get(raw[key_end])
-            if size is None:
-                return None
-            if size == _LONG:
-                size = 4 + _u32(raw, key_end + 1)
-            if found:
-                return table_at, key_end, size
-            pos = key_end + 1 + size
-        return ()
-    except (IndexError, struct.error):
-        return None
+    the second is ``_NONE`` when there is no x-delay, ``_UNREAD`` when the list is not one
+    this walk reads. Every read is inside the list (a stored list was checked at publish;
+    this does not count on it)."""
+    n = len(raw)
+    if n < 2:
+        return 0, _NONE, 0
+    p = raw
+    flags = (p[0] << 8) | p[1]
+    if flags & 1:
+        return 0, _UNREAD, 0
+    if not flags & _FLAG_HEADERS:
+        return 0, _NONE, 0
+    pos = 2
+    if flags & _FLAG_CONTENT_TYPE:
+        if pos >= n:
+            return 0, _UNREAD, 0
+        pos += 1 + p[pos]
+    if flags & _FLAG_CONTENT_ENCODING:
+        if pos >= n:
+            return 0, _UNREAD, 0
+        pos += 1 + p[pos]
+    if pos + 4 > n:
+        return 0, _UNREAD, 0
+    table_at = pos
+    end = pos + 4 + _u32(p, pos)
+    if end > n:
+        return 0, _UNREAD, 0
+    pos += 4
+    while pos < end:
+        length = p[pos]
+        key_end = pos + 1 + length
+        if key_end >= end:
+            return 0, _UNREAD, 0
+        size = _size_of(p[key_end])
+        if size == _LONG:
+            if key_end + 5 > end:
+                return 0, _UNREAD, 0
+            size = 4 + _u32(p, key_end + 1)
+        elif size == _BAD:
+            return 0, _UNREAD, 0
+        if key_end + 1 + size > end:
+            return 0, _UNREAD, 0
+        if length == 7 and p[pos:key_end] == _KEY:  # a copy only of a 7-byte name
+            return table_at, key_end, size
+        pos = key_end + 1 + size
+    return 0, _NONE, 0
 
 
-def _u32(raw: bytes, pos: int) -> int:
-    """The big-endian unsigned 32-bit integer at ``pos`` (IndexError past the end)."""
-    return (raw[pos] << 24) | (raw[pos + 1] << 16) | (raw[pos + 2] << 8) | raw[pos + 3]
+def _u32(p: bytes, pos: int) -> int:
+    """The big-endian unsigned 32-bit integer at ``pos`` (the caller knows it is there)."""
+    high = p[pos]  # compiled: 64-bit before the shift (a C int would turn negative)
+    return (high << 24) | (p[pos + 1] << 16) | (p[pos + 2] << 8) | p[pos + 3]
 
 
-def _value(kind: int, raw: bytes, pos: int, size: int) -> int | None:
-    ints = _INTS.get(kind)
-    if ints is not None:
-        value: int = ints.unpack_from(raw, pos)[0]
-        return value
-    floats = _FLOATS.get(kind)
-    if floats is not None:
-        return delay_of({DELAY_HEADER: floats.unpack_from(raw, pos)[0]})
-    if kind in (ord("S"), ord("x")):
-        return delay_of({DELAY_HEADER: raw[pos + 4:pos + size]})
-    if kind in (ord("t"), ord("V"), ord("A"), ord("F"), ord("T")):
+def _size_of(kind: int) -> int:
+    """A field-table value's size by its type byte (pamqp's decoder's types)."""
+    if kind == 83 or kind == 65 or kind == 70 or kind == 120:  # S A F x
+        return _LONG
+    if kind == 116 or kind == 98 or kind == 66:  # t b B
+        return 1
+    if kind == 115 or kind == 117:  # s u
+        return 2
+    if kind == 73 or kind == 105 or kind == 102:  # I i f
+        return 4
+    if kind == 108 or kind == 76 or kind == 100 or kind == 84:  # l L d T
+        return 8
+    if kind == 68:  # D
+        return 5
+    if kind == 86:  # V
         return 0
-    return None  # decimal: decoded the slow way
+    return _BAD
+
+
+def _value(raw: bytes, at: int, size: int) -> int | None:
+    """The delay the value at ``at`` (its type byte) gives; None for a decimal (decoded
+    the slow way)."""
+    p = raw
+    kind = p[at]
+    pos = at + 1
+    if kind == 73 or kind == 105:  # I: signed 32; i: unsigned 32
+        word = _u32(p, pos)
+        return word - 0x100000000 if kind == 73 and word & 0x80000000 else word
+    if kind == 108 or kind == 76:  # l L: signed 64 (pamqp reads L signed too)
+        high = _u32(p, pos)
+        if high & 0x80000000:
+            high -= 0x100000000
+        return high * 0x100000000 + _u32(p, pos + 4)
+    if kind == 98:  # b
+        return p[pos] - 256 if p[pos] & 0x80 else p[pos]
+    if kind == 66:  # B
+        return p[pos]
+    if kind == 115 or kind == 117:  # s u
+        word = (p[pos] << 8) | p[pos + 1]
+        return word - 0x10000 if kind == 115 and word & 0x8000 else word
+    if kind == 102 or kind == 100:  # f d
+        return delay_of({DELAY_HEADER: struct.unpack_from(">f" if kind == 102 else ">d",
+                                                          raw, pos)[0]})
+    if kind == 83 or kind == 120:  # S x
+        return delay_of({DELAY_HEADER: raw[pos + 4:pos + size]})
+    if kind == 68:  # D
+        return None
+    return 0  # t V A F T
 
 
 def due_key(due_ms: int, counter: int) -> int:
     """The store key of a message due at ``due_ms`` (clamped to ``MAX_DUE_MS``)."""
-    return (min(max(due_ms, 0), MAX_DUE_MS) << COUNTER_BITS) | (counter & COUNTER_MASK)
+    if due_ms > _KEY_MAX_DUE:
+        due = _KEY_MAX_DUE
+    elif due_ms < 0:
+        due = 0
+    else:
+        due = due_ms  # compiled: a C integer from here (44 bits, and 20 of counter)
+    return (due << _KEY_BITS) | (counter & _KEY_MASK)
 
 
 def due_of(key: int) -> int:
     """The due time (ms since the epoch) of a store key."""
-    return key >> COUNTER_BITS
+    return key >> _KEY_BITS
 
 
 def released_headers(headers: dict[str, Any], delay: int) -> dict[str, Any]:

@@ -4,6 +4,7 @@ schedule (``broker/delayed.py``) over the memory and LMDB stores, with a fake cl
 from __future__ import annotations
 
 import decimal
+import struct
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,49 @@ def test_the_raw_walk_reads_the_usual_types() -> None:
         assert delayed.raw_delay(raw) == delay
     assert delayed.raw_delay(encode_properties(commands.Basic.Properties())) == 0
     assert delayed.raw_delay(b"") == 0
+
+
+_INTEGER_TYPES = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I",
+                  "l": ">q", "L": ">q"}
+
+
+@given(st.sampled_from(sorted(_INTEGER_TYPES)), st.data())
+def test_the_raw_walk_reads_every_integer_type_to_its_limits(kind: str, data: st.DataObject
+                                                             ) -> None:
+    """Each integer type byte a client may send, at its limits: the walk's own integer
+    reads (C in the compiled build) against struct's."""
+    fmt = _INTEGER_TYPES[kind]
+    bits = struct.calcsize(fmt) * 8
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if fmt[1].islower() else (
+        0, 2**bits - 1)
+    value = data.draw(st.one_of(st.sampled_from([low, high, low + 1, high - 1, 0, 1]),
+                                st.integers(low, high)))
+    other = b"\x01aS\x00\x00\x00\x01z"
+    field = b"\x07x-delay" + kind.encode() + struct.pack(fmt, value)
+    table = other + field if data.draw(st.booleans()) else field + other
+    raw = b"\x20\x00" + struct.pack(">I", len(table)) + table
+    assert delayed.raw_delay(raw) == value
+    assert delayed.find_delay(raw) == (value, delayed.raw_released(raw, value) if value > 0
+                                       else None)
+
+
+@given(st.binary(max_size=40), st.integers(0, 60), st.binary(min_size=1, max_size=3))
+def test_the_raw_walk_stays_inside_a_damaged_list(tail: bytes, cut: int, junk: bytes) -> None:
+    """A list cut short, or with bytes overwritten, anywhere: the walk answers (a delay,
+    or None for "decode it") and never reads past the end; where decoding succeeds, it
+    agrees with it."""
+    from leveret.model.properties import decode_properties
+    good = encode_properties(commands.Basic.Properties(
+        content_type="t", headers={"a": tail, "x-delay": 1500, "z": [1, "x"]}))
+    for raw in (good[:cut], good[:cut] + junk + good[cut + len(junk):], b"\x20\x00" + tail):
+        walked = delayed.raw_delay(raw)
+        found = delayed.find_delay(raw)
+        try:
+            expected = delayed.delay_of(decode_properties(raw).headers)
+        except ValueError:
+            continue
+        assert walked is None or walked == expected
+        assert found is None or found[0] == expected
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=10), _VALUES, max_size=4),
