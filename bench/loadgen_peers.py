@@ -6,8 +6,9 @@
 * ``ConfirmPublisher``: the same in confirm mode, with at most ``window`` publishes
   unconfirmed, and each confirm's latency.
 * ``Consumer``: walks frame headers with ``struct.unpack_from``, looks inside
-  ``basic.deliver`` only (for the delivery tag), skips content frames, and acks with
-  pre-packed ``basic.ack`` frames, one write per ``data_received``.
+  ``basic.deliver`` only (for the delivery tag), skips content frames (or, with ``bodies``
+  set, keeps each body with the time its read began), and acks with pre-packed
+  ``basic.ack`` frames, one write per ``data_received``.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class Consumer:
         self.last_tag = 0
         self.unacked_since = 0  # deliveries since the last (multiple) ack
         self.waiter: tuple[int, asyncio.Future] | None = None  # (count threshold, future)
+        # When a list: each body frame's bytes, with time.time() when its read began.
+        self.bodies: list[tuple[float, bytes]] | None = None
 
     def install(self) -> None:
         """Switch the connection to the fast parser right after Basic.ConsumeOk."""
@@ -122,6 +125,8 @@ class Consumer:
         return fut
 
     def _on_data(self, data: bytes) -> bytes:
+        bodies = self.bodies
+        now = time.time() if bodies is not None else 0.0
         pos, n = 0, len(data)
         unpack_hdr = FRAME_HEADER.unpack_from
         unpack_cm = CLASS_METHOD.unpack_from
@@ -145,6 +150,8 @@ class Consumer:
                     self.conn.slow_frame(data[pos:end])
             elif ftype == 3:
                 self.body_bytes += size
+                if bodies is not None:
+                    bodies.append((now, data[pos + 7:end - 1]))
             elif ftype == 8:
                 pass
             pos = end
