@@ -397,7 +397,8 @@ def released_message(stored: Message) -> tuple[Message, tuple[str, ...]]:
     """The message as released (``x-delay`` negated) and its CC routing keys."""
     raw = stored.raw_properties
     extra: tuple[str, ...] = ()
-    if b"\x02CC" in raw:  # CC keys are routing keys again (publish_props)
+    # (``find``, not ``in``: ``bytes in bytes`` formats and drops a TypeError each call)
+    if raw.find(b"\x02CC") >= 0:  # CC keys are routing keys again (publish_props)
         headers = stored.headers or {}
         extra = routing_keys(headers) if "CC" in headers else ()
     found = delayed.find_delay(raw)
