@@ -164,6 +164,20 @@ def test_release_uses_the_bindings_as_they_are_then() -> None:
     assert other.message_count == 1
 
 
+def test_a_released_message_goes_to_its_cc_keys_too() -> None:
+    _, vhost, clock = _broker()
+    _topology(vhost)
+    cc_queue, _ = vhost.declare_queue("cc", durable=True, exclusive=False, auto_delete=False,
+                                      arguments={})
+    vhost.bind(vhost.exchanges["dx"], cc_queue, "k-cc", {})
+    props = commands.Basic.Properties(headers={"x-delay": 100, "CC": ["k-cc"]}, delivery_mode=2)
+    _publish(vhost, Message("dx", "k", encode_properties(props), b"m"))
+    assert cc_queue.message_count == 0
+    clock.now = T0 + 100
+    vhost.delays.release_due(vhost.delays.by_name["dx"])
+    assert vhost.queues["q"].message_count == 1 and cc_queue.message_count == 1
+
+
 def test_a_backlog_is_released_in_batches() -> None:
     _, vhost, clock = _broker()
     _topology(vhost)
